@@ -137,12 +137,21 @@ struct mk_transport_ops {
 	/* Writes at most MK_TP_HANDLE_MAX bytes into handle; never blocks. */
 	int (*listen)(int dev, void *handle, struct mk_listener **out);
 	/*
-	 * Non-blocking: *out stays NULL until the connection is up; call again. blob (len <=
-	 * MK_TP_BLOB_MAX) reaches the peer's conn->peer_blob. A bad handle is -EINVAL; a peer that
-	 * does not answer within MKERNEL_TIMEOUT is -ETIMEDOUT.
+	 * Start connecting to the listener described by handle and return the new connection at
+	 * once; it is usable only after connected() returned 1. blob (len <= MK_TP_BLOB_MAX)
+	 * reaches the peer's conn->peer_blob. A malformed or foreign handle is -EINVAL here.
 	 */
 	int (*connect)(int dev, const void *handle, const void *blob, size_t blob_len,
 		       struct mk_conn **out);
+	/*
+	 * Non-blocking: 1 when the connection is established (peer_blob filled), 0 while pending,
+	 * -ETIMEDOUT when the peer did not answer within MKERNEL_TIMEOUT, other -errno on failure.
+	 */
+	int (*connected)(struct mk_conn *c);
+	/*
+	 * Non-blocking: *out stays NULL until a peer's connect arrived; the connection returned is
+	 * established (peer_blob filled) and has been sent blob.
+	 */
 	int (*accept)(struct mk_listener *l, const void *blob, size_t blob_len,
 		      struct mk_conn **out);
 	/* Never waits on the peer; in-flight operations are dropped. */
