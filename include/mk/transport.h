@@ -222,4 +222,10 @@ const char *const *mk_transport_built(void);
 /* Release the selected backend (last user). */
 void mk_transport_put(void);
 
+/*
+ * Tests only: make mk_transport_get() return ops (an in-memory fake backend, say) instead of a
+ * built backend; NULL restores normal selection.
+ */
+void mk_transport_override(const struct mk_transport_ops *ops);
+
 #endif /* MK_TRANSPORT_H */

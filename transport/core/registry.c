@@ -19,6 +19,14 @@ static const char *const reg_names[] = { MK_BACKEND_NAMES NULL };
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct mk_transport_ops *reg_selected;
 static int reg_refs;
+static const struct mk_transport_ops *reg_override;
+
+void mk_transport_override(const struct mk_transport_ops *ops)
+{
+	pthread_mutex_lock(&reg_lock);
+	reg_override = ops;
+	pthread_mutex_unlock(&reg_lock);
+}
 
 const char *const *mk_transport_built(void)
 {
@@ -71,6 +79,11 @@ int mk_transport_get(const struct mk_transport_ops **out)
 	int rc = -ENODEV;
 
 	pthread_mutex_lock(&reg_lock);
+	if (reg_override != NULL) {
+		*out = reg_override;
+		rc = 0;
+		goto unlock;
+	}
 	if (reg_selected != NULL) {
 		reg_refs++;
 		*out = reg_selected;
@@ -105,7 +118,7 @@ unlock:
 void mk_transport_put(void)
 {
 	pthread_mutex_lock(&reg_lock);
-	if (reg_selected != NULL && --reg_refs == 0) {
+	if (reg_override == NULL && reg_selected != NULL && --reg_refs == 0) {
 		reg_selected->fini();
 		reg_selected = NULL;
 	}
