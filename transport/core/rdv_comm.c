@@ -1,0 +1,570 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Rendezvous messaging, control side: listen / connect / accept / close, pointer validation,
+ * registration, the connection's scratch region and the liveness probe. Data path in
+ * rdv_send.c and rdv_recv.c.
+ *
+ * Comm objects come from per-kind free lists and are never returned to malloc: a stale pointer
+ * the caller still holds reads a DEAD magic instead of unmapped memory.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mk/compiler.h"
+#include "mk/core_params.h"
+#include "mk/err.h"
+#include "mk/log.h"
+#include "rdv_internal.h"
+
+static pthread_mutex_t rdv_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mk_rdv_send *free_sends;
+static struct mk_rdv_recv *free_recvs;
+static struct mk_rdv_listen *free_listens;
+static uint32_t rdv_initial_seq = 1;
+
+/* Connects in progress, found again by handle content (NCCL calls connect repeatedly). */
+struct rdv_pending {
+	uint8_t handle[MK_RDV_HANDLE_SIZE];
+	int dev;
+	struct mk_rdv_send *send;
+	struct rdv_pending *next;
+};
+static struct rdv_pending *rdv_pending_list;
+
+void mk_rdv_set_initial_seq(uint32_t seq)
+{
+	rdv_initial_seq = seq;
+}
+
+uint32_t mk_rdv_initial_seq(void)
+{
+	return rdv_initial_seq;
+}
+
+uint64_t mk_rdv_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int mk_rdv_max_recvs(void)
+{
+	int64_t v = mk_param_max_recvs();
+
+	return v < 1 ? 1 : v > MK_RDV_MAX_RECVS ? MK_RDV_MAX_RECVS : (int)v;
+}
+
+int mk_rdv_check(const void *comm, enum mk_rdv_kind kind)
+{
+	const struct mk_rdv_comm *c = comm;
+
+	if (c == NULL || c->magic != MK_RDV_MAGIC || c->kind != kind)
+		return -EBADF;
+	return 0;
+}
+
+static uint32_t rdv_name_hash(const char *s)
+{
+	uint32_t h = 2166136261u;	/* FNV-1a */
+
+	while (*s != '\0')
+		h = (h ^ (uint8_t)*s++) * 16777619u;
+	return h;
+}
+
+int mk_rdv_region_init(struct mk_rdv_comm *head, struct mk_rdv_region *r, size_t len)
+{
+	struct mk_mr_attr attr = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
+	int rc;
+
+	len = MK_ALIGN_UP(len, (size_t)4096);
+	r->base = NULL;
+	rc = posix_memalign(&r->base, 4096, len);
+	if (rc)
+		return -rc;
+	memset(r->base, 0, len);
+	r->len = len;
+	rc = mk_mr_get(head->ops, head->dev, r->base, len, &attr, &r->mr);
+	if (rc)
+		goto undo_alloc;
+	return 0;
+
+undo_alloc:
+	free(r->base);
+	r->base = NULL;
+	return rc;
+}
+
+void mk_rdv_region_fini(struct mk_rdv_region *r)
+{
+	if (r->mr != NULL)
+		mk_mr_put(r->mr);
+	free(r->base);
+	r->mr = NULL;
+	r->base = NULL;
+}
+
+void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what)
+{
+	if (cs->error != 0)
+		return;
+	cs->error = rc;
+	MK_WARN("connection to peer failed (%s): %s", what, mk_strerror(rc));
+}
+
+/*
+ * Liveness: a connection with work outstanding and nothing heard for MKERNEL_KEEPALIVE ms
+ * writes 8 bytes into the peer's probe slot. A live peer's transport completes it; a dead one
+ * fails it or leaves it hanging, which becomes -ETIMEDOUT after MKERNEL_TIMEOUT.
+ */
+void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy, void *probe_src)
+{
+	uint64_t now;
+	int rc;
+
+	if (cs->error != 0 || !busy)
+		return;
+	now = mk_rdv_now_ms();
+	if (cs->probe_posted_ms != 0) {
+		if (now - cs->probe_posted_ms > (uint64_t)mk_param_timeout_ms())
+			mk_rdv_fail(cs, -ETIMEDOUT, "no answer within MKERNEL_TIMEOUT");
+		return;
+	}
+	if (now - cs->last_event_ms < (uint64_t)mk_param_keepalive_ms())
+		return;
+	rc = cs->conn->ops->write(cs->conn, 0, probe_src, 8, cs->region.mr->bmr, cs->peer_probe,
+				  &cs->peer_rkey, false, 0, cs);
+	if (rc == -EAGAIN)
+		return;
+	if (rc) {
+		mk_rdv_fail(cs, rc, "liveness probe");
+		return;
+	}
+	cs->probe_posted_ms = now;
+	cs->probes++;
+}
+
+void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
+{
+	cs->probe_posted_ms = 0;
+	if (status)
+		mk_rdv_fail(cs, status, "liveness probe");
+	else
+		cs->last_event_ms = mk_rdv_now_ms();
+}
+
+/* ---- object pools ---- */
+
+static struct mk_rdv_send *rdv_send_alloc(void)
+{
+	struct mk_rdv_send *s;
+
+	pthread_mutex_lock(&rdv_lock);
+	s = free_sends;
+	if (s != NULL)
+		free_sends = s->next_free;
+	pthread_mutex_unlock(&rdv_lock);
+	if (s == NULL)
+		s = malloc(sizeof(*s));
+	if (s != NULL)
+		memset(s, 0, sizeof(*s));
+	return s;
+}
+
+static struct mk_rdv_recv *rdv_recv_alloc(void)
+{
+	struct mk_rdv_recv *r;
+
+	pthread_mutex_lock(&rdv_lock);
+	r = free_recvs;
+	if (r != NULL)
+		free_recvs = r->next_free;
+	pthread_mutex_unlock(&rdv_lock);
+	if (r == NULL)
+		r = malloc(sizeof(*r));
+	if (r != NULL)
+		memset(r, 0, sizeof(*r));
+	return r;
+}
+
+static void rdv_send_release(struct mk_rdv_send *s)
+{
+	s->head.magic = MK_RDV_DEAD;
+	for (int i = 0; i < MK_RDV_SEND_REQS; i++)
+		s->reqs[i].magic = 0;
+	pthread_mutex_lock(&rdv_lock);
+	s->next_free = free_sends;
+	free_sends = s;
+	pthread_mutex_unlock(&rdv_lock);
+}
+
+static void rdv_recv_release(struct mk_rdv_recv *r)
+{
+	r->head.magic = MK_RDV_DEAD;
+	for (int i = 0; i < MK_RDV_CTS_GROUPS; i++)
+		r->reqs[i].magic = 0;
+	for (int i = 0; i < MK_RDV_MAX_REQUESTS; i++)
+		r->flush_reqs[i].magic = 0;
+	pthread_mutex_lock(&rdv_lock);
+	r->next_free = free_recvs;
+	free_recvs = r;
+	pthread_mutex_unlock(&rdv_lock);
+}
+
+/* ---- receive side setup ---- */
+
+static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct mk_rdv_recv **out)
+{
+	size_t staging = sizeof(struct mk_rdv_cts) * MK_RDV_CTS_GROUPS * MK_RDV_MAX_RECVS;
+	struct mk_rdv_recv *r = rdv_recv_alloc();
+	int rc;
+
+	if (r == NULL)
+		return -ENOMEM;
+	r->head.kind = MK_RDV_RECV;
+	r->head.ops = ops;
+	r->head.dev = dev;
+	/* staging entries, then the probe slot (peer writes) and the probe source (we write) */
+	rc = mk_rdv_region_init(&r->head, &r->cs.region, staging + 128);
+	if (rc)
+		goto undo_alloc;
+	r->staging = r->cs.region.base;
+	r->next_seq = rdv_initial_seq;
+	for (int i = 0; i < MK_RDV_CTS_GROUPS; i++) {
+		r->reqs[i].magic = MK_RDV_REQ_MAGIC;
+		r->reqs[i].kind = MK_RDV_REQ_RECV;
+		r->reqs[i].comm = &r->head;
+	}
+	for (int i = 0; i < MK_RDV_MAX_REQUESTS; i++) {
+		r->flush_reqs[i].magic = MK_RDV_REQ_MAGIC;
+		r->flush_reqs[i].kind = MK_RDV_REQ_FLUSH;
+		r->flush_reqs[i].comm = &r->head;
+	}
+	*out = r;
+	return 0;
+
+undo_alloc:
+	rdv_recv_release(r);
+	return rc;
+}
+
+static uint64_t rdv_recv_probe_slot(struct mk_rdv_recv *r)
+{
+	return (uint64_t)(uintptr_t)r->cs.region.base + r->cs.region.len - 128;
+}
+
+int mk_rdv_listen(const struct mk_transport_ops *ops, int dev, void *handle,
+		  struct mk_rdv_comm **out)
+{
+	struct mk_rdv_handle_tail tail = { .tag = MK_RDV_HANDLE_TAG,
+					   .backend = rdv_name_hash(ops->name) };
+	struct mk_rdv_listen *l;
+	int rc;
+
+	if (handle == NULL || out == NULL)
+		return -EINVAL;
+	pthread_mutex_lock(&rdv_lock);
+	l = free_listens;
+	if (l != NULL)
+		free_listens = l->next_free;
+	pthread_mutex_unlock(&rdv_lock);
+	if (l == NULL)
+		l = malloc(sizeof(*l));
+	if (l == NULL)
+		return -ENOMEM;
+	memset(l, 0, sizeof(*l));
+	l->head.kind = MK_RDV_LISTEN;
+	l->head.ops = ops;
+	l->head.dev = dev;
+	rc = rdv_recv_prepare(ops, dev, &l->recv);
+	if (rc)
+		goto undo_alloc;
+	memset(handle, 0, MK_RDV_HANDLE_SIZE);
+	rc = ops->listen(dev, handle, &l->l);
+	if (rc)
+		goto undo_recv;
+	memcpy((char *)handle + MK_RDV_TAIL_OFF, &tail, sizeof(tail));
+	l->head.magic = MK_RDV_MAGIC;
+	*out = &l->head;
+	return 0;
+
+undo_recv:
+	mk_rdv_region_fini(&l->recv->cs.region);
+	rdv_recv_release(l->recv);
+undo_alloc:
+	l->head.magic = MK_RDV_DEAD;
+	pthread_mutex_lock(&rdv_lock);
+	l->next_free = free_listens;
+	free_listens = l;
+	pthread_mutex_unlock(&rdv_lock);
+	return rc;
+}
+
+static int rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, bool sender)
+{
+	cs->conn = conn;
+	cs->last_event_ms = mk_rdv_now_ms();
+	if (sender) {
+		struct mk_rdv_recv_blob b;
+
+		if (conn->peer_blob_len < sizeof(b))
+			return -EPROTO;
+		memcpy(&b, conn->peer_blob, sizeof(b));
+		if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
+			return -EPROTO;
+		cs->peer_probe = b.probe_addr;
+		cs->peer_rkey = b.rkey;
+	} else {
+		struct mk_rdv_send_blob b;
+
+		if (conn->peer_blob_len < sizeof(b))
+			return -EPROTO;
+		memcpy(&b, conn->peer_blob, sizeof(b));
+		if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
+			return -EPROTO;
+		cs->peer_probe = b.probe_addr;
+		cs->peer_rkey = b.rkey;
+	}
+	conn->user = cs;
+	return 0;
+}
+
+/* The sender's ring address as the receiver sees it, from the sender's blob. */
+static uint64_t rdv_peer_ring(struct mk_conn *conn)
+{
+	struct mk_rdv_send_blob b;
+
+	memcpy(&b, conn->peer_blob, sizeof(b));
+	return b.ring_addr;
+}
+
+int mk_rdv_accept(struct mk_rdv_comm *comm, struct mk_rdv_comm **out)
+{
+	struct mk_rdv_listen *l = container_of(comm, struct mk_rdv_listen, head);
+	struct mk_rdv_recv *r = l->recv;
+	struct mk_rdv_recv_blob blob;
+	struct mk_conn *conn = NULL;
+	int rc;
+
+	*out = NULL;
+	if (r == NULL)
+		return -EALREADY;	/* a listener accepts exactly one connection */
+	blob = (struct mk_rdv_recv_blob){
+		.magic = MK_RDV_HANDLE_TAG,
+		.version = MK_RDV_BLOB_VERSION,
+		.probe_addr = rdv_recv_probe_slot(r),
+		.rkey = r->cs.region.mr->rkey,
+	};
+	rc = comm->ops->accept(l->l, &blob, sizeof(blob), &conn);
+	if (rc || conn == NULL)
+		return rc;
+	rc = rdv_conn_finish(&r->cs, conn, false);
+	if (rc) {
+		MK_WARN("accept: peer sent a malformed connection blob (%zu bytes)",
+			conn->peer_blob_len);
+		comm->ops->close(conn);
+		return rc;
+	}
+	r->peer_ring = rdv_peer_ring(conn);
+	l->recv = NULL;
+	r->head.magic = MK_RDV_MAGIC;
+	*out = &r->head;
+	return 0;
+}
+
+/* ---- send side setup ---- */
+
+static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const void *handle,
+			  struct mk_rdv_send **out)
+{
+	size_t ring = sizeof(struct mk_rdv_cts) * MK_RDV_CTS_GROUPS * MK_RDV_MAX_RECVS;
+	struct mk_rdv_send_blob blob;
+	struct mk_rdv_send *s = rdv_send_alloc();
+	struct mk_conn *conn = NULL;
+	int rc;
+
+	if (s == NULL)
+		return -ENOMEM;
+	s->head.kind = MK_RDV_SEND;
+	s->head.ops = ops;
+	s->head.dev = dev;
+	rc = mk_rdv_region_init(&s->head, &s->cs.region, ring + 128);
+	if (rc)
+		goto undo_alloc;
+	s->ring = s->cs.region.base;
+	s->next_group = rdv_initial_seq;
+	for (int i = 0; i < MK_RDV_SEND_REQS; i++) {
+		s->reqs[i].magic = MK_RDV_REQ_MAGIC;
+		s->reqs[i].kind = MK_RDV_REQ_SEND;
+		s->reqs[i].comm = &s->head;
+		s->reqs[i].next_free = i + 1 < MK_RDV_SEND_REQS ? &s->reqs[i + 1] : NULL;
+	}
+	s->free_reqs = &s->reqs[0];
+	blob = (struct mk_rdv_send_blob){
+		.magic = MK_RDV_HANDLE_TAG,
+		.version = MK_RDV_BLOB_VERSION,
+		.ring_addr = (uint64_t)(uintptr_t)s->ring,
+		.probe_addr = (uint64_t)(uintptr_t)s->cs.region.base + s->cs.region.len - 128,
+		.rkey = s->cs.region.mr->rkey,
+	};
+	rc = ops->connect(dev, handle, &blob, sizeof(blob), &conn);
+	if (rc)
+		goto undo_region;
+	s->cs.conn = conn;
+	*out = s;
+	return 0;
+
+undo_region:
+	mk_rdv_region_fini(&s->cs.region);
+undo_alloc:
+	rdv_send_release(s);
+	return rc;
+}
+
+static void rdv_send_destroy(struct mk_rdv_send *s)
+{
+	if (s->cs.conn != NULL)
+		s->head.ops->close(s->cs.conn);
+	mk_rdv_region_fini(&s->cs.region);
+	rdv_send_release(s);
+}
+
+int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *handle,
+		   struct mk_rdv_comm **out)
+{
+	struct mk_rdv_handle_tail tail;
+	struct rdv_pending *p, **pp;
+	struct mk_rdv_send *s;
+	int rc;
+
+	if (handle == NULL || out == NULL)
+		return -EINVAL;
+	*out = NULL;
+	pthread_mutex_lock(&rdv_lock);
+	for (pp = &rdv_pending_list; *pp != NULL; pp = &(*pp)->next)
+		if ((*pp)->dev == dev && memcmp((*pp)->handle, handle, MK_RDV_HANDLE_SIZE) == 0)
+			break;
+	p = *pp;
+	if (p != NULL)
+		*pp = p->next;	/* taken out while we work on it; put back if still pending */
+	pthread_mutex_unlock(&rdv_lock);
+
+	if (p == NULL) {
+		memcpy(&tail, (const char *)handle + MK_RDV_TAIL_OFF, sizeof(tail));
+		if (tail.tag != MK_RDV_HANDLE_TAG || tail.backend != rdv_name_hash(ops->name)) {
+			MK_WARN("connect: handle was not made by this plugin's %s backend "
+				"(tag 0x%08x, backend 0x%08x)",
+				ops->name, tail.tag, tail.backend);
+			return -EINVAL;
+		}
+		p = calloc(1, sizeof(*p));
+		if (p == NULL)
+			return -ENOMEM;
+		rc = rdv_send_start(ops, dev, handle, &p->send);
+		if (rc) {
+			free(p);
+			return rc;
+		}
+		memcpy(p->handle, handle, MK_RDV_HANDLE_SIZE);
+		p->dev = dev;
+	}
+	s = p->send;
+	rc = ops->connected(s->cs.conn);
+	if (rc == 0) {
+		pthread_mutex_lock(&rdv_lock);
+		p->next = rdv_pending_list;
+		rdv_pending_list = p;
+		pthread_mutex_unlock(&rdv_lock);
+		return 0;
+	}
+	free(p);
+	if (rc < 0)
+		goto undo_send;
+	rc = rdv_conn_finish(&s->cs, s->cs.conn, true);
+	if (rc) {
+		MK_WARN("connect: peer answered with a malformed connection blob");
+		goto undo_send;
+	}
+	s->head.magic = MK_RDV_MAGIC;
+	*out = &s->head;
+	return 0;
+
+undo_send:
+	rdv_send_destroy(s);
+	return rc;
+}
+
+int mk_rdv_close(struct mk_rdv_comm *comm)
+{
+	if (comm == NULL || comm->magic != MK_RDV_MAGIC)
+		return -EBADF;
+	switch (comm->kind) {
+	case MK_RDV_LISTEN: {
+		struct mk_rdv_listen *l = container_of(comm, struct mk_rdv_listen, head);
+		int rc = comm->ops->close_listen(l->l);
+
+		if (l->recv != NULL) {
+			mk_rdv_region_fini(&l->recv->cs.region);
+			rdv_recv_release(l->recv);
+		}
+		comm->magic = MK_RDV_DEAD;
+		pthread_mutex_lock(&rdv_lock);
+		l->next_free = free_listens;
+		free_listens = l;
+		pthread_mutex_unlock(&rdv_lock);
+		return rc;
+	}
+	case MK_RDV_SEND:
+		rdv_send_destroy(container_of(comm, struct mk_rdv_send, head));
+		return 0;
+	case MK_RDV_RECV: {
+		struct mk_rdv_recv *r = container_of(comm, struct mk_rdv_recv, head);
+		int rc = comm->ops->close(r->cs.conn);
+
+		mk_rdv_region_fini(&r->cs.region);
+		rdv_recv_release(r);
+		return rc;
+	}
+	}
+	return -EBADF;
+}
+
+int mk_rdv_reg(struct mk_rdv_comm *comm, void *data, size_t size, int type, int dmabuf_fd,
+	       uint64_t dmabuf_offset, struct mk_mr **out)
+{
+	struct mk_mr_attr attr = {
+		.type = type,
+		.dmabuf_fd = dmabuf_fd,
+		.dmabuf_offset = dmabuf_offset,
+		.cuda_device = -1,
+	};
+
+	if (comm == NULL || comm->magic != MK_RDV_MAGIC)
+		return -EBADF;
+	if (type != MK_PTR_HOST && type != MK_PTR_CUDA)
+		return -EINVAL;
+	return mk_mr_get(comm->ops, comm->dev, data, size, &attr, out);
+}
+
+int mk_rdv_dereg(struct mk_rdv_comm *comm, struct mk_mr *mr)
+{
+	if (comm == NULL || comm->magic != MK_RDV_MAGIC)
+		return -EBADF;
+	return mk_mr_put(mr);
+}
+
+int mk_rdv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
+{
+	if (req == NULL || done == NULL || req->magic != MK_RDV_REQ_MAGIC ||
+	    req->state == MK_RDV_REQ_FREE || req->comm == NULL ||
+	    req->comm->magic != MK_RDV_MAGIC)
+		return -EBADF;
+	if (req->kind == MK_RDV_REQ_SEND)
+		return mk_rdv_send_test(req, done, sizes);
+	return mk_rdv_recv_test(req, done, sizes);
+}

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Rendezvous messaging, receive side: irecv writes one clear-to-send entry per sub-receive
+ * into the sender's ring; data arrives as writes with immediates that name the group
+ * (sequence), the sub-receive and the segment count, and carry the written length.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "mk/compiler.h"
+#include "mk/log.h"
+#include "rdv_internal.h"
+
+#define RECV_POLL_BATCH 16
+
+static bool recv_complete(const struct mk_rdv_req *req)
+{
+	if (!req->cts_done)
+		return false;
+	for (int i = 0; i < req->n; i++)
+		if (req->segs_total[i] == 0 || req->segs_seen[i] != req->segs_total[i])
+			return false;
+	return true;
+}
+
+static void recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
+{
+	uint32_t seq10 = mk_rdv_imm_seq(ev->imm);
+	struct mk_rdv_req *req = &r->reqs[seq10 % MK_RDV_CTS_GROUPS];
+	unsigned idx = mk_rdv_imm_idx(ev->imm);
+
+	if (req->state == MK_RDV_REQ_FREE || (req->seq & MK_RDV_IMM_SEQ_MASK) != seq10 ||
+	    idx >= (unsigned)req->n) {
+		MK_WARN("receive: immediate 0x%08x names no posted receive (seq %u, index %u)",
+			ev->imm, seq10, idx);
+		mk_rdv_fail(&r->cs, -EPROTO, "protocol violation");
+		return;
+	}
+	if (ev->status) {
+		req->status = ev->status;
+		mk_rdv_fail(&r->cs, ev->status, "incoming data");
+		return;
+	}
+	req->got[idx] += ev->len;
+	req->segs_total[idx] = (uint8_t)mk_rdv_imm_nseg(ev->imm);
+	req->segs_seen[idx]++;
+	if (mk_rdv_imm_trunc(ev->imm) && req->status == 0) {
+		req->status = -EMSGSIZE;
+		MK_WARN("receive: the peer's send is larger than the %d-buffer receive posted "
+			"(sequence %u, index %u)",
+			req->n, req->seq, idx);
+	}
+	if (req->state == MK_RDV_REQ_LINGER && recv_complete(req))
+		req->state = MK_RDV_REQ_FREE;	/* reported done earlier; its data is now in */
+}
+
+static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
+{
+	struct mk_rdv_req *req = ev->ctx;
+
+	r->cs.last_event_ms = mk_rdv_now_ms();
+	if (ev->type == MK_EV_IMM) {
+		recv_imm(r, ev);
+		return;
+	}
+	if (ev->ctx == &r->cs) {
+		mk_rdv_probe_done(&r->cs, ev->status);
+		return;
+	}
+	if (req == NULL || req->comm != &r->head) {
+		if (ev->status)
+			mk_rdv_fail(&r->cs, ev->status, "transport error");
+		return;
+	}
+	if (ev->status) {
+		if (req->status == 0)
+			req->status = ev->status;
+		mk_rdv_fail(&r->cs, ev->status,
+			    ev->type == MK_EV_READ_DONE ? "flush read" : "clear-to-send write");
+	}
+	if (ev->type == MK_EV_READ_DONE)
+		req->flushed = true;
+	else
+		req->cts_done = true;
+	if (req->kind == MK_RDV_REQ_RECV && req->state == MK_RDV_REQ_LINGER && recv_complete(req))
+		req->state = MK_RDV_REQ_FREE;
+}
+
+int mk_rdv_recv_progress(struct mk_rdv_recv *r)
+{
+	struct mk_event ev[RECV_POLL_BATCH];
+	int n;
+
+	do {
+		n = r->cs.conn->ops->poll(r->cs.conn, ev, RECV_POLL_BATCH);
+		if (n < 0) {
+			mk_rdv_fail(&r->cs, n, "poll");
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			recv_event(r, &ev[i]);
+	} while (n == RECV_POLL_BATCH);
+	return r->cs.error;
+}
+
+int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *sizes,
+		 const int *tags, struct mk_mr **mrs, bool optional, struct mk_rdv_req **out)
+{
+	struct mk_rdv_recv *r = container_of(comm, struct mk_rdv_recv, head);
+	uint32_t seq = r->next_seq;
+	struct mk_rdv_req *req = &r->reqs[seq % MK_RDV_CTS_GROUPS];
+	struct mk_rdv_cts *cts = &r->staging[(seq % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+	uint64_t dst = r->peer_ring +
+		       (uint64_t)((seq - 1) % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS * sizeof(*cts);
+	struct mk_conn *c = r->cs.conn;
+	int rc;
+
+	*out = NULL;
+	if (n < 1 || n > mk_rdv_max_recvs())
+		return -EINVAL;
+	for (int i = 0; i < n; i++)
+		if (mrs[i] == NULL && sizes[i] > 0)
+			return -EINVAL;
+	rc = mk_rdv_recv_progress(r);
+	if (rc)
+		return rc;
+	if (req->state != MK_RDV_REQ_FREE || r->outstanding >= MK_RDV_MAX_REQUESTS)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		cts[i] = (struct mk_rdv_cts){
+			.addr = (uint64_t)(uintptr_t)data[i],
+			.size = sizes[i],
+			.rkey_base = mrs[i] != NULL ? mrs[i]->rkey.base : 0,
+			.rkey_key = mrs[i] != NULL ? mrs[i]->rkey.key : 0,
+			.tag = tags != NULL ? tags[i] : 0,
+			.nsub = (uint16_t)n,
+			.idx = (uint16_t)i,
+			.seq = seq,
+		};
+	}
+	rc = c->ops->write(c, 0, cts, (size_t)n * sizeof(*cts), r->cs.region.mr->bmr, dst,
+			   &r->cs.peer_rkey, false, 0, req);
+	if (rc == -EAGAIN)
+		return 0;
+	if (rc) {
+		mk_rdv_fail(&r->cs, rc, "clear-to-send write");
+		return rc;
+	}
+	memset(req->got, 0, sizeof(req->got));
+	memset(req->segs_seen, 0, sizeof(req->segs_seen));
+	memset(req->segs_total, 0, sizeof(req->segs_total));
+	req->state = MK_RDV_REQ_POSTED;
+	req->status = 0;
+	req->seq = seq;
+	req->n = n;
+	req->optional = optional;
+	req->cts_posted = true;
+	req->cts_done = false;
+	r->next_seq++;
+	r->outstanding++;
+	*out = req;
+	return 0;
+}
+
+int mk_rdv_iflush(struct mk_rdv_comm *comm, int n, void **data, const int *sizes,
+		  struct mk_mr **mrs, struct mk_rdv_req **out)
+{
+	struct mk_rdv_recv *r = container_of(comm, struct mk_rdv_recv, head);
+	struct mk_rdv_req *req = NULL;
+	int last = -1, rc;
+
+	*out = NULL;
+	for (int i = 0; i < MK_RDV_MAX_REQUESTS && req == NULL; i++)
+		if (r->flush_reqs[i].state == MK_RDV_REQ_FREE)
+			req = &r->flush_reqs[i];
+	if (req == NULL)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if (sizes[i] > 0 && mrs[i] != NULL && mrs[i]->type == MK_PTR_CUDA)
+			last = i;
+	req->status = 0;
+	req->flushed = true;
+	if (last >= 0 && r->cs.conn->ops->flush != NULL) {
+		req->flushed = false;
+		rc = r->cs.conn->ops->flush(r->cs.conn, data[last], (size_t)sizes[last],
+					    mrs[last]->bmr, req);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc)
+			return rc;
+	}
+	req->state = MK_RDV_REQ_POSTED;
+	*out = req;
+	return 0;
+}
+
+int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
+{
+	struct mk_rdv_recv *r = container_of(req->comm, struct mk_rdv_recv, head);
+	int rc;
+
+	*done = 0;
+	if (req->state == MK_RDV_REQ_LINGER)
+		return -EBADF;		/* already reported done */
+	rc = mk_rdv_recv_progress(r);
+	if (req->status)
+		return req->status;
+	if (req->kind == MK_RDV_REQ_FLUSH) {
+		if (!req->flushed)
+			return rc;
+		*done = 1;
+		req->state = MK_RDV_REQ_FREE;
+		return 0;
+	}
+	if (recv_complete(req)) {
+		*done = 1;
+		if (sizes != NULL)
+			for (int i = 0; i < req->n; i++)
+				sizes[i] = req->got[i];
+		req->state = MK_RDV_REQ_FREE;
+		r->outstanding--;
+		return 0;
+	}
+	if (req->optional && req->cts_done && rc == 0) {
+		/* NCCL polls flags inside the data itself; the data still lands in order. */
+		*done = 1;
+		if (sizes != NULL)
+			for (int i = 0; i < req->n; i++)
+				sizes[i] = req->got[i];
+		req->state = MK_RDV_REQ_LINGER;
+		r->outstanding--;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	mk_rdv_keepalive(&r->cs, r->outstanding > 0,
+			 (char *)r->cs.region.base + r->cs.region.len - 64);
+	return r->cs.error;
+}

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Rendezvous messaging, send side: match each isend to a clear-to-send entry the receiver
+ * wrote into our ring, then write the data into the receiver's buffer, every segment with an
+ * immediate. Never blocks, never allocates: requests come from the comm's fixed pool.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "mk/compiler.h"
+#include "mk/core_params.h"
+#include "mk/log.h"
+#include "rdv_internal.h"
+
+#define SEND_POLL_BATCH 16
+
+static struct mk_rdv_cts *send_slot(struct mk_rdv_send *s, uint32_t seq, unsigned idx)
+{
+	return &s->ring[((seq - 1) % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS + idx];
+}
+
+/* Number of sub-receives of group seq once all its entries have landed, else 0. */
+static unsigned send_group_ready(struct mk_rdv_send *s, uint32_t seq)
+{
+	struct mk_rdv_cts *first = send_slot(s, seq, 0);
+	unsigned n;
+
+	if (__atomic_load_n(&first->seq, __ATOMIC_ACQUIRE) != seq)
+		return 0;
+	n = first->nsub;
+	if (n < 1 || n > MK_RDV_MAX_RECVS)
+		return 0;
+	for (unsigned i = 1; i < n; i++)
+		if (__atomic_load_n(&send_slot(s, seq, i)->seq, __ATOMIC_ACQUIRE) != seq)
+			return 0;
+	return n;
+}
+
+/* Sub-receive count of group seq: cached once seen, so later overwrites cannot hide it. */
+static unsigned send_group_n(struct mk_rdv_send *s, uint32_t seq)
+{
+	unsigned i = (seq - 1) % MK_RDV_CTS_GROUPS;
+	unsigned n;
+
+	if (s->gn[i] != 0 && s->gseq[i] == seq)
+		return s->gn[i];
+	n = send_group_ready(s, seq);
+	if (n != 0) {
+		s->gseq[i] = seq;
+		s->gn[i] = (uint8_t)n;
+	}
+	return n;
+}
+
+static bool send_group_full(struct mk_rdv_send *s, uint32_t seq)
+{
+	unsigned i = (seq - 1) % MK_RDV_CTS_GROUPS;
+
+	return s->gn[i] != 0 && s->gseq[i] == seq && s->used[i] == (uint8_t)((1u << s->gn[i]) - 1);
+}
+
+/* Post what is left of req's segments; stops at the first full queue. */
+static int send_post(struct mk_rdv_send *s, struct mk_rdv_req *req)
+{
+	struct mk_conn *c = s->cs.conn;
+
+	while (req->posted < req->nseg) {
+		unsigned i = req->posted;
+		size_t off = (size_t)i * req->chunk;
+		size_t len = req->trunc ? 0 : (req->size - off < req->chunk ? req->size - off : req->chunk);
+		uint32_t imm = mk_rdv_imm_pack(req->seq, req->idx, req->nseg, req->trunc);
+		struct mk_bmr *bmr = req->mr != NULL ? req->mr->bmr : NULL;
+		int lane = c->nlanes > 0 ? (int)(i % (unsigned)c->nlanes) : 0;
+		int rc;
+
+		rc = c->ops->write(c, lane, req->src + off, len, bmr, req->dst + off, &req->rkey, true,
+				   imm, req);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc)
+			return rc;
+		req->posted++;
+	}
+	return 0;
+}
+
+static void send_pending_push(struct mk_rdv_send *s, struct mk_rdv_req *req)
+{
+	req->next_pending = NULL;
+	if (s->pending_tail != NULL)
+		s->pending_tail->next_pending = req;
+	else
+		s->pending_head = req;
+	s->pending_tail = req;
+}
+
+static void send_event(struct mk_rdv_send *s, const struct mk_event *ev)
+{
+	struct mk_rdv_req *req = ev->ctx;
+
+	s->cs.last_event_ms = mk_rdv_now_ms();
+	if (ev->ctx == &s->cs) {
+		mk_rdv_probe_done(&s->cs, ev->status);
+		return;
+	}
+	if (ev->type != MK_EV_WRITE_DONE || req == NULL || req->comm != &s->head ||
+	    req->state != MK_RDV_REQ_POSTED) {
+		if (ev->status)
+			mk_rdv_fail(&s->cs, ev->status, "transport error");
+		else if (ev->type == MK_EV_IMM)
+			mk_rdv_fail(&s->cs, -EPROTO, "unexpected immediate on a send connection");
+		return;
+	}
+	if (ev->status && req->status == 0)
+		req->status = ev->status;
+	if (ev->status)
+		mk_rdv_fail(&s->cs, ev->status, "data write");
+	req->completed++;
+}
+
+int mk_rdv_send_progress(struct mk_rdv_send *s)
+{
+	struct mk_event ev[SEND_POLL_BATCH];
+	int n, rc;
+
+	do {
+		n = s->cs.conn->ops->poll(s->cs.conn, ev, SEND_POLL_BATCH);
+		if (n < 0) {
+			mk_rdv_fail(&s->cs, n, "poll");
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			send_event(s, &ev[i]);
+	} while (n == SEND_POLL_BATCH);
+
+	while (s->pending_head != NULL && s->cs.error == 0) {
+		struct mk_rdv_req *req = s->pending_head;
+
+		rc = send_post(s, req);
+		if (rc) {
+			mk_rdv_fail(&s->cs, rc, "posting a data write");
+			break;
+		}
+		if (req->posted < req->nseg)
+			break;		/* queue full: keep order, retry later */
+		s->pending_head = req->next_pending;
+		if (s->pending_head == NULL)
+			s->pending_tail = NULL;
+	}
+	return s->cs.error;
+}
+
+/*
+ * Find the sub-receive this send belongs to: the oldest group that has an unconsumed entry
+ * with this tag (any entry when the group has one). Sends of one tag arrive in order, so a tag
+ * already consumed in the oldest group belongs to a later one. Returns 0 and fills *seq and *idx,
+ * -EAGAIN if its CTS has not arrived yet, -EINVAL if the oldest ready group lacks the tag.
+ */
+static int send_match(struct mk_rdv_send *s, int tag, uint32_t *seq, unsigned *idx)
+{
+	bool oldest = true;
+
+	for (uint32_t k = 0; k < MK_RDV_CTS_GROUPS; k++) {
+		uint32_t g = s->next_group + k;
+		uint8_t used;
+		unsigned n;
+		bool tag_seen = false;
+
+		if (send_group_full(s, g))
+			continue;
+		n = send_group_n(s, g);
+		if (n == 0)
+			return -EAGAIN;
+		used = s->used[(g - 1) % MK_RDV_CTS_GROUPS];
+		for (unsigned i = 0; i < n; i++) {
+			bool free_slot = !(used & (1u << i));
+
+			if (n == 1 && free_slot) {
+				*seq = g;
+				*idx = 0;
+				return 0;
+			}
+			if (send_slot(s, g, i)->tag != tag)
+				continue;
+			tag_seen = true;
+			if (free_slot) {
+				*seq = g;
+				*idx = i;
+				return 0;
+			}
+		}
+		if (n > 1 && !tag_seen && oldest)
+			return -EINVAL;
+		oldest = false;
+	}
+	return -EAGAIN;
+}
+
+static void send_consume(struct mk_rdv_send *s, uint32_t seq, unsigned idx)
+{
+	s->used[(seq - 1) % MK_RDV_CTS_GROUPS] |= (uint8_t)(1u << idx);
+	/* retire fully consumed groups at the head so their ring slots can be rewritten */
+	while (send_group_full(s, s->next_group)) {
+		unsigned i = (s->next_group - 1) % MK_RDV_CTS_GROUPS;
+
+		s->used[i] = 0;
+		s->gn[i] = 0;
+		s->next_group++;
+	}
+}
+
+static unsigned send_nseg(const struct mk_conn *c, size_t size, size_t *chunk)
+{
+	unsigned lanes = c->nlanes > 1 ? (unsigned)c->nlanes : 1;
+	unsigned nseg = 1;
+
+	if (lanes > MK_RDV_MAX_SEGS)
+		lanes = MK_RDV_MAX_SEGS;
+	if (lanes > 1 && size > (size_t)mk_param_stripe_min())
+		nseg = lanes;
+	*chunk = MK_ALIGN_UP((size + nseg - 1) / nseg, (size_t)MK_RDV_CHUNK_ALIGN);
+	if (*chunk == 0) {
+		*chunk = MK_RDV_CHUNK_ALIGN;
+		return 1;
+	}
+	return (unsigned)((size + *chunk - 1) / *chunk);
+}
+
+int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, struct mk_mr *mr,
+		 struct mk_rdv_req **out)
+{
+	struct mk_rdv_send *s = container_of(comm, struct mk_rdv_send, head);
+	struct mk_rdv_req *req;
+	struct mk_rdv_cts *cts;
+	uint32_t seq;
+	unsigned idx;
+	int rc;
+
+	*out = NULL;
+	rc = mk_rdv_send_progress(s);
+	if (rc)
+		return rc;
+	if (s->free_reqs == NULL)
+		return 0;
+	rc = send_match(s, tag, &seq, &idx);
+	if (rc == -EAGAIN) {
+		mk_rdv_keepalive(&s->cs, true, (char *)s->cs.region.base + s->cs.region.len - 64);
+		return s->cs.error;
+	}
+	if (rc) {
+		MK_WARN("isend: tag %d matches no receive of the oldest posted multi-receive", tag);
+		return rc;
+	}
+	cts = send_slot(s, seq, idx);
+	req = s->free_reqs;
+	s->free_reqs = req->next_free;
+	req->state = MK_RDV_REQ_POSTED;
+	req->status = 0;
+	req->src = data;
+	req->mr = mr;
+	req->size = size;
+	req->dst = cts->addr;
+	req->rkey.base = cts->rkey_base;
+	req->rkey.key = cts->rkey_key;
+	req->seq = seq;
+	req->idx = idx;
+	req->posted = 0;
+	req->completed = 0;
+	req->trunc = size > cts->size;
+	req->nseg = req->trunc ? 1 : send_nseg(s->cs.conn, size, &req->chunk);
+	if (req->trunc) {
+		req->chunk = 0;
+		MK_WARN("isend: %zu bytes do not fit the peer's %llu-byte receive (tag %d)", size,
+			(unsigned long long)cts->size, tag);
+	}
+	send_consume(s, seq, idx);
+	rc = send_post(s, req);
+	if (rc) {
+		mk_rdv_fail(&s->cs, rc, "posting a data write");
+		return rc;
+	}
+	if (req->posted < req->nseg)
+		send_pending_push(s, req);
+	*out = req;
+	return 0;
+}
+
+int mk_rdv_send_test(struct mk_rdv_req *req, int *done, size_t *sizes)
+{
+	struct mk_rdv_send *s = container_of(req->comm, struct mk_rdv_send, head);
+	int rc;
+
+	*done = 0;
+	rc = mk_rdv_send_progress(s);
+	if (req->status == 0 && req->completed == req->nseg && req->posted == req->nseg) {
+		if (req->trunc)
+			rc = -EMSGSIZE;
+		else
+			rc = 0;
+		*done = 1;
+		if (sizes != NULL)
+			sizes[0] = req->size;
+		req->state = MK_RDV_REQ_FREE;
+		req->next_free = s->free_reqs;
+		s->free_reqs = req;
+		return rc;
+	}
+	if (req->status)
+		return req->status;
+	if (rc)
+		return rc;
+	mk_rdv_keepalive(&s->cs, true, (char *)s->cs.region.base + s->cs.region.len - 64);
+	return s->cs.error;
+}
