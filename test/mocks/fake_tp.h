@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * An in-process transport backend for unit tests: both ends of a connection live in one
+ * process, writes are memcpy into the target VA after the remote key is checked against the
+ * registrations, immediates and completions are queued per connection. Faults can be injected.
+ */
+#ifndef MK_TEST_FAKE_TP_H
+#define MK_TEST_FAKE_TP_H
+
+#include "mk/transport.h"
+
+extern const struct mk_transport_ops fake_tp_ops;
+
+struct fake_tp_faults {
+	int fail_next_write;	/* returned once by the next write (e.g. -EIO) */
+	int eagain_writes;	/* the next N writes return -EAGAIN */
+	int nlanes;		/* lanes of new connections (default 1) */
+	int blackhole;		/* writes are accepted but never complete nor land */
+	int fail_reg;		/* reg_mr returns this */
+	int max_inflight;	/* per-connection queue depth before -EAGAIN (default 256) */
+};
+
+extern struct fake_tp_faults fake_tp_faults;
+
+/* Reset all state between tests (leaks nothing the tests made). */
+void fake_tp_reset(void);
+/* The peer of c dies: its writes stop, writes towards it complete with -ECONNRESET. */
+void fake_tp_kill_peer(struct mk_conn *c);
+int fake_tp_live_regs(void);
+int fake_tp_writes(void);
+
+#endif
