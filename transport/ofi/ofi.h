@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Private to transport/ofi/: the libfabric backend's objects and the function table that stands
+ * between it and libfabric.so.1. Only the seven exported entry points below are resolved with
+ * dlvsym; everything else (fi_domain, fi_endpoint, fi_writemsg, fi_cq_read, fi_mr_reg, ...) is a
+ * static-inline dispatcher of <rdma/fi_*.h> that jumps through the object's own ops, so the
+ * plugin never links libfabric and unit tests replace the table plus fake fid objects.
+ */
+#ifndef MK_TRANSPORT_OFI_OFI_H
+#define MK_TRANSPORT_OFI_OFI_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* before <rdma/fabric.h>, which defines container_of only when it is not yet defined */
+#include "mk/compiler.h"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "mk/param.h"
+#include "mk/transport.h"
+
+/* DMA-BUF registration arrived with libfabric 1.20; CUDA HMEM is only offered with it here. */
+#if defined(FI_MR_DMABUF)
+#define MK_OFI_HAVE_DMABUF 1
+#else
+#define MK_OFI_HAVE_DMABUF 0
+#endif
+
+#define MK_OFI_ADDR_MAX	    64	/* largest endpoint address kept (tcp 16, shm ~20, efa 32) */
+#define MK_OFI_HANDLE_MAGIC 0x464f4b4du	/* "MKOF" */
+#define MK_OFI_CTRL_MAGIC   0x4c54434du	/* "MCTL" */
+#define MK_OFI_WIRE_VERSION 1
+#define MK_OFI_CQ_BATCH_MAX 64	/* completions read per fi_cq_read at most */
+#define MK_OFI_STASH	    8	/* events held back during connection setup */
+
+/* ---- library table (ofi_lib.c) ---- */
+
+struct mk_ofi_lib {
+	int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
+		       const struct fi_info *hints, struct fi_info **info);
+	void (*freeinfo)(struct fi_info *info);
+	/* dupinfo(NULL) replaces the header's fi_allocinfo(), which calls the real symbol. */
+	struct fi_info *(*dupinfo)(const struct fi_info *info);
+	int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+	const char *(*strerror)(int errnum);
+	uint32_t (*version)(void);
+	char *(*tostr)(const void *data, enum fi_type datatype);
+	const char *path;	/* what was opened, for logs */
+};
+
+/* 0 and *out, -ENOENT (library absent), -ENOSYS (a required symbol missing). */
+int mk_ofi_lib_open(const struct mk_ofi_lib **out);
+void mk_ofi_lib_close(void);
+/* Tests: make mk_ofi_lib_open() hand out lib instead of loading; NULL restores loading. */
+void mk_ofi_lib_override(const struct mk_ofi_lib *lib);
+
+/* ---- parameters (ofi_params.c) ---- */
+
+MK_PARAM_DECLARE_STR(ofi_provider);	/* MKERNEL_OFI_PROVIDER */
+MK_PARAM_DECLARE_STR(ofi_lib);		/* MKERNEL_OFI_LIB */
+MK_PARAM_DECLARE_STR(ofi_iface);	/* MKERNEL_OFI_IFACE */
+MK_PARAM_DECLARE_INT(ofi_cq_read_count); /* MKERNEL_OFI_CQ_READ_COUNT */
+MK_PARAM_DECLARE_INT(ofi_tx_depth);	/* MKERNEL_OFI_TX_DEPTH */
+MK_PARAM_DECLARE_INT(ofi_speed_mbps);	/* MKERNEL_OFI_SPEED_MBPS */
+
+/* ---- devices (ofi_init.c) ---- */
+
+struct mk_ofi_dev {
+	struct fi_info *info;		/* this domain's description, owned (freeinfo) */
+	struct mk_dev_props props;
+	uint64_t mr_mode;		/* domain_attr->mr_mode as returned */
+	uint64_t key_limit;		/* app-chosen keys must stay below this */
+	bool len_in_data;		/* remote-write length travels in cq data bits 32..63 */
+	/* lock guards refs, fabric and domain; data ops never take it. */
+	pthread_mutex_t lock;
+	int refs;			/* endpoints + registrations using the domain */
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	uint64_t next_key;		/* atomic: app-chosen MR keys, unique per domain */
+};
+
+struct mk_ofi_state {
+	const struct mk_ofi_lib *lib;	/* NULL when libfabric is absent */
+	struct mk_ofi_dev *devs;
+	int ndevs;
+	uint32_t api_version;		/* FI_VERSION asked of getinfo */
+	uint32_t prov_hash;		/* names the provider in handles */
+};
+
+extern struct mk_ofi_state mk_ofi;
+
+static inline struct mk_ofi_dev *ofi_dev(int dev)
+{
+	if (dev < 0 || dev >= mk_ofi.ndevs)
+		return NULL;
+	return &mk_ofi.devs[dev];
+}
+
+/* Open the fabric and domain on first use; every get is paired with a put. */
+int mk_ofi_dev_get(struct mk_ofi_dev *d);
+void mk_ofi_dev_put(struct mk_ofi_dev *d);
+
+/* libfabric's -FI_E* values match errno for the codes providers return; clamp the rest. */
+static inline int ofi_errno(ssize_t rc)
+{
+	if (rc >= 0)
+		return 0;
+	if (rc <= -FI_ERRNO_OFFSET)
+		return -EIO;
+	return (int)rc;
+}
+
+uint32_t mk_ofi_hash(const void *buf, size_t len, uint32_t h);
+#define MK_OFI_HASH_SEED 2166136261u	/* FNV-1a offset basis */
+
+/* ---- connections (ofi_conn.c) ---- */
+
+/* The listen handle, fixed layout in MK_TP_HANDLE_MAX bytes (checksum in the last 4). */
+struct mk_ofi_handle {
+	uint32_t prov_hash;
+	uint64_t nonce;
+	size_t addrlen;
+	uint8_t addr[MK_OFI_ADDR_MAX];
+};
+
+int mk_ofi_handle_encode(const struct mk_ofi_handle *h, void *buf);
+/* 0, or -EINVAL with a WARN saying which check failed. */
+int mk_ofi_handle_decode(const void *buf, struct mk_ofi_handle *h);
+
+/* Setup message, both directions (connect request and accept reply). */
+enum mk_ofi_ctrl_kind {
+	MK_OFI_CTRL_CONNECT = 1,
+	MK_OFI_CTRL_REPLY = 2,
+};
+
+struct mk_ofi_ctrl {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t kind;
+	uint8_t addrlen;
+	uint8_t bloblen;
+	uint64_t nonce;
+	uint8_t addr[MK_OFI_ADDR_MAX];
+	uint8_t blob[MK_TP_BLOB_MAX];
+};
+
+enum mk_ofi_op_kind {
+	MK_OFI_OP_FREE = 0,
+	MK_OFI_OP_WRITE,
+	MK_OFI_OP_READ,
+};
+
+/* One posted write/read; the provider owns ctx until the completion is read. */
+struct mk_ofi_op {
+	struct fi_context2 ctx;		/* FI_CONTEXT2 mode: provider scratch space */
+	void *user;			/* caller's ctx, returned in the event */
+	size_t len;
+	uint8_t kind;			/* enum mk_ofi_op_kind */
+	bool expired;			/* reported as timed out; free silently on completion */
+	struct mk_ofi_op *next_free;
+};
+
+enum mk_ofi_conn_state {
+	MK_OFI_CONNECTING = 1,	/* connect side: request not yet answered */
+	MK_OFI_LISTENING,	/* accept side: waiting for a request */
+	MK_OFI_READY,
+};
+
+struct mk_ofi_conn {
+	struct mk_conn base;		/* first: generic <-> ofi by container_of */
+	struct mk_ofi_dev *dev;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	fi_addr_t peer;
+	uint8_t addr[MK_OFI_ADDR_MAX];	/* own endpoint name */
+	size_t addrlen;
+	enum mk_ofi_conn_state state;
+	int err;			/* latched connection error, returned by write/poll */
+	uint64_t nonce;
+	uint64_t deadline_ns;		/* connecting side: when connected() gives up */
+	uint64_t stall_since_ns;	/* ops in flight and no completion since then (0: none) */
+	uint64_t timeout_ns;
+	bool tx_due;			/* ctrl_tx filled, not yet accepted by the provider */
+	bool tx_posted;			/* ctrl_tx handed to the provider, not yet completed */
+	bool rx_posted;			/* a receive for ctrl_rx is outstanding */
+	bool rx_full;			/* ctrl_rx holds a message not yet consumed */
+	uint64_t tx_not_before_ns;	/* resend pace after a failed setup send */
+	bool len_in_data;
+	bool virt_addr;			/* FI_MR_VIRT_ADDR: remote addresses are VAs */
+	int cq_batch;			/* MKERNEL_OFI_CQ_READ_COUNT, clamped */
+	int inflight;
+	struct fi_context2 tx_ctx;	/* setup message contexts, told apart in poll */
+	struct fi_context2 rx_ctx;
+	struct mk_ofi_ctrl ctrl_tx;	/* ctrl_tx and ctrl_rx adjacent: one FI_MR_LOCAL region */
+	struct mk_ofi_ctrl ctrl_rx;
+	struct fid_mr *ctrl_mr;		/* only where the provider wants FI_MR_LOCAL */
+	void *ctrl_desc;
+	/* data events read while setup was still pending; poll() hands them out first */
+	struct mk_event stash[MK_OFI_STASH];
+	int nstash;
+	struct mk_ofi_op *free_ops;
+	int nops;
+	struct mk_ofi_op ops[];		/* MKERNEL_OFI_TX_DEPTH slots, fixed at creation */
+};
+
+static inline struct mk_ofi_conn *ofi_conn(struct mk_conn *c)
+{
+	return container_of(c, struct mk_ofi_conn, base);
+}
+
+struct mk_ofi_listener {
+	struct mk_listener base;
+	struct mk_ofi_conn *pending;	/* the endpoint the accepted connection will own */
+};
+
+static inline struct mk_ofi_listener *ofi_listener(struct mk_listener *l)
+{
+	return container_of(l, struct mk_ofi_listener, base);
+}
+
+int mk_ofi_listen(int dev, void *handle, struct mk_listener **out);
+int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_len,
+		   struct mk_conn **out);
+int mk_ofi_connected(struct mk_conn *c);
+int mk_ofi_accept(struct mk_listener *l, const void *blob, size_t blob_len, struct mk_conn **out);
+int mk_ofi_close_listen(struct mk_listener *l);
+int mk_ofi_close(struct mk_conn *c);
+
+/* Setup messages seen by the data path's CQ reader (ofi_conn.c). */
+void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed);
+
+/* ---- registrations (ofi_mr.c) ---- */
+
+struct mk_bmr {
+	struct mk_ofi_dev *dev;
+	struct fid_mr *mr;
+	void *desc;			/* fi_mr_desc: passed on every op (FI_MR_LOCAL needs it) */
+	uint64_t base;
+};
+
+/* Registers with an app-chosen key where the domain lacks FI_MR_PROV_KEY; fi_* error codes. */
+int mk_ofi_mr_raw(struct mk_ofi_dev *d, void *addr, size_t len, uint64_t access,
+		  struct fid_mr **out);
+int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr,
+		  struct mk_bmr **out, struct mk_rkey *rkey);
+int mk_ofi_dereg_mr(int dev, struct mk_bmr *mr);
+
+/* ---- data (ofi_data.c) ---- */
+
+int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struct mk_bmr *src_mr,
+		 uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx);
+int mk_ofi_read(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bmr *dst_mr,
+		uint64_t src, const struct mk_rkey *rkey, void *ctx);
+int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max);
+/* Read up to n raw entries; setup messages are consumed here. Used by poll and connection setup. */
+int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max);
+
+uint64_t mk_ofi_now_ns(void);
+
+extern const struct mk_transport_ops mk_ofi_ops;
+
+#endif /* MK_TRANSPORT_OFI_OFI_H */

@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Connection setup for the libfabric backend. Every connection owns one RDM endpoint with its own
+ * CQ and AV on the device's shared domain. listen() opens the endpoint the accepted connection
+ * will use and publishes its address in a self-validating handle; connect() opens a second
+ * endpoint, inserts the listener's address and sends {nonce, own address, blob}; accept() answers
+ * with its blob. Nothing here blocks: progress happens when connected()/accept() are called.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "mk/core_params.h"
+#include "mk/err.h"
+#include "mk/log.h"
+#include "ofi.h"
+
+/* Handle layout (little-endian host order; peers run the same build) */
+#define H_MAGIC	   0
+#define H_VERSION  4
+#define H_ADDRLEN  5
+#define H_RESERVED 6
+#define H_PROV	   8
+#define H_NONCE	   16
+#define H_ADDR	   24
+#define H_CSUM	   (MK_TP_HANDLE_MAX - 4)
+
+_Static_assert(H_ADDR + MK_OFI_ADDR_MAX <= H_CSUM, "handle address field overlaps the checksum");
+
+/* Connect-side retry pace after a failed request send (listener not reachable yet). */
+#define OFI_RESEND_NS 20000000ull
+
+int mk_ofi_handle_encode(const struct mk_ofi_handle *h, void *buf)
+{
+	uint8_t *b = buf;
+	uint32_t magic = MK_OFI_HANDLE_MAGIC, csum;
+
+	if (h->addrlen == 0 || h->addrlen > MK_OFI_ADDR_MAX)
+		return -EINVAL;
+	memset(b, 0, MK_TP_HANDLE_MAX);
+	memcpy(b + H_MAGIC, &magic, 4);
+	b[H_VERSION] = MK_OFI_WIRE_VERSION;
+	b[H_ADDRLEN] = (uint8_t)h->addrlen;
+	memcpy(b + H_PROV, &h->prov_hash, 4);
+	memcpy(b + H_NONCE, &h->nonce, 8);
+	memcpy(b + H_ADDR, h->addr, h->addrlen);
+	csum = mk_ofi_hash(b, H_CSUM, MK_OFI_HASH_SEED);
+	memcpy(b + H_CSUM, &csum, 4);
+	return 0;
+}
+
+int mk_ofi_handle_decode(const void *buf, struct mk_ofi_handle *h)
+{
+	const uint8_t *b = buf;
+	uint32_t magic, csum;
+	uint16_t reserved;
+
+	memcpy(&magic, b + H_MAGIC, 4);
+	if (magic != MK_OFI_HANDLE_MAGIC) {
+		MK_WARN("ofi: connect handle has magic 0x%08x: not from the ofi backend", magic);
+		return -EINVAL;
+	}
+	memcpy(&csum, b + H_CSUM, 4);
+	if (csum != mk_ofi_hash(b, H_CSUM, MK_OFI_HASH_SEED)) {
+		MK_WARN("ofi: connect handle checksum mismatch: the handle was corrupted in transit");
+		return -EINVAL;
+	}
+	if (b[H_VERSION] != MK_OFI_WIRE_VERSION) {
+		MK_WARN("ofi: connect handle version %u, this build speaks %u", b[H_VERSION],
+			MK_OFI_WIRE_VERSION);
+		return -EINVAL;
+	}
+	memcpy(&h->prov_hash, b + H_PROV, 4);
+	if (h->prov_hash != mk_ofi.prov_hash) {
+		MK_WARN("ofi: connect handle comes from another libfabric provider (hash 0x%08x, "
+			"ours 0x%08x): set the same MKERNEL_OFI_PROVIDER on both sides",
+			h->prov_hash, mk_ofi.prov_hash);
+		return -EINVAL;
+	}
+	memcpy(&reserved, b + H_RESERVED, 2);
+	h->addrlen = b[H_ADDRLEN];
+	if (reserved != 0 || h->addrlen == 0 || h->addrlen > MK_OFI_ADDR_MAX) {
+		MK_WARN("ofi: connect handle has a bad address length %zu", h->addrlen);
+		return -EINVAL;
+	}
+	memcpy(&h->nonce, b + H_NONCE, 8);
+	memcpy(h->addr, b + H_ADDR, h->addrlen);
+	return 0;
+}
+
+static uint64_t ofi_nonce(void)
+{
+	uint64_t n;
+
+	if (getrandom(&n, sizeof(n), GRND_NONBLOCK) == (ssize_t)sizeof(n))
+		return n;
+	/* entropy pool not ready: uniqueness, not secrecy, is what the nonce is for */
+	return mk_ofi_now_ns() ^ ((uint64_t)getpid() << 32);
+}
+
+static int ofi_ep_open(struct mk_ofi_conn *conn)
+{
+	struct mk_ofi_dev *d = conn->dev;
+	struct fi_cq_attr cq_attr = {
+		.format = FI_CQ_FORMAT_DATA,
+		.size = (size_t)conn->nops * 4,	/* own ops + the peer's immediates */
+		.wait_obj = FI_WAIT_NONE,
+	};
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 2 };
+	int rc;
+
+	rc = fi_cq_open(d->domain, &cq_attr, &conn->cq, NULL);
+	if (rc)
+		return rc;
+	rc = fi_av_open(d->domain, &av_attr, &conn->av, NULL);
+	if (rc)
+		goto undo_cq;
+	rc = fi_endpoint(d->domain, d->info, &conn->ep, NULL);
+	if (rc)
+		goto undo_av;
+	rc = fi_ep_bind(conn->ep, &conn->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (rc)
+		goto undo_ep;
+	rc = fi_ep_bind(conn->ep, &conn->av->fid, 0);
+	if (rc)
+		goto undo_ep;
+	rc = fi_enable(conn->ep);
+	if (rc)
+		goto undo_ep;
+	conn->addrlen = sizeof(conn->addr);
+	rc = fi_getname(&conn->ep->fid, conn->addr, &conn->addrlen);
+	if (rc == -FI_ETOOSMALL)
+		rc = -ENAMETOOLONG;	/* address longer than a handle can carry */
+	if (rc)
+		goto undo_ep;
+	return 0;
+
+undo_ep:
+	fi_close(&conn->ep->fid);
+	conn->ep = NULL;
+undo_av:
+	fi_close(&conn->av->fid);
+	conn->av = NULL;
+undo_cq:
+	fi_close(&conn->cq->fid);
+	conn->cq = NULL;
+	return rc;
+}
+
+static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
+{
+	struct mk_ofi_dev *d = ofi_dev(dev);
+	int64_t depth = mk_param_ofi_tx_depth();
+	struct mk_ofi_conn *conn;
+	int rc;
+
+	if (d == NULL)
+		return -ENODEV;
+	depth = depth < 8 ? 8 : depth > 65536 ? 65536 : depth;
+	conn = calloc(1, sizeof(*conn) + (size_t)depth * sizeof(conn->ops[0]));
+	if (conn == NULL)
+		return -ENOMEM;
+	conn->dev = d;
+	conn->nops = (int)depth;
+	rc = mk_ofi_dev_get(d);
+	if (rc)
+		goto undo_alloc;
+	rc = ofi_ep_open(conn);
+	if (rc) {
+		MK_WARN("ofi: opening an endpoint on %s failed: %s", d->props.name,
+			mk_ofi.lib->strerror(-rc));
+		rc = ofi_errno(rc);
+		goto undo_dev;
+	}
+	/* FI_MR_LOCAL providers need even the setup messages' buffers registered */
+	if (d->mr_mode & FI_MR_LOCAL) {
+		rc = mk_ofi_mr_raw(d, &conn->ctrl_tx, sizeof(conn->ctrl_tx) * 2, FI_SEND | FI_RECV,
+				   &conn->ctrl_mr);
+		if (rc)
+			goto undo_ep;
+		conn->ctrl_desc = fi_mr_desc(conn->ctrl_mr);
+	}
+	for (int i = conn->nops - 1; i >= 0; i--) {
+		conn->ops[i].next_free = conn->free_ops;
+		conn->free_ops = &conn->ops[i];
+	}
+	conn->base.ops = &mk_ofi_ops;
+	conn->base.dev = dev;
+	conn->base.nlanes = 1;
+	conn->peer = FI_ADDR_UNSPEC;
+	conn->len_in_data = d->len_in_data;
+	conn->virt_addr = (d->mr_mode & FI_MR_VIRT_ADDR) != 0;
+	conn->cq_batch = (int)mk_param_ofi_cq_read_count();
+	if (conn->cq_batch < 1 || conn->cq_batch > MK_OFI_CQ_BATCH_MAX)
+		conn->cq_batch = MK_OFI_CQ_BATCH_MAX;
+	conn->timeout_ns = (uint64_t)mk_param_timeout_ms() * 1000000ull;
+	*out = conn;
+	return 0;
+
+undo_ep:
+	fi_close(&conn->ep->fid);
+	fi_close(&conn->av->fid);
+	fi_close(&conn->cq->fid);
+undo_dev:
+	mk_ofi_dev_put(d);
+undo_alloc:
+	free(conn);
+	return rc;
+}
+
+/* Tears down in dependency order; keeps the first error, never stops early, never waits. */
+static int ofi_conn_destroy(struct mk_ofi_conn *conn)
+{
+	int rc = 0, r;
+
+	r = fi_close(&conn->ep->fid);
+	rc = rc ? rc : r;
+	if (conn->ctrl_mr != NULL) {
+		r = fi_close(&conn->ctrl_mr->fid);
+		rc = rc ? rc : r;
+	}
+	r = fi_close(&conn->av->fid);
+	rc = rc ? rc : r;
+	r = fi_close(&conn->cq->fid);
+	rc = rc ? rc : r;
+	mk_ofi_dev_put(conn->dev);
+	free(conn);
+	if (rc)
+		MK_WARN("ofi: closing a connection: %s", mk_ofi.lib->strerror(-rc));
+	return ofi_errno(rc);
+}
+
+static int ofi_post_recv(struct mk_ofi_conn *conn)
+{
+	ssize_t rc = fi_recv(conn->ep, &conn->ctrl_rx, sizeof(conn->ctrl_rx), conn->ctrl_desc,
+			     FI_ADDR_UNSPEC, &conn->rx_ctx);
+
+	if (rc == 0)
+		conn->rx_posted = true;
+	return rc == -FI_EAGAIN ? 0 : ofi_errno(rc);	/* retried by the next drive */
+}
+
+/* Hand ctrl_tx to the provider if it is due; -FI_EAGAIN leaves it for the next call. */
+static int ofi_send_ctrl(struct mk_ofi_conn *conn)
+{
+	ssize_t rc;
+
+	if (!conn->tx_due || conn->tx_posted || mk_ofi_now_ns() < conn->tx_not_before_ns)
+		return 0;
+	rc = fi_send(conn->ep, &conn->ctrl_tx, sizeof(conn->ctrl_tx), conn->ctrl_desc, conn->peer,
+		     &conn->tx_ctx);
+	if (rc == -FI_EAGAIN)
+		return 0;
+	if (rc)
+		return ofi_errno(rc);
+	conn->tx_posted = true;
+	conn->tx_due = false;
+	return 0;
+}
+
+void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed)
+{
+	if (op_context == &conn->tx_ctx) {
+		conn->tx_posted = false;
+		if (failed && conn->state == MK_OFI_CONNECTING) {
+			/* the listener may not be reachable yet; connected() gives up at deadline */
+			conn->tx_due = true;
+			conn->tx_not_before_ns = mk_ofi_now_ns() + OFI_RESEND_NS;
+		}
+		return;
+	}
+	conn->rx_posted = false;
+	conn->rx_full = !failed;
+}
+
+/* Checks a received setup message; false (with a WARN) means drop it and receive again. */
+static bool ofi_ctrl_valid(const struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind)
+{
+	const struct mk_ofi_ctrl *m = &conn->ctrl_rx;
+
+	if (m->magic != MK_OFI_CTRL_MAGIC || m->version != MK_OFI_WIRE_VERSION ||
+	    m->kind != kind) {
+		MK_WARN("ofi: %s dropped a setup message that is not ours (magic 0x%08x kind %u)",
+			conn->dev->props.name, m->magic, m->kind);
+		return false;
+	}
+	if (m->nonce != conn->nonce) {
+		MK_WARN("ofi: %s dropped a setup message with a foreign nonce (stale handle?)",
+			conn->dev->props.name);
+		return false;
+	}
+	if (m->bloblen > MK_TP_BLOB_MAX || m->addrlen > MK_OFI_ADDR_MAX ||
+	    (kind == MK_OFI_CTRL_CONNECT && m->addrlen == 0)) {
+		MK_WARN("ofi: %s dropped a setup message with bad lengths", conn->dev->props.name);
+		return false;
+	}
+	return true;
+}
+
+/* Reads the CQ for setup messages; any data event read meanwhile is kept for poll(). */
+static int ofi_drive(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind want)
+{
+	int rc = mk_ofi_cq_drain(conn, NULL, 0);
+
+	if (rc < 0)
+		return rc;
+	if (conn->rx_full && !ofi_ctrl_valid(conn, want))
+		conn->rx_full = false;
+	if (!conn->rx_full && !conn->rx_posted) {
+		rc = ofi_post_recv(conn);
+		if (rc)
+			return rc;
+	}
+	return ofi_send_ctrl(conn);
+}
+
+static void ofi_fill_ctrl(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind, const void *blob,
+			  size_t blob_len)
+{
+	struct mk_ofi_ctrl *m = &conn->ctrl_tx;
+
+	memset(m, 0, sizeof(*m));
+	m->magic = MK_OFI_CTRL_MAGIC;
+	m->version = MK_OFI_WIRE_VERSION;
+	m->kind = (uint8_t)kind;
+	m->nonce = conn->nonce;
+	m->bloblen = (uint8_t)blob_len;
+	if (blob_len > 0)
+		memcpy(m->blob, blob, blob_len);
+	if (kind == MK_OFI_CTRL_CONNECT) {
+		m->addrlen = (uint8_t)conn->addrlen;
+		memcpy(m->addr, conn->addr, conn->addrlen);
+	}
+	conn->tx_due = true;
+}
+
+static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr)
+{
+	int n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
+
+	if (n == 1)
+		return 0;
+	MK_WARN("ofi: %s could not insert the peer address (%d)", conn->dev->props.name, n);
+	return n < 0 ? ofi_errno(n) : -EINVAL;
+}
+
+int mk_ofi_listen(int dev, void *handle, struct mk_listener **out)
+{
+	struct mk_ofi_handle h = { .prov_hash = mk_ofi.prov_hash };
+	struct mk_ofi_listener *l;
+	int rc;
+
+	*out = NULL;
+	l = calloc(1, sizeof(*l));
+	if (l == NULL)
+		return -ENOMEM;
+	rc = ofi_conn_create(dev, &l->pending);
+	if (rc)
+		goto undo_alloc;
+	l->pending->state = MK_OFI_LISTENING;
+	l->pending->nonce = ofi_nonce();
+	rc = ofi_post_recv(l->pending);
+	if (rc)
+		goto undo_conn;
+	h.nonce = l->pending->nonce;
+	h.addrlen = l->pending->addrlen;
+	memcpy(h.addr, l->pending->addr, h.addrlen);
+	rc = mk_ofi_handle_encode(&h, handle);
+	if (rc)
+		goto undo_conn;
+	l->base.ops = &mk_ofi_ops;
+	l->base.dev = dev;
+	*out = &l->base;
+	return 0;
+
+undo_conn:
+	ofi_conn_destroy(l->pending);
+undo_alloc:
+	free(l);
+	return rc;
+}
+
+int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_len,
+		   struct mk_conn **out)
+{
+	struct mk_ofi_handle h;
+	struct mk_ofi_conn *conn;
+	int rc;
+
+	*out = NULL;
+	if (blob_len > MK_TP_BLOB_MAX || (blob_len > 0 && blob == NULL))
+		return -EINVAL;
+	rc = mk_ofi_handle_decode(handle, &h);
+	if (rc)
+		return rc;
+	rc = ofi_conn_create(dev, &conn);
+	if (rc)
+		return rc;
+	rc = ofi_insert_peer(conn, h.addr);
+	if (rc)
+		goto undo_conn;
+	conn->state = MK_OFI_CONNECTING;
+	conn->nonce = h.nonce;
+	conn->deadline_ns = mk_ofi_now_ns() + conn->timeout_ns;
+	rc = ofi_post_recv(conn);
+	if (rc)
+		goto undo_conn;
+	ofi_fill_ctrl(conn, MK_OFI_CTRL_CONNECT, blob, blob_len);
+	rc = ofi_send_ctrl(conn);
+	if (rc)
+		goto undo_conn;
+	*out = &conn->base;
+	return 0;
+
+undo_conn:
+	ofi_conn_destroy(conn);
+	return rc;
+}
+
+int mk_ofi_connected(struct mk_conn *c)
+{
+	struct mk_ofi_conn *conn = ofi_conn(c);
+	int rc;
+
+	if (conn->state == MK_OFI_READY)
+		return 1;
+	if (conn->state != MK_OFI_CONNECTING)
+		return -EINVAL;
+	rc = ofi_drive(conn, MK_OFI_CTRL_REPLY);
+	if (rc)
+		return rc;
+	if (conn->rx_full) {
+		c->peer_blob_len = conn->ctrl_rx.bloblen;
+		memcpy(c->peer_blob, conn->ctrl_rx.blob, c->peer_blob_len);
+		conn->rx_full = false;
+		conn->state = MK_OFI_READY;
+		return 1;
+	}
+	if (mk_ofi_now_ns() > conn->deadline_ns) {
+		MK_WARN("ofi: %s: no answer from the listener within MKERNEL_TIMEOUT=%lld ms "
+			"(stale handle or dead peer)", conn->dev->props.name,
+			(long long)mk_param_timeout_ms());
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len,
+		  struct mk_conn **out)
+{
+	struct mk_ofi_listener *l = ofi_listener(lst);
+	struct mk_ofi_conn *conn = l->pending;
+	int rc;
+
+	*out = NULL;
+	if (conn == NULL)
+		return -EINVAL;	/* a listener accepts exactly one connection */
+	if (blob_len > MK_TP_BLOB_MAX || (blob_len > 0 && blob == NULL))
+		return -EINVAL;
+	if (conn->peer == FI_ADDR_UNSPEC) {
+		rc = ofi_drive(conn, MK_OFI_CTRL_CONNECT);
+		if (rc || !conn->rx_full)
+			return rc;
+		rc = ofi_insert_peer(conn, conn->ctrl_rx.addr);
+		if (rc)
+			return rc;
+		conn->base.peer_blob_len = conn->ctrl_rx.bloblen;
+		memcpy(conn->base.peer_blob, conn->ctrl_rx.blob, conn->base.peer_blob_len);
+		conn->rx_full = false;
+		ofi_fill_ctrl(conn, MK_OFI_CTRL_REPLY, blob, blob_len);
+	}
+	rc = ofi_send_ctrl(conn);
+	if (rc || conn->tx_due)
+		return rc;	/* reply not handed to the provider yet: try on the next call */
+	conn->state = MK_OFI_READY;
+	l->pending = NULL;
+	*out = &conn->base;
+	return 0;
+}
+
+int mk_ofi_close_listen(struct mk_listener *lst)
+{
+	struct mk_ofi_listener *l = ofi_listener(lst);
+	int rc = 0;
+
+	if (l->pending != NULL)
+		rc = ofi_conn_destroy(l->pending);
+	free(l);
+	return rc;
+}
+
+int mk_ofi_close(struct mk_conn *c)
+{
+	return ofi_conn_destroy(ofi_conn(c));
+}

@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Data path of the libfabric backend: one-sided write (optionally with a 32-bit immediate as
+ * remote CQ data), read, and poll(), which is also what makes manual-progress providers move
+ * data at the target. Nothing here allocates or blocks; op contexts come from a fixed
+ * per-connection pool and a full pool or queue is -EAGAIN.
+ */
+#include <string.h>
+
+#include "mk/log.h"
+#include "ofi.h"
+
+static struct mk_ofi_op *ofi_op_get(struct mk_ofi_conn *conn)
+{
+	struct mk_ofi_op *op = conn->free_ops;
+
+	if (op != NULL)
+		conn->free_ops = op->next_free;
+	return op;
+}
+
+static void ofi_op_put(struct mk_ofi_conn *conn, struct mk_ofi_op *op)
+{
+	op->kind = MK_OFI_OP_FREE;
+	op->expired = false;
+	op->next_free = conn->free_ops;
+	conn->free_ops = op;
+}
+
+static int ofi_check_post(struct mk_ofi_conn *conn, int lane)
+{
+	if (mk_unlikely(conn->err))
+		return conn->err;
+	if (mk_unlikely(conn->state != MK_OFI_READY))
+		return -ENOTCONN;
+	if (mk_unlikely(lane != 0))
+		return -EINVAL;
+	return 0;
+}
+
+/* Posts one RMA op; on any failure the op goes back to the pool. */
+static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void *buf,
+			size_t len, struct mk_bmr *mr, uint64_t raddr, const struct mk_rkey *rkey,
+			uint64_t data, uint64_t flags, void *ctx)
+{
+	struct mk_ofi_op *op = ofi_op_get(conn);
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	void *desc = mr != NULL ? mr->desc : NULL;
+	struct fi_rma_iov rma = {
+		/* without FI_MR_VIRT_ADDR the provider addresses by offset into the region */
+		.addr = conn->virt_addr ? raddr : raddr - rkey->base,
+		.len = len,
+		.key = rkey->key,
+	};
+	struct fi_msg_rma msg = {
+		.msg_iov = &iov,
+		.desc = &desc,
+		.iov_count = 1,
+		.addr = conn->peer,
+		.rma_iov = &rma,
+		.rma_iov_count = 1,
+		.data = data,
+	};
+	ssize_t rc;
+
+	if (op == NULL)
+		return -EAGAIN;
+	msg.context = &op->ctx;
+	if (kind == MK_OFI_OP_WRITE)
+		rc = fi_writemsg(conn->ep, &msg, flags);
+	else
+		rc = fi_readmsg(conn->ep, &msg, flags);
+	if (mk_unlikely(rc)) {
+		ofi_op_put(conn, op);
+		return rc == -FI_EAGAIN ? -EAGAIN : ofi_errno(rc);
+	}
+	op->kind = (uint8_t)kind;
+	op->user = ctx;
+	op->len = len;
+	conn->inflight++;
+	return 0;
+}
+
+int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struct mk_bmr *src_mr,
+		 uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx)
+{
+	struct mk_ofi_conn *conn = ofi_conn(c);
+	uint64_t data = imm;
+	int rc = ofi_check_post(conn, lane);
+
+	if (rc)
+		return rc;
+	if (conn->len_in_data) {
+		if (mk_unlikely(len > UINT32_MAX))
+			return -EMSGSIZE;
+		data |= (uint64_t)len << 32;
+	}
+	return ofi_post_rma(conn, MK_OFI_OP_WRITE, (void *)src, len, src_mr, dst, rkey, data,
+			    FI_COMPLETION | (has_imm ? FI_REMOTE_CQ_DATA : 0), ctx);
+}
+
+int mk_ofi_read(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bmr *dst_mr,
+		uint64_t src, const struct mk_rkey *rkey, void *ctx)
+{
+	struct mk_ofi_conn *conn = ofi_conn(c);
+	int rc = ofi_check_post(conn, lane);
+
+	if (rc)
+		return rc;
+	return ofi_post_rma(conn, MK_OFI_OP_READ, dst, len, dst_mr, src, rkey, 0, FI_COMPLETION,
+			    ctx);
+}
+
+/* Room for events: the caller's array while it lasts, then the setup stash. */
+struct ofi_sink {
+	struct mk_event *ev;
+	int max;
+	int n;
+};
+
+static void ofi_emit(struct mk_ofi_conn *conn, struct ofi_sink *s, const struct mk_event *e)
+{
+	if (s->n < s->max)
+		s->ev[s->n++] = *e;
+	else if (conn->nstash < MK_OFI_STASH)
+		conn->stash[conn->nstash++] = *e;
+}
+
+static int ofi_room(const struct mk_ofi_conn *conn, const struct ofi_sink *s)
+{
+	return s->max - s->n + MK_OFI_STASH - conn->nstash;
+}
+
+static void ofi_op_done(struct mk_ofi_conn *conn, struct ofi_sink *s, struct mk_ofi_op *op,
+			int status)
+{
+	struct mk_event e = {
+		.type = op->kind == MK_OFI_OP_READ ? MK_EV_READ_DONE : MK_EV_WRITE_DONE,
+		.status = status,
+		.ctx = op->user,
+		.len = op->len,
+	};
+
+	if (!op->expired) {
+		conn->inflight--;
+		ofi_emit(conn, s, &e);
+	}
+	ofi_op_put(conn, op);
+}
+
+static void ofi_entry(struct mk_ofi_conn *conn, struct ofi_sink *s,
+		      const struct fi_cq_data_entry *ent)
+{
+	/* FI_REMOTE_WRITE, not FI_REMOTE_CQ_DATA: sockets flags initiator completions with it */
+	if (ent->flags & FI_REMOTE_WRITE) {
+		struct mk_event e = {
+			.type = MK_EV_IMM,
+			.imm = (uint32_t)ent->data,
+			.len = conn->len_in_data ? (size_t)(ent->data >> 32) : ent->len,
+		};
+
+		ofi_emit(conn, s, &e);
+		return;
+	}
+	if (ent->op_context == &conn->tx_ctx || ent->op_context == &conn->rx_ctx) {
+		mk_ofi_ctrl_complete(conn, ent->op_context, false);
+		return;
+	}
+	ofi_op_done(conn, s, container_of(ent->op_context, struct mk_ofi_op, ctx), 0);
+}
+
+static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
+{
+	struct fi_cq_err_entry err = { 0 };
+	char buf[128];
+	ssize_t rc = fi_cq_readerr(conn->cq, &err, 0);
+	int status;
+
+	if (rc != 1)
+		return;
+	status = err.err > 0 ? -err.err : -EIO;
+	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
+		     mk_ofi.lib->strerror(err.err),
+		     fi_cq_strerror(conn->cq, err.prov_errno, err.err_data, buf, sizeof(buf)));
+	if (err.op_context == &conn->tx_ctx || err.op_context == &conn->rx_ctx) {
+		mk_ofi_ctrl_complete(conn, err.op_context, true);
+		return;
+	}
+	if (err.op_context == NULL || (err.flags & FI_REMOTE_WRITE)) {
+		conn->err = status;	/* a target-side failure: no op to blame, the link is bad */
+		return;
+	}
+	ofi_op_done(conn, s, container_of(err.op_context, struct mk_ofi_op, ctx), status);
+}
+
+/*
+ * Ops in flight and no completion for MKERNEL_TIMEOUT: the peer is gone without the provider
+ * noticing. Report each as -ETIMEDOUT; their slots stay taken until the provider returns them.
+ */
+static void ofi_check_stall(struct mk_ofi_conn *conn, struct ofi_sink *s)
+{
+	uint64_t now;
+
+	if (conn->inflight == 0 || conn->timeout_ns == 0)
+		return;
+	now = mk_ofi_now_ns();
+	if (conn->stall_since_ns == 0) {
+		conn->stall_since_ns = now;
+		return;
+	}
+	if (now - conn->stall_since_ns < conn->timeout_ns)
+		return;
+	conn->err = -ETIMEDOUT;
+	for (int i = 0; i < conn->nops && ofi_room(conn, s) > 0; i++) {
+		struct mk_ofi_op *op = &conn->ops[i];
+		struct mk_event e = {
+			.type = op->kind == MK_OFI_OP_READ ? MK_EV_READ_DONE : MK_EV_WRITE_DONE,
+			.status = -ETIMEDOUT,
+			.ctx = op->user,
+			.len = op->len,
+		};
+
+		if (op->kind == MK_OFI_OP_FREE || op->expired)
+			continue;
+		op->expired = true;
+		conn->inflight--;
+		ofi_emit(conn, s, &e);
+	}
+}
+
+int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
+{
+	struct fi_cq_data_entry ent[MK_OFI_CQ_BATCH_MAX];
+	struct ofi_sink s = { .ev = ev, .max = max, .n = 0 };
+	int want = ofi_room(conn, &s);
+	ssize_t got;
+
+	if (want > conn->cq_batch)
+		want = conn->cq_batch;
+	if (want <= 0)
+		return 0;
+	got = fi_cq_read(conn->cq, ent, (size_t)want);
+	if (got > 0) {
+		conn->stall_since_ns = 0;
+		for (ssize_t i = 0; i < got; i++)
+			ofi_entry(conn, &s, &ent[i]);
+	} else if (got == -FI_EAVAIL) {
+		conn->stall_since_ns = 0;
+		ofi_entry_err(conn, &s);
+	} else if (got == -FI_EAGAIN) {
+		ofi_check_stall(conn, &s);
+	} else {
+		MK_WARN_ONCE("ofi: %s fi_cq_read failed: %s", conn->dev->props.name,
+			     mk_ofi.lib->strerror((int)-got));
+		conn->err = ofi_errno(got);
+	}
+	if (s.n == 0 && conn->err && conn->nstash == 0)
+		return conn->err;
+	return s.n;
+}
+
+int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max)
+{
+	struct mk_ofi_conn *conn = ofi_conn(c);
+	int n = 0, rc;
+
+	if (mk_unlikely(conn->nstash > 0)) {
+		n = conn->nstash < max ? conn->nstash : max;
+		memcpy(ev, conn->stash, (size_t)n * sizeof(*ev));
+		memmove(conn->stash, conn->stash + n, (size_t)(conn->nstash - n) * sizeof(*ev));
+		conn->nstash -= n;
+	}
+	if (mk_unlikely(conn->state != MK_OFI_READY))
+		return n > 0 ? n : -ENOTCONN;
+	rc = mk_ofi_cq_drain(conn, ev + n, max - n);
+	if (rc < 0)
+		return n > 0 ? n : rc;
+	return n + rc;
+}

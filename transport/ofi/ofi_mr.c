@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Memory registration on a device's shared domain. Two key modes: FI_MR_PROV_KEY (the provider
+ * picks, e.g. efa) or application keys (tcp, net, shm on 1.17), which must be unique per domain
+ * and come from an atomic per-device counter. Registrations are global to the device, hold a
+ * reference on its domain, and may run on any thread while data ops run on others (the domain
+ * is opened FI_THREAD_SAFE; the device lock only guards the domain's lifetime).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mk/err.h"
+#include "mk/log.h"
+#include "ofi.h"
+
+#define OFI_MR_ACCESS (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV)
+
+static int ofi_mr_key(struct mk_ofi_dev *d, uint64_t *key)
+{
+	if (d->mr_mode & FI_MR_PROV_KEY) {
+		*key = 0;
+		return 0;
+	}
+	*key = __atomic_fetch_add(&d->next_key, 1, __ATOMIC_RELAXED);
+	if (*key > d->key_limit) {
+		MK_WARN("ofi: %s ran out of memory-registration keys (%zu-byte keys)",
+			d->props.name, d->info->domain_attr->mr_key_size);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+int mk_ofi_mr_raw(struct mk_ofi_dev *d, void *addr, size_t len, uint64_t access,
+		  struct fid_mr **out)
+{
+	uint64_t key;
+	int rc = ofi_mr_key(d, &key);
+
+	if (rc)
+		return rc;
+	return fi_mr_reg(d->domain, addr, len, access, 0, key, 0, out, NULL);
+}
+
+#if MK_OFI_HAVE_DMABUF
+/* GPU memory: by VA through FI_HMEM_CUDA, or a DMA-BUF imported during the call. */
+static int ofi_mr_reg_hmem(struct mk_ofi_dev *d, void *addr, size_t len,
+			   const struct mk_mr_attr *attr, struct fid_mr **out)
+{
+	struct iovec iov = { .iov_base = addr, .iov_len = len };
+	struct fi_mr_dmabuf dmabuf = {
+		.fd = attr->dmabuf_fd,
+		.offset = attr->dmabuf_offset,
+		.len = len,
+		.base_addr = addr,
+	};
+	struct fi_mr_attr mra = {
+		.iov_count = 1,
+		.access = OFI_MR_ACCESS,
+		.iface = FI_HMEM_CUDA,
+	};
+	uint64_t flags = 0;
+	int rc = ofi_mr_key(d, &mra.requested_key);
+
+	if (rc)
+		return rc;
+	mra.device.cuda = attr->cuda_device;
+	if (attr->dmabuf_fd >= 0) {
+		mra.dmabuf = &dmabuf;
+		flags = FI_MR_DMABUF;
+	} else {
+		mra.mr_iov = &iov;
+	}
+	return fi_mr_regattr(d->domain, &mra, flags, out);
+}
+#endif
+
+static int ofi_mr_check(const struct mk_ofi_dev *d, const struct mk_mr_attr *attr)
+{
+	int want = attr == NULL ? MK_PTR_HOST : attr->type;
+
+	if (attr != NULL && attr->dmabuf_fd >= 0)
+		want |= MK_PTR_DMABUF;
+	if (want != MK_PTR_HOST && want != MK_PTR_CUDA && want != (MK_PTR_CUDA | MK_PTR_DMABUF))
+		return -EINVAL;
+	if ((d->props.ptr_support & want) != want)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr,
+		  struct mk_bmr **out, struct mk_rkey *rkey)
+{
+	struct mk_ofi_dev *d = ofi_dev(dev);
+	struct mk_bmr *b;
+	int rc;
+
+	*out = NULL;
+	if (d == NULL)
+		return -ENODEV;
+	rc = ofi_mr_check(d, attr);
+	if (rc) {
+		MK_WARN("ofi: %s cannot register %p (%zu bytes) of type %d: %s", d->props.name, addr,
+			len, attr != NULL ? attr->type : MK_PTR_HOST, mk_strerror(rc));
+		return rc;
+	}
+	b = calloc(1, sizeof(*b));
+	if (b == NULL)
+		return -ENOMEM;
+	rc = mk_ofi_dev_get(d);
+	if (rc)
+		goto undo_alloc;
+#if MK_OFI_HAVE_DMABUF
+	if (attr != NULL && attr->type == MK_PTR_CUDA)
+		rc = ofi_mr_reg_hmem(d, addr, len, attr, &b->mr);
+	else
+#endif
+		rc = mk_ofi_mr_raw(d, addr, len, OFI_MR_ACCESS, &b->mr);
+	if (rc) {
+		MK_WARN("ofi: %s fi_mr_reg(%p, %zu bytes, type %d) failed: %s", d->props.name, addr,
+			len, attr != NULL ? attr->type : MK_PTR_HOST,
+			rc == -ENOSPC ? "no keys left" : mk_ofi.lib->strerror(-rc));
+		rc = ofi_errno(rc);
+		goto undo_dev;
+	}
+	b->dev = d;
+	b->desc = fi_mr_desc(b->mr);
+	b->base = (uint64_t)(uintptr_t)addr;
+	rkey->base = b->base;
+	rkey->key = fi_mr_key(b->mr);
+	*out = b;
+	return 0;
+
+undo_dev:
+	mk_ofi_dev_put(d);
+undo_alloc:
+	free(b);
+	return rc;
+}
+
+int mk_ofi_dereg_mr(int dev, struct mk_bmr *mr)
+{
+	struct mk_ofi_dev *d = ofi_dev(dev);
+	int rc;
+
+	if (d == NULL || mr == NULL || mr->dev != d)
+		return -EINVAL;
+	rc = fi_close(&mr->mr->fid);
+	if (rc)
+		MK_WARN("ofi: %s deregistration failed: %s", d->props.name,
+			mk_ofi.lib->strerror(-rc));
+	mk_ofi_dev_put(d);
+	free(mr);
+	return ofi_errno(rc);
+}

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Knobs of the libfabric backend: provider and interface choice, library path, queue depths. */
+#include "ofi.h"
+
+MK_PARAM_STR(ofi_provider, "ofi", "MKERNEL_OFI_PROVIDER", "",
+	     "libfabric provider: efa, tcp, 'tcp;ofi_rxm', net, shm, 'udp;ofi_rxd'; empty = fastest "
+	     "one that crosses nodes (efa, tcp/net, tcp;ofi_rxm, udp;ofi_rxd; shm only when named)")
+MK_PARAM_STR(ofi_lib, "ofi", "MKERNEL_OFI_LIB", "libfabric.so.1",
+	     "libfabric library dlopened at init (a path or a soname)")
+MK_PARAM_STR(ofi_iface, "ofi", "MKERNEL_OFI_IFACE", "",
+	     "comma list of interfaces/domains to use; empty = all but docker*/virbr*, and lo only "
+	     "when nothing else exists")
+MK_PARAM_INT(ofi_cq_read_count, "ofi", "MKERNEL_OFI_CQ_READ_COUNT", 16,
+	     "completions read per fi_cq_read call in poll (1..64)")
+MK_PARAM_INT(ofi_tx_depth, "ofi", "MKERNEL_OFI_TX_DEPTH", 256,
+	     "writes+reads one connection may have in flight; more return -EAGAIN (8..65536)")
+MK_PARAM_INT(ofi_speed_mbps, "ofi", "MKERNEL_OFI_SPEED_MBPS", 0,
+	     "port speed reported to NCCL in Mbit/s; 0 = from the provider or sysfs, else 10000")
