@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Private to nccl_plugin/: the v11 implementation (net.c) as the older-version adapters and the
+ * tests see it. Every function here is the v11 member of the same name; the adapters in
+ * net_v10.c, net_v9.c and net_v8.c only translate arguments onto them.
+ */
+#ifndef MK_NCCL_PLUGIN_NET_H
+#define MK_NCCL_PLUGIN_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mk_nccl/net_v11.h"
+
+/*
+ * Largest transfer of one isend/irecv: test() reports sizes as int, so nothing above INT_MAX
+ * (rounded down to a page) could be reported; NCCL splits larger transfers by maxP2pBytes.
+ */
+#define MK_NET_MAX_BYTES ((size_t)0x7ffff000)
+
+/* -errno -> ncclResult_t (errors.c): the one conversion at the NCCL edge. */
+ncclResult_t mk_err_to_nccl(int rc);
+
+ncclResult_t mk_net11_init(void **ctx, uint64_t commId, struct mk_nccl_net_comm_config *config,
+			   mk_nccl_logger_t logFunction, mk_nccl_prof_cb_t profFunction);
+ncclResult_t mk_net11_devices(int *ndev);
+ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props);
+ncclResult_t mk_net11_listen(void *ctx, int dev, void *handle, void **listenComm);
+ncclResult_t mk_net11_connect(void *ctx, int dev, void *handle, void **sendComm,
+			      struct mk_nccl_net_dev_handle **sendDevComm);
+ncclResult_t mk_net11_accept(void *listenComm, void **recvComm,
+			     struct mk_nccl_net_dev_handle **recvDevComm);
+ncclResult_t mk_net11_regMr(void *comm, void *data, size_t size, int type, void **mhandle);
+ncclResult_t mk_net11_regMrDmaBuf(void *comm, void *data, size_t size, int type, uint64_t offset,
+				  int fd, void **mhandle);
+ncclResult_t mk_net11_deregMr(void *comm, void *mhandle);
+ncclResult_t mk_net11_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle,
+			    void *phandle, void **request);
+ncclResult_t mk_net11_irecv(void *recvComm, int n, void **data, size_t *sizes, int *tags,
+			    void **mhandles, void **phandles, void **request);
+ncclResult_t mk_net11_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles,
+			     void **request);
+ncclResult_t mk_net11_test(void *request, int *done, int *sizes);
+ncclResult_t mk_net11_closeSend(void *sendComm);
+ncclResult_t mk_net11_closeRecv(void *recvComm);
+ncclResult_t mk_net11_closeListen(void *listenComm);
+ncclResult_t mk_net11_finalize(void *ctx);
+ncclResult_t mk_net11_setNetAttr(void *ctx, struct mk_nccl_net_attr *netAttr);
+
+/*
+ * connect with an explicit per-comm config: v11 passes its ctx's config, v10 the one NCCL
+ * hands to each connect call.
+ */
+ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_comm_config *config,
+				void *handle, void **sendComm,
+				struct mk_nccl_net_dev_handle **sendDevComm);
+
+/*
+ * Versions without a context (v10, v9, v8) share one process-wide context, created by the
+ * first call; later calls only count (NCCL initialises such plugins once per process).
+ */
+ncclResult_t mk_net_legacy_init(mk_nccl_logger_t logFunction, mk_nccl_prof_cb_t profFunction);
+/* The shared context, or NULL before mk_net_legacy_init succeeded. */
+void *mk_net_legacy_ctx(void);
+/* listen / connect on the shared context (v10, v9, v8 signatures without ctx). */
+ncclResult_t mk_net_legacy_listen(int dev, void *handle, void **listenComm);
+ncclResult_t mk_net_legacy_connect(int dev, void *handle, void **sendComm,
+				   struct mk_nccl_net_dev_handle **sendDevComm);
+/*
+ * getProperties for layouts that are a prefix of v11 (v10, v9): fills a v11 struct and copies
+ * its first len bytes.
+ */
+ncclResult_t mk_net_props_prefix(int dev, void *props, size_t len);
+
+#endif /* MK_NCCL_PLUGIN_NET_H */

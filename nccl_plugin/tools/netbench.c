@@ -1,0 +1,633 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * mkernel-netbench: bandwidth and latency through the plugin's ncclNet_v11 table, driven the
+ * way NCCL's proxy drives it, between two local processes; and, in the same run, the raw
+ * libfabric loop (mkernel-rawbench-ofi) on the same provider as the ceiling. Prints one JSON
+ * line per measurement and a table with the plugin / raw ratio.
+ *
+ * Bandwidth: the receiver keeps W receives posted, the sender W sends in flight; N messages per
+ * repetition; GB/s = 1e9 B/s from the sender's start to the receiver's acknowledgement of the
+ * last message. Latency: ping-pong over two connections, one-way = half the round trip.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mk_git.h"
+#include "mk_nccl/net_v11.h"
+
+#define NB_MAX_SIZES 32
+#define NB_MAX_WIN   64
+#define NB_MAX_REPS  64
+
+struct nb_opts {
+	const char *plugin;
+	const char *raw;
+	size_t sizes[NB_MAX_SIZES];
+	int nsizes;
+	size_t lat_sizes[NB_MAX_SIZES];
+	int nlat;
+	int windows[8];
+	int nwin;
+	int reps;
+	int warmup;
+	int lat_iters;
+	size_t min_bytes;	/* bytes per repetition at least (bandwidth) */
+	FILE *json;
+	const char *provider;
+	const char *transport;
+};
+
+struct nb_side {
+	const struct mk_nccl_net_v11 *net;
+	void *ctx;
+	void *send, *recv;	/* send: to the peer; recv: from the peer */
+	void *smh, *rmh;
+	char *sbuf, *rbuf;
+	int to_peer, from_peer;	/* pipes for handles and acknowledgements */
+};
+
+static double nb_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void nb_logger(int level, unsigned long flags, const char *file, int line, const char *fmt,
+		      ...)
+{
+	const char *dbg = getenv("NCCL_DEBUG");
+	va_list ap;
+
+	if (level > 2 && (dbg == NULL || strcasecmp(dbg, "INFO") != 0))
+		return;
+	va_start(ap, fmt);
+	fprintf(stderr, "[%d] ", (int)getpid());
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static void nb_die(const char *what, int rc)
+{
+	fprintf(stderr, "mkernel-netbench: %s failed (ncclResult %d)\n", what, rc);
+	exit(1);
+}
+
+#define NB_CHECK(call)                                                                          \
+	do {                                                                                    \
+		ncclResult_t nb_rc_ = (call);                                                   \
+		if (nb_rc_ != ncclSuccess)                                                      \
+			nb_die(#call, nb_rc_);                                                  \
+	} while (0)
+
+static void nb_xfer(int fd, void *buf, size_t len, int writing)
+{
+	char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = writing ? write(fd, p, len) : read(fd, p, len);
+
+		if (n <= 0) {
+			fprintf(stderr, "mkernel-netbench: peer pipe closed\n");
+			exit(1);
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void nb_wait(const struct mk_nccl_net_v11 *net, void *req, int *size)
+{
+	int done = 0;
+
+	while (!done)
+		NB_CHECK(net->test(req, &done, size));
+}
+
+/* Both connections: each process listens for the other and connects to it, like NCCL. */
+static void nb_connect(struct nb_side *s, int first)
+{
+	char mine[MK_NCCL_NET_HANDLE_MAXSIZE], theirs[MK_NCCL_NET_HANDLE_MAXSIZE];
+	struct mk_nccl_net_dev_handle *dh = NULL;
+	void *lc = NULL;
+
+	NB_CHECK(s->net->listen(s->ctx, 0, mine, &lc));
+	if (first) {
+		nb_xfer(s->to_peer, mine, sizeof(mine), 1);
+		nb_xfer(s->from_peer, theirs, sizeof(theirs), 0);
+	} else {
+		nb_xfer(s->from_peer, theirs, sizeof(theirs), 0);
+		nb_xfer(s->to_peer, mine, sizeof(mine), 1);
+	}
+	while (s->send == NULL || s->recv == NULL) {
+		if (s->send == NULL)
+			NB_CHECK(s->net->connect(s->ctx, 0, theirs, &s->send, &dh));
+		if (s->recv == NULL)
+			NB_CHECK(s->net->accept(lc, &s->recv, &dh));
+	}
+	NB_CHECK(s->net->closeListen(lc));
+}
+
+static void nb_open(struct nb_side *s, const struct nb_opts *o, size_t bytes, int first)
+{
+	struct mk_nccl_net_comm_config cfg = { .trafficClass = -1 };
+	struct mk_nccl_net_props_v11 props;
+	void *lib = dlopen(o->plugin, RTLD_NOW | RTLD_LOCAL);
+	int ndev = 0;
+
+	if (lib == NULL) {
+		fprintf(stderr, "mkernel-netbench: %s\n", dlerror());
+		exit(1);
+	}
+	s->net = dlsym(lib, "ncclNetPlugin_v11");
+	if (s->net == NULL)
+		nb_die("dlsym(ncclNetPlugin_v11)", -1);
+	NB_CHECK(s->net->init(&s->ctx, 0x6d6b6e62, &cfg, nb_logger, NULL));
+	NB_CHECK(s->net->devices(&ndev));
+	if (ndev < 1)
+		nb_die("devices", -1);
+	NB_CHECK(s->net->getProperties(0, &props));
+	if (first)
+		fprintf(stderr, "mkernel-netbench: device 0 '%s', %d Mb/s, maxRecvs %d\n", props.name,
+			props.speed, props.maxRecvs);
+	s->sbuf = aligned_alloc(4096, bytes);
+	s->rbuf = aligned_alloc(4096, bytes);
+	if (s->sbuf == NULL || s->rbuf == NULL)
+		nb_die("allocation", -1);
+	memset(s->sbuf, first ? 0x11 : 0x22, bytes);
+	memset(s->rbuf, 0, bytes);
+	nb_connect(s, first);
+	NB_CHECK(s->net->regMr(s->send, s->sbuf, bytes, MK_NCCL_PTR_HOST, &s->smh));
+	NB_CHECK(s->net->regMr(s->recv, s->rbuf, bytes, MK_NCCL_PTR_HOST, &s->rmh));
+}
+
+static int nb_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double nb_pct(double *v, int n, double p)
+{
+	qsort(v, n, sizeof(*v), nb_cmp);
+	return v[(int)(p * (n - 1) + 0.5)];
+}
+
+/* One bandwidth repetition; the sender returns the elapsed seconds, the receiver 0. */
+static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int nmsg)
+{
+	void *req[NB_MAX_WIN] = { 0 };
+	int posted = 0, done_n = 0, tag = 0;
+	char ack = 'k';
+	double t0 = 0;
+
+	if (sender) {
+		nb_xfer(s->from_peer, &ack, 1, 0);	/* receiver has its window posted */
+		t0 = nb_now();
+	}
+	while (done_n < nmsg) {
+		for (int w = 0; w < win; w++) {
+			char *buf = (sender ? s->sbuf : s->rbuf) + (size_t)w * size;
+			int done = 0;
+
+			if (req[w] == NULL && posted < nmsg) {
+				if (sender) {
+					NB_CHECK(s->net->isend(s->send, buf, size, tag, s->smh, NULL,
+							       &req[w]));
+				} else {
+					size_t sz = size;
+					void *d = buf;
+
+					NB_CHECK(s->net->irecv(s->recv, 1, &d, &sz, &tag, &s->rmh, NULL,
+							       &req[w]));
+				}
+				posted += req[w] != NULL;
+				if (!sender && posted == win && done_n == 0)
+					nb_xfer(s->to_peer, &ack, 1, 1);
+				continue;
+			}
+			if (req[w] == NULL)
+				continue;
+			NB_CHECK(s->net->test(req[w], &done, NULL));
+			if (done) {
+				req[w] = NULL;
+				done_n++;
+			}
+		}
+		if (!sender && posted == nmsg && posted < win && done_n == 0)
+			nb_xfer(s->to_peer, &ack, 1, 1);	/* fewer messages than the window */
+	}
+	if (!sender) {
+		nb_xfer(s->to_peer, &ack, 1, 1);
+		return 0;
+	}
+	nb_xfer(s->from_peer, &ack, 1, 0);
+	return nb_now() - t0;
+}
+
+static double nb_lat_rep(struct nb_side *s, int first, size_t size, int iters)
+{
+	double t0 = nb_now();
+	int tag = 0;
+
+	for (int i = 0; i < iters; i++) {
+		void *r = NULL, *q = NULL;
+		size_t sz = size;
+		void *d = s->rbuf;
+
+		while (r == NULL)
+			NB_CHECK(s->net->irecv(s->recv, 1, &d, &sz, &tag, &s->rmh, NULL, &r));
+		if (first) {
+			while (q == NULL)
+				NB_CHECK(s->net->isend(s->send, s->sbuf, size, tag, s->smh, NULL, &q));
+			nb_wait(s->net, q, NULL);
+			nb_wait(s->net, r, NULL);
+		} else {
+			nb_wait(s->net, r, NULL);
+			while (q == NULL)
+				NB_CHECK(s->net->isend(s->send, s->sbuf, size, tag, s->smh, NULL, &q));
+			nb_wait(s->net, q, NULL);
+		}
+	}
+	return (nb_now() - t0) / iters / 2.0;
+}
+
+static void nb_record(const struct nb_opts *o, const char *mode, size_t size, int win,
+		      double *v, int n, double scale)
+{
+	double med = nb_pct(v, n, 0.5) * scale, p10 = nb_pct(v, n, 0.1) * scale,
+	       p90 = nb_pct(v, n, 0.9) * scale;
+
+	if (strcmp(mode, "bw") == 0)
+		fprintf(o->json,
+			"{\"tool\":\"mkernel-netbench\",\"path\":\"plugin\",\"mode\":\"bw\","
+			"\"transport\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"window\":%d,"
+			"\"reps\":%d,\"gbps_median\":%.4f,\"gbps_p10\":%.4f,\"gbps_p90\":%.4f,"
+			"\"git\":\"%s\"}\n",
+			o->transport, o->provider, size, win, n, med, p10, p90, MK_GIT_HASH);
+	else
+		fprintf(o->json,
+			"{\"tool\":\"mkernel-netbench\",\"path\":\"plugin\",\"mode\":\"lat\","
+			"\"transport\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"reps\":%d,"
+			"\"lat_us_median\":%.3f,\"lat_us_p10\":%.3f,\"lat_us_p90\":%.3f,"
+			"\"git\":\"%s\"}\n",
+			o->transport, o->provider, size, n, med, p10, p90, MK_GIT_HASH);
+	fflush(o->json);
+}
+
+static int nb_nmsg(const struct nb_opts *o, size_t size, int win)
+{
+	size_t n = o->min_bytes / (size ? size : 1);
+
+	if (n < (size_t)win * 4)
+		n = (size_t)win * 4;
+	if (n > 4096)
+		n = 4096;
+	return (int)n;
+}
+
+static void nb_run_side(const struct nb_opts *o, size_t bytes, int first)
+{
+	struct nb_side s = { 0 };
+	double v[NB_MAX_REPS];
+
+	s.to_peer = first ? 4 : 6;
+	s.from_peer = first ? 5 : 7;
+	(void)v;
+	nb_open(&s, o, bytes, first);
+	for (int i = 0; i < o->nsizes; i++) {
+		for (int j = 0; j < o->nwin; j++) {
+			int win = o->windows[j], nmsg = nb_nmsg(o, o->sizes[i], win);
+
+			for (int r = 0; r < o->warmup + o->reps; r++) {
+				double t = nb_bw_rep(&s, first, o->sizes[i], win, nmsg);
+
+				if (first && r >= o->warmup)
+					v[r - o->warmup] = (double)o->sizes[i] * nmsg / t / 1e9;
+			}
+			if (first)
+				nb_record(o, "bw", o->sizes[i], win, v, o->reps, 1.0);
+		}
+	}
+	for (int i = 0; i < o->nlat; i++) {
+		for (int r = 0; r < o->warmup + o->reps; r++) {
+			double t = nb_lat_rep(&s, first, o->lat_sizes[i], o->lat_iters);
+
+			if (r >= o->warmup)
+				v[r - o->warmup] = t;
+		}
+		if (first)
+			nb_record(o, "lat", o->lat_sizes[i], 1, v, o->reps, 1e6);
+	}
+	s.net->deregMr(s.send, s.smh);
+	s.net->deregMr(s.recv, s.rmh);
+	s.net->closeSend(s.send);
+	s.net->closeRecv(s.recv);
+	s.net->finalize(s.ctx);
+}
+
+static int nb_parse_list(const char *arg, size_t *out, int max)
+{
+	char *copy = strdup(arg), *save = NULL;
+	int n = 0;
+
+	for (char *t = strtok_r(copy, ",", &save); t != NULL && n < max;
+	     t = strtok_r(NULL, ",", &save)) {
+		char *end;
+		double v = strtod(t, &end);
+
+		if (*end == 'K' || *end == 'k')
+			v *= 1024;
+		else if (*end == 'M' || *end == 'm')
+			v *= 1024 * 1024;
+		else if (*end == 'G' || *end == 'g')
+			v *= 1024.0 * 1024 * 1024;
+		out[n++] = (size_t)v;
+	}
+	free(copy);
+	return n;
+}
+
+static void nb_usage(const char *prog)
+{
+	fprintf(stderr,
+		"usage: %s [options]\n"
+		"  --plugin PATH      libnccl-net-mkernel.so to load (default: next to this tool)\n"
+		"  --transport T      ofi | verbs (sets MKERNEL_TRANSPORT)\n"
+		"  --provider P       libfabric provider (sets MKERNEL_OFI_PROVIDER), e.g. 'tcp;ofi_rxm'\n"
+		"  --sizes LIST       bandwidth sizes, e.g. 4K,64K,1M,64M\n"
+		"  --windows LIST     messages in flight, e.g. 1,8,32\n"
+		"  --lat-sizes LIST   latency sizes (empty list: no latency), e.g. 8,256,4K\n"
+		"  --reps N           repetitions per point (median reported), default 5\n"
+		"  --warmup N         discarded repetitions, default 2\n"
+		"  --lat-iters N      ping-pongs per latency repetition, default 200\n"
+		"  --min-bytes N      bytes per bandwidth repetition, default 64M\n"
+		"  --raw PATH|none    raw libfabric baseline binary (default: mkernel-rawbench-ofi\n"
+		"                     next to this tool when the transport is ofi)\n"
+		"  --json FILE        JSON lines go to FILE instead of stdout\n",
+		prog);
+}
+
+static void nb_table(const char *plugin_json, const char *raw_json);
+
+int main(int argc, char **argv)
+{
+	static char plugin_path[4096], raw_path[4096];
+	struct nb_opts o = { .reps = 5, .warmup = 2, .lat_iters = 200, .min_bytes = 64u << 20,
+			     .json = stdout, .transport = "ofi", .provider = "" };
+	int p2c[2], c2p[2], status = 0;
+	char tmpl[] = "/tmp/mkernel-netbench-XXXXXX";
+	pid_t child;
+	int i;
+
+	o.nsizes = nb_parse_list("4K,64K,1M,4M,16M,64M", o.sizes, NB_MAX_SIZES);
+	o.nlat = nb_parse_list("8,64,512,4K", o.lat_sizes, NB_MAX_SIZES);
+	o.windows[0] = 1, o.windows[1] = 8, o.windows[2] = 32, o.nwin = 3;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (strcmp(a, "--help") == 0) {
+			nb_usage(argv[0]);
+			return 0;
+		}
+		if (v == NULL) {
+			nb_usage(argv[0]);
+			return 2;
+		}
+		i++;
+		if (strcmp(a, "--plugin") == 0) {
+			o.plugin = v;
+		} else if (strcmp(a, "--transport") == 0) {
+			o.transport = v;
+		} else if (strcmp(a, "--provider") == 0) {
+			o.provider = v;
+		} else if (strcmp(a, "--sizes") == 0) {
+			o.nsizes = nb_parse_list(v, o.sizes, NB_MAX_SIZES);
+		} else if (strcmp(a, "--lat-sizes") == 0) {
+			o.nlat = nb_parse_list(v, o.lat_sizes, NB_MAX_SIZES);
+		} else if (strcmp(a, "--windows") == 0) {
+			size_t w[8];
+
+			o.nwin = nb_parse_list(v, w, 8);
+			for (int k = 0; k < o.nwin; k++)
+				o.windows[k] = w[k] > NB_MAX_WIN ? NB_MAX_WIN : (int)w[k];
+		} else if (strcmp(a, "--reps") == 0) {
+			o.reps = atoi(v);
+		} else if (strcmp(a, "--warmup") == 0) {
+			o.warmup = atoi(v);
+		} else if (strcmp(a, "--lat-iters") == 0) {
+			o.lat_iters = atoi(v);
+		} else if (strcmp(a, "--min-bytes") == 0) {
+			nb_parse_list(v, &o.min_bytes, 1);
+		} else if (strcmp(a, "--raw") == 0) {
+			o.raw = v;
+		} else if (strcmp(a, "--json") == 0) {
+			o.json = fopen(v, "w");
+			if (o.json == NULL) {
+				perror(v);
+				return 1;
+			}
+		} else {
+			nb_usage(argv[0]);
+			return 2;
+		}
+	}
+	if (o.reps < 1 || o.reps > NB_MAX_REPS - 8 || o.warmup < 0 || o.lat_iters < 1) {
+		nb_usage(argv[0]);
+		return 2;
+	}
+	setenv("MKERNEL_TRANSPORT", o.transport, 1);
+	if (*o.provider)
+		setenv("MKERNEL_OFI_PROVIDER", o.provider, 1);
+	if (o.plugin == NULL) {
+		char self[4096];
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+		self[n > 0 ? n : 0] = '\0';
+		*strrchr(self, '/') = '\0';
+		snprintf(plugin_path, sizeof(plugin_path), "%s/../libnccl-net-mkernel.so", self);
+		if (access(plugin_path, R_OK) != 0)
+			snprintf(plugin_path, sizeof(plugin_path), "%s/libnccl-net-mkernel.so", self);
+		o.plugin = plugin_path;
+		if (o.raw == NULL && strcmp(o.transport, "ofi") == 0) {
+			snprintf(raw_path, sizeof(raw_path),
+				 "%s/../../transport/tools/rawbench/mkernel-rawbench-ofi", self);
+			o.raw = raw_path;
+		}
+	}
+	{
+		size_t maxs = 0;
+
+		for (i = 0; i < o.nsizes; i++)
+			for (int j = 0; j < o.nwin; j++)
+				if (o.sizes[i] * (size_t)o.windows[j] > maxs)
+					maxs = o.sizes[i] * (size_t)o.windows[j];
+		for (i = 0; i < o.nlat; i++)
+			if (o.lat_sizes[i] > maxs)
+				maxs = o.lat_sizes[i];
+		maxs = (maxs + 4095) & ~(size_t)4095;
+		if (maxs == 0)
+			maxs = 4096;
+
+		/* plugin numbers go to a temporary file first so the table can pair them */
+		int fd = mkstemp(tmpl);
+		FILE *plugin_json;
+
+		if (fd < 0 || pipe(p2c) || pipe(c2p)) {
+			perror("mkernel-netbench");
+			return 1;
+		}
+		plugin_json = fdopen(fd, "w+");
+		/* fixed descriptors 4..7 keep the pipe plumbing simple across fork */
+		dup2(p2c[1], 4), dup2(c2p[0], 5), dup2(c2p[1], 6), dup2(p2c[0], 7);
+		child = fork();
+		if (child == 0) {
+			nb_run_side(&o, maxs, 0);
+			_exit(0);
+		}
+		{
+			FILE *keep = o.json;
+
+			o.json = plugin_json;
+			nb_run_side(&o, maxs, 1);
+			o.json = keep;
+		}
+		waitpid(child, &status, 0);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "mkernel-netbench: receiver process failed\n");
+			return 1;
+		}
+		fflush(plugin_json);
+		rewind(plugin_json);
+		{
+			char line[1024];
+
+			while (fgets(line, sizeof(line), plugin_json) != NULL)
+				fputs(line, o.json);
+		}
+		fclose(plugin_json);
+	}
+	/* the raw libfabric ceiling on the same provider, same sizes and windows */
+	{
+		char rawtmp[] = "/tmp/mkernel-rawbench-XXXXXX";
+		int have_raw = o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0;
+
+		if (have_raw) {
+			char cmd[8192], sizes[512] = "", wins[64] = "";
+			int rfd = mkstemp(rawtmp), port;
+			struct sockaddr_in sa = { .sin_family = AF_INET };
+			socklen_t sl = sizeof(sa);
+			int sk = socket(AF_INET, SOCK_STREAM, 0);
+
+			bind(sk, (struct sockaddr *)&sa, sizeof(sa));
+			getsockname(sk, (struct sockaddr *)&sa, &sl);
+			port = ntohs(sa.sin_port);
+			close(sk);
+			close(rfd);
+			for (i = 0; i < o.nsizes; i++)
+				snprintf(sizes + strlen(sizes), sizeof(sizes) - strlen(sizes), "%s%zu",
+					 i ? "," : "", o.sizes[i]);
+			for (int w = 0; w < o.nwin; w++) {
+				char cmd2[8192];
+
+				snprintf(wins, sizeof(wins), "%d", o.windows[w]);
+				snprintf(cmd2, sizeof(cmd2),
+					 "'%s' --provider '%s' --iface lo --server %d --mode bw "
+					 "--sizes %s --window %s --iters %d --warmup %d --reps %d "
+					 ">/dev/null & sleep 0.5; '%s' --provider '%s' --iface lo "
+					 "--client 127.0.0.1:%d --mode bw --sizes %s --window %s "
+					 "--iters %d --warmup %d --reps %d >> %s; wait",
+					 o.raw, *o.provider ? o.provider : "tcp;ofi_rxm", port, sizes, wins,
+					 nb_nmsg(&o, o.sizes[0], o.windows[w]), o.warmup, o.reps, o.raw,
+					 *o.provider ? o.provider : "tcp;ofi_rxm", port, sizes, wins,
+					 nb_nmsg(&o, o.sizes[0], o.windows[w]), o.warmup, o.reps,
+					 rawtmp);
+				(void)cmd;
+				if (system(cmd2) != 0)
+					fprintf(stderr, "mkernel-netbench: raw baseline failed\n");
+				port++;
+			}
+			{
+				FILE *f = fopen(rawtmp, "r");
+				char line[1024];
+
+				while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+					fputs(line, o.json);
+				if (f != NULL)
+					fclose(f);
+			}
+		}
+		fflush(o.json);
+		nb_table(tmpl, have_raw ? rawtmp : NULL);
+		unlink(tmpl);
+		if (have_raw)
+			unlink(rawtmp);
+	}
+	return 0;
+}
+
+/* Minimal field extraction from our own JSON lines (flat objects, no nesting). */
+static double nb_field(const char *line, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(line, pat);
+	return p != NULL ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+static void nb_table(const char *plugin_json, const char *raw_json)
+{
+	FILE *f = fopen(plugin_json, "r");
+	char line[1024];
+
+	fprintf(stderr, "\n%-10s %-7s %-14s %-14s %-8s\n", "size", "window", "plugin GB/s",
+		"raw GB/s", "ratio");
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+		double size = nb_field(line, "size"), win = nb_field(line, "window"), raw = -1;
+
+		if (strstr(line, "\"mode\":\"bw\"") == NULL)
+			continue;
+		if (raw_json != NULL) {
+			FILE *r = fopen(raw_json, "r");
+			char rl[1024];
+
+			while (r != NULL && fgets(rl, sizeof(rl), r) != NULL)
+				if (nb_field(rl, "size") == size && nb_field(rl, "window") == win)
+					raw = nb_field(rl, "gbps_median");
+			if (r != NULL)
+				fclose(r);
+		}
+		if (raw > 0)
+			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14.3f %-8.2f\n", size, win,
+				nb_field(line, "gbps_median"), raw,
+				nb_field(line, "gbps_median") / raw);
+		else
+			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14s %-8s\n", size, win,
+				nb_field(line, "gbps_median"), "-", "-");
+	}
+	if (f != NULL)
+		rewind(f);
+	fprintf(stderr, "\n%-10s %-14s\n", "size", "one-way us");
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+		if (strstr(line, "\"mode\":\"lat\"") != NULL)
+			fprintf(stderr, "%-10.0f %-14.2f\n", nb_field(line, "size"),
+				nb_field(line, "lat_us_median"));
+	if (f != NULL)
+		fclose(f);
+}
