@@ -300,14 +300,14 @@ static int nb_nmsg(const struct nb_opts *o, size_t size, int win)
 	return (int)n;
 }
 
-static void nb_run_side(const struct nb_opts *o, size_t bytes, int first)
+static void nb_run_side(const struct nb_opts *o, size_t bytes, int first, int to_peer,
+			int from_peer)
 {
 	struct nb_side s = { 0 };
 	double v[NB_MAX_REPS];
 
-	s.to_peer = first ? 4 : 6;
-	s.from_peer = first ? 5 : 7;
-	(void)v;
+	s.to_peer = to_peer;
+	s.from_peer = from_peer;
 	nb_open(&s, o, bytes, first);
 	for (int i = 0; i < o->nsizes; i++) {
 		for (int j = 0; j < o->nwin; j++) {
@@ -383,6 +383,21 @@ static void nb_usage(const char *prog)
 }
 
 static void nb_table(const char *plugin_json, const char *raw_json);
+
+/* A free TCP port on the loopback interface for the raw baseline's address exchange. */
+static int nb_free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	int sk = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+
+	if (sk >= 0 && bind(sk, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockname(sk, (struct sockaddr *)&sa, &sl) == 0)
+		port = ntohs(sa.sin_port);
+	if (sk >= 0)
+		close(sk);
+	return port;
+}
 
 int main(int argc, char **argv)
 {
@@ -492,18 +507,16 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		plugin_json = fdopen(fd, "w+");
-		/* fixed descriptors 4..7 keep the pipe plumbing simple across fork */
-		dup2(p2c[1], 4), dup2(c2p[0], 5), dup2(c2p[1], 6), dup2(p2c[0], 7);
 		child = fork();
 		if (child == 0) {
-			nb_run_side(&o, maxs, 0);
+			nb_run_side(&o, maxs, 0, c2p[1], p2c[0]);
 			_exit(0);
 		}
 		{
 			FILE *keep = o.json;
 
 			o.json = plugin_json;
-			nb_run_side(&o, maxs, 1);
+			nb_run_side(&o, maxs, 1, p2c[1], c2p[0]);
 			o.json = keep;
 		}
 		waitpid(child, &status, 0);
@@ -527,39 +540,31 @@ int main(int argc, char **argv)
 		int have_raw = o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0;
 
 		if (have_raw) {
-			char cmd[8192], sizes[512] = "", wins[64] = "";
-			int rfd = mkstemp(rawtmp), port;
-			struct sockaddr_in sa = { .sin_family = AF_INET };
-			socklen_t sl = sizeof(sa);
-			int sk = socket(AF_INET, SOCK_STREAM, 0);
+			const char *prov = *o.provider ? o.provider : "tcp;ofi_rxm";
+			int rfd = mkstemp(rawtmp);
 
-			bind(sk, (struct sockaddr *)&sa, sizeof(sa));
-			getsockname(sk, (struct sockaddr *)&sa, &sl);
-			port = ntohs(sa.sin_port);
-			close(sk);
 			close(rfd);
-			for (i = 0; i < o.nsizes; i++)
-				snprintf(sizes + strlen(sizes), sizeof(sizes) - strlen(sizes), "%s%zu",
-					 i ? "," : "", o.sizes[i]);
-			for (int w = 0; w < o.nwin; w++) {
-				char cmd2[8192];
+			for (i = 0; i < o.nsizes; i++) {
+				for (int w = 0; w < o.nwin; w++) {
+					int nmsg = nb_nmsg(&o, o.sizes[i], o.windows[w]);
+					int port = nb_free_port();
+					char cmd[8192];
 
-				snprintf(wins, sizeof(wins), "%d", o.windows[w]);
-				snprintf(cmd2, sizeof(cmd2),
-					 "'%s' --provider '%s' --iface lo --server %d --mode bw "
-					 "--sizes %s --window %s --iters %d --warmup %d --reps %d "
-					 ">/dev/null & sleep 0.5; '%s' --provider '%s' --iface lo "
-					 "--client 127.0.0.1:%d --mode bw --sizes %s --window %s "
-					 "--iters %d --warmup %d --reps %d >> %s; wait",
-					 o.raw, *o.provider ? o.provider : "tcp;ofi_rxm", port, sizes, wins,
-					 nb_nmsg(&o, o.sizes[0], o.windows[w]), o.warmup, o.reps, o.raw,
-					 *o.provider ? o.provider : "tcp;ofi_rxm", port, sizes, wins,
-					 nb_nmsg(&o, o.sizes[0], o.windows[w]), o.warmup, o.reps,
-					 rawtmp);
-				(void)cmd;
-				if (system(cmd2) != 0)
-					fprintf(stderr, "mkernel-netbench: raw baseline failed\n");
-				port++;
+					/* server in the background, client prints the JSON line */
+					snprintf(cmd, sizeof(cmd),
+						 "'%s' --provider '%s' --iface lo --server %d --mode bw "
+						 "--sizes %zu --window %d --iters %d --warmup %d --reps %d "
+						 ">/dev/null & sleep 0.3; '%s' --provider '%s' --iface lo "
+						 "--client 127.0.0.1:%d --mode bw --sizes %zu --window %d "
+						 "--iters %d --warmup %d --reps %d >> %s; wait",
+						 o.raw, prov, port, o.sizes[i], o.windows[w], nmsg, o.warmup,
+						 o.reps, o.raw, prov, port, o.sizes[i], o.windows[w], nmsg,
+						 o.warmup, o.reps, rawtmp);
+					if (system(cmd) != 0)
+						fprintf(stderr, "mkernel-netbench: raw baseline failed at "
+								"%zu B, window %d\n",
+							o.sizes[i], o.windows[w]);
+				}
 			}
 			{
 				FILE *f = fopen(rawtmp, "r");

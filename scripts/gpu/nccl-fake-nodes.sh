@@ -1,0 +1,79 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Stock NCCL (PyTorch's) with the mkernel net plugin on one GPU host: two processes on GPU 0
+# made into two nodes with distinct NCCL_HOSTID. Checks exact results of every collective and
+# send/recv from 1 B to 256 MiB through the plugin, proves from NCCL's own log that the plugin
+# was loaded and assigned, then measures all_reduce bus bandwidth through the plugin (tcp and
+# shm providers) and through NCCL's internal Socket transport in the same run.
+#
+# usage: scripts/gpu/nccl-fake-nodes.sh <build-dir> [out-dir]
+# The plugin's libfabric must be loadable (LD_LIBRARY_PATH). Figures are one-host emulation.
+set -uo pipefail
+build=$(cd "${1:?build dir}" && pwd)
+out=${2:-$build/nccl-fake-nodes}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+plugin=$build/nccl_plugin/libnccl-net-mkernel.so
+[ -f "$plugin" ] || { echo "no plugin at $plugin"; exit 1; }
+
+# Never NVLink multicast; fake nodes must not probe multi-node NVLink.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export NCCL_MNNVL_ENABLE=0 NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING
+export NCCL_TUNER_PLUGIN=none PYTHONUNBUFFERED=1
+
+# Several ranks on one GPU: MPS makes their kernels co-resident (no time-slicing).
+mps=0
+if command -v nvidia-cuda-mps-control >/dev/null; then
+	export CUDA_MPS_PIPE_DIRECTORY=$out/mps-pipe CUDA_MPS_LOG_DIRECTORY=$out/mps-log
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	nvidia-cuda-mps-control -d && mps=1
+fi
+cleanup() { [ $mps = 1 ] && echo quit | nvidia-cuda-mps-control; }
+trap cleanup EXIT
+
+port=29500
+# run_job <label> <mode> <extra env...>: two ranks, logs in $out/<label>-<mode>-rank<r>.log
+run_job() {
+	local label=$1 mode=$2
+	shift 2
+	port=$((port + 1))
+	local pids=()
+	for r in 0 1; do
+		env "$@" RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+			NCCL_HOSTID=fake-node-$r \
+			timeout 600 python3 "$here/nccl_fake_nodes.py" --mode "$mode" --label "$label" \
+			>"$out/$label-$mode-rank$r.out" 2>"$out/$label-$mode-rank$r.log" &
+		pids+=($!)
+	done
+	local rc=0
+	for p in "${pids[@]}"; do wait "$p" || rc=1; done
+	cat "$out/$label-$mode-rank0.out"
+	return $rc
+}
+
+fail=0
+plugin_env=(NCCL_NET_PLUGIN=$plugin NCCL_NET=mkernel MKERNEL_TRANSPORT=ofi MKERNEL_OFI_IFACE=lo)
+run_job mkernel-tcp check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
+log=$out/mkernel-tcp-check-rank0.log
+for want in "Loaded net plugin mkernel" "Assigned NET plugin mkernel" "NET/mkernel"; do
+	if grep -q "$want" "$log"; then echo "log: found '$want'"; else echo "log: MISSING '$want'"; fail=1; fi
+done
+grep -m3 "NET/mkernel" "$log"
+run_job mkernel-tcp bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
+run_job mkernel-shm bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm || fail=1
+run_job nccl-socket bench NCCL_NET=Socket NCCL_IB_DISABLE=1 || fail=1
+cat "$out"/*-bench-rank0.out > "$out/bench.jsonl"
+python3 - "$out/bench.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+    by.setdefault(r["bytes"], {})[r["config"]] = r["busbw_gbps"]
+print(f"{'bytes':>12} {'mkernel-tcp':>12} {'mkernel-shm':>12} {'nccl-socket':>12} {'tcp/socket':>10}")
+for b in sorted(by):
+    d = by[b]
+    t, s, k = d.get("mkernel-tcp", 0), d.get("mkernel-shm", 0), d.get("nccl-socket", 0)
+    print(f"{b:>12} {t:>12.3f} {s:>12.3f} {k:>12.3f} {t / k if k else 0:>10.2f}")
+PY
+echo "nccl-fake-nodes: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail
