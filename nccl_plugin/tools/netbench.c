@@ -401,7 +401,7 @@ static int nb_free_port(void)
 
 int main(int argc, char **argv)
 {
-	static char plugin_path[4096], raw_path[4096];
+	static char plugin_path[8192], raw_path[8192];
 	struct nb_opts o = { .reps = 5, .warmup = 2, .lat_iters = 200, .min_bytes = 64u << 20,
 			     .json = stdout, .transport = "ofi", .provider = "" };
 	int p2c[2], c2p[2], status = 0;
