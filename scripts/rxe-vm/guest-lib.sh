@@ -50,7 +50,8 @@ mk_wait_port() {
 }
 
 # mk_pair <name> <port> "<server cmd>" "<client cmd>": a two-process test. The server starts
-# first; the client starts once the server listens on <port>. PASS only if both exit 0.
+# first; the client starts once the server listens on TCP <port>, or after 3 s when <port> is "cm"
+# (rdma_cm listeners do not show in /proc/net/tcp). PASS only if both exit 0.
 # Commands are split on blanks (no quoting inside). The client's output stays in
 # /tmp/<name>.client.log for callers that parse figures out of it.
 mk_pair() {
@@ -61,7 +62,9 @@ mk_pair() {
 	# shellcheck disable=SC2086 # the commands are word lists on purpose
 	timeout "$MK_TIMEOUT" $3 >"/tmp/$mk_p_name.server.log" 2>&1 &
 	mk_p_spid=$!
-	if ! mk_wait_port "$mk_p_port" 60; then
+	if [ "$mk_p_port" = cm ]; then
+		sleep 3
+	elif ! mk_wait_port "$mk_p_port" 60; then
 		echo "$mk_p_name: server is not listening on port $mk_p_port"
 		kill "$mk_p_spid" 2>/dev/null
 		wait "$mk_p_spid"
@@ -85,7 +88,8 @@ mk_pair() {
 	return 1
 }
 
-# mk_stock_checks: the stock rdma-core/perftest checks on rxe0 (needs GIDX and PEER).
+# mk_stock_checks: the stock rdma-core/perftest checks on rxe0 (needs GIDX and PEER; rping too
+# when RXE_NETDEV is not lo).
 # Returns the number of failed checks.
 mk_stock_checks() {
 	mk_sc_fail=0
@@ -101,5 +105,10 @@ mk_stock_checks() {
 		"ibv_rc_pingpong -d rxe0 -g $GIDX -n 100 -p 18516" \
 		"ibv_rc_pingpong -d rxe0 -g $GIDX -n 100 -p 18516 $PEER" ||
 		mk_sc_fail=$((mk_sc_fail + 1))
+	if [ "${RXE_NETDEV:-lo}" != lo ]; then
+		# rdma_cm resolves routes only over a real netdev (not lo).
+		mk_pair rping cm "rping -s -a $PEER -C 10 -v" "rping -c -a $PEER -C 10 -v" ||
+			mk_sc_fail=$((mk_sc_fail + 1))
+	fi
 	return "$mk_sc_fail"
 }

@@ -7,6 +7,7 @@
 #   rxe_build=<guest path>  rxe_share2=0|1  rxe_timeout=<seconds for the guest script>
 
 /bin/busybox --install -s
+echo	# the firmware's last line has no newline: markers start on their own line
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root
 mount -t proc proc /proc
@@ -69,8 +70,11 @@ dummy)
 	# rdma_cm resolves routes over a real netdev but not over lo.
 	dev=dummy0
 	PEER=192.0.2.10
-	ip link add dummy0 type dummy && ip addr add 192.0.2.10/24 dev dummy0 &&
-		ip link set dummy0 up || setup_fail "cannot create dummy0"
+	# Loading dummy usually creates dummy0 already (numdummies=1).
+	[ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy ||
+		setup_fail "cannot create dummy0"
+	ip addr add 192.0.2.10/24 dev dummy0 && ip link set dummy0 up ||
+		setup_fail "cannot configure dummy0"
 	;;
 *) setup_fail "unknown rxe_netdev=$netdev" ;;
 esac
@@ -105,7 +109,8 @@ while [ -z "$GIDX" ]; do
 	[ "$n" -gt 0 ] || setup_fail "no IPv4-mapped RoCE v2 GID on rxe0"
 	sleep 0.1
 done
-export GIDX PEER
+RXE_NETDEV=$netdev
+export GIDX PEER RXE_NETDEV
 export MKERNEL_IB_GID_INDEX=$GIDX
 export MKERNEL_TRANSPORT=verbs
 mk_mark "info rxe0 on $dev ACTIVE, GID index $GIDX ($(cat "$port/gids/$GIDX")), uptime $(mk_uptime) s"
