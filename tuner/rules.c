@@ -486,9 +486,13 @@ static int rules_parse_left(struct rules_line *l, const char *s, size_t len, str
 			return rules_fail(l, "bad message-size range '%.*s'", &toks[1]);
 		first = 2;
 	}
-	for (size_t i = first; i < n; i++)
+	for (size_t i = first; i < n; i++) {
+		/* "fused OP * -> ..." reads naturally: a lone '*' is "any shape". */
+		if (r->kind == MK_RULE_FUSED && rules_is_star(toks[i].s, toks[i].len))
+			continue;
 		if (rules_parse_match(l, &toks[i], r, &seen))
 			return -EINVAL;
+	}
 	return 0;
 }
 
