@@ -7,7 +7,7 @@
 # MKERNEL_TRANSPORT=verbs, PEER, BUILD, SRC, RXE_VM_LIB.
 # Binaries whose libraries the initramfs must carry (paths under the build dir):
 # rxe-vm-needs: test/rdma/verbs/test-verbs-loopback test/loopback/net/test-net-loopback
-# rxe-vm-needs: transport/tools/mkernel-netbench
+# rxe-vm-needs: nccl_plugin/tools/mkernel-netbench transport/tools/mkernel-netbench
 
 # shellcheck source=../../scripts/rxe-vm/guest-lib.sh
 . "$RXE_VM_LIB"
@@ -32,25 +32,26 @@ run_built() {
 run_built verbs-loopback test/rdma/verbs/test-verbs-loopback
 run_built net-loopback test/loopback/net/test-net-loopback --all
 
-# Benchmark: the same sizes through ib_write_bw and through our plugin, in this one run.
+# Benchmark: the same sizes through ib_write_bw and through our plugin, alternating in this run.
 bench=$BUILD/rdma-bench.jsonl
 : >"$bench"
-netbench=$BUILD/transport/tools/mkernel-netbench
-nb_opts=
-if [ -x "$netbench" ]; then
-	nb_help=$("$netbench" --help 2>&1)
-	if echo "$nb_help" | grep -q -- '--transport'; then
-		nb_opts="--transport verbs"
-	else
-		echo "mkernel-netbench: no --transport option; benchmark step skipped"
-		mk_mark "netbench SKIP"
-	fi
-else
-	echo "mkernel-netbench: not built; benchmark compares nothing"
+netbench=
+for nb in nccl_plugin/tools/mkernel-netbench transport/tools/mkernel-netbench; do
+	[ -x "$BUILD/$nb" ] && netbench=$BUILD/$nb && break
+done
+if [ -z "$netbench" ]; then
+	echo "mkernel-netbench: not built; ib_write_bw only"
 	mk_mark "netbench SKIP"
+elif ! "$netbench" --help 2>&1 | grep -q -- '--transport'; then
+	echo "mkernel-netbench: no --transport option; ib_write_bw only"
+	mk_mark "netbench SKIP"
+	netbench=
 fi
-nb_has() {
-	echo "$nb_help" | grep -q -- "$1"
+
+# bench_line <json>: one measurement to the serial log and to the share.
+bench_line() {
+	echo "$1"
+	echo "$1" >>"$bench"
 }
 
 port=18520
@@ -59,28 +60,39 @@ for size in 1048576 4194304; do
 	[ "$size" -le 1048576 ] || iters=100	# 4 MiB x 100 is ~10 s under TCG
 	port=$((port + 1))
 	name=ib_write_bw-$size
+	gbps=
 	if mk_pair "$name" "$port" \
 		"ib_write_bw -d rxe0 -x $GIDX -s $size -n $iters -F --report_gbits -p $port" \
 		"ib_write_bw -d rxe0 -x $GIDX -s $size -n $iters -F --report_gbits -p $port $PEER"; then
 		gbps=$(awk -v s="$size" '$1 == s && NF >= 4 { print $4; exit }' "/tmp/$name.client.log")
-		line="{\"tool\":\"ib_write_bw\",\"size\":$size,\"iters\":$iters,\"gbps\":${gbps:-null}"
-		line="$line,\"device\":\"rxe0\",\"gid_index\":$GIDX,\"emulated\":true"
-		line="$line,\"date\":\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\"}"
-		echo "$line"
-		echo "$line" >>"$bench"
+		j="{\"tool\":\"ib_write_bw\",\"size\":$size,\"iters\":$iters,\"gbps\":${gbps:-null}"
+		j="$j,\"unit\":\"Gbit/s\""
+		j="$j,\"device\":\"rxe0\",\"gid_index\":$GIDX,\"emulated\":true"
+		bench_line "$j,\"date\":\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\"}"
 	else
 		fails=$((fails + 1))
 	fi
-	[ -n "$nb_opts" ] || continue
-	opts=$nb_opts
-	! nb_has '--size' || opts="$opts --size $size"
-	! nb_has '--iters' || opts="$opts --iters $iters"
-	! nb_has '--json' || opts="$opts --json"
-	# shellcheck disable=SC2086 # option list
-	mk_run "netbench-$size" "$netbench" $opts >"/tmp/netbench-$size.log" 2>&1 ||
+	[ -n "$netbench" ] || continue
+	# Bandwidth only, 8 in flight, ~8 x 32 MiB per point: a few seconds under TCG.
+	nbj=/tmp/netbench-$size.jsonl
+	if mk_run "netbench-$size" "$netbench" --transport verbs --sizes "$size" --windows 8 \
+		--lat-sizes "" --reps 5 --warmup 2 --min-bytes 32M --raw none --json "$nbj"; then
+		while read -r l; do
+			bench_line "$(echo "$l" | sed 's/}$/,"emulated":true}/')"
+		done <"$nbj"
+		# netbench reports GB/s (10^9 bytes); ib_write_bw --report_gbits Gbit/s.
+		nb_gbytes=$(sed -n 's/.*"gbps_median":\([0-9.]*\).*/\1/p' "$nbj" | head -n 1)
+		if [ -n "$gbps" ] && [ -n "$nb_gbytes" ]; then
+			set -- $(awk -v a="$nb_gbytes" -v b="$gbps" 'BEGIN { a *= 8;
+				printf "%.4f %s\n", a, (b > 0 ? sprintf("%.3f", a / b) : "null") }')
+			j="{\"tool\":\"compare\",\"size\":$size,\"unit\":\"Gbit/s\""
+			j="$j,\"candidate\":\"mkernel-netbench\",\"candidate_gbps\":$1"
+			j="$j,\"baseline\":\"ib_write_bw\",\"baseline_gbps\":$gbps"
+			bench_line "$j,\"ratio\":$2,\"emulated\":true}"
+		fi
+	else
 		fails=$((fails + 1))
-	cat "/tmp/netbench-$size.log"
-	grep '^{' "/tmp/netbench-$size.log" >>"$bench"
+	fi
 done
 echo "benchmark lines (emulated, TCG): $bench"
 
