@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log_capture.h"
 #include "mk_nccl/tuner_v4.h"
 #include "mk_nccl/tuner_v5.h"
 
@@ -29,28 +30,6 @@ static void *lib;
 static const struct mk_nccl_tuner_v5 *v5;
 static const struct mk_nccl_tuner_v4 *v4;
 static char rules_path[64];
-
-static char log_text[8192];
-static int log_warns;
-
-/* Stands in for ncclDebugLogger_t: keeps WARN and INFO lines for the checks. */
-static void nccl_logger(int level, unsigned long flags, const char *file, int line,
-			const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	(void)flags;
-	(void)file;
-	(void)line;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (level == 2)
-		log_warns++;
-	strncat(log_text, msg, sizeof(log_text) - strlen(log_text) - 2);
-	strcat(log_text, "\n");
-}
 
 /* NCCL's table for a multi-node comm without collnet/NVLS. */
 static void nccl_table(float t[NA][NP], size_t nbytes)
@@ -117,7 +96,7 @@ static void test_v5_init_logs_and_keeps_constants(void **state)
 	(void)state;
 	memset(&c, 0x5a, sizeof(c));
 	memcpy(&before, &c, sizeof(c));
-	assert_int_equal(v5->init(&ctx, 0x1234, 2, 2, nccl_logger, &nvl, &c), ncclSuccess);
+	assert_int_equal(v5->init(&ctx, 0x1234, 2, 2, log_capture, &nvl, &c), ncclSuccess);
 	assert_non_null(ctx);
 	assert_memory_equal(&before, &c, sizeof(c));
 	/* The bad line of the rules file was reported through NCCL's logger with file:line. */
@@ -125,7 +104,7 @@ static void test_v5_init_logs_and_keeps_constants(void **state)
 	assert_non_null(strstr(log_text, "tuner ready for comm 0x1234"));
 	assert_int_equal(v5->finalize(ctx), ncclSuccess);
 	/* nNodes > nRanks is not a topology: an init error, not a crash. */
-	assert_int_equal(v5->init(&ctx, 1, 2, 3, nccl_logger, NULL, NULL), ncclInternalError);
+	assert_int_equal(v5->init(&ctx, 1, 2, 3, log_capture, NULL, NULL), ncclInternalError);
 	assert_null(ctx);
 }
 
@@ -146,7 +125,7 @@ static void test_v5_allreduce_sweep_like_nccl(void **state)
 	int algo, proto, nch;
 
 	(void)state;
-	assert_int_equal(v5->init(&ctx, 7, 2, 2, nccl_logger, NULL, NULL), ncclSuccess);
+	assert_int_equal(v5->init(&ctx, 7, 2, 2, log_capture, NULL, NULL), ncclSuccess);
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		nccl_table(t, want[i].bytes);
 		call5(ctx, MK_NCCL_FUNC_ALLREDUCE, want[i].bytes, t, &algo, &proto, &nch);
@@ -169,7 +148,7 @@ static void test_v5_rules_obeyed_and_exclusions_respected(void **state)
 	int algo, proto, nch, warns;
 
 	(void)state;
-	assert_int_equal(v5->init(&ctx, 8, 2, 2, nccl_logger, NULL, NULL), ncclSuccess);
+	assert_int_equal(v5->init(&ctx, 8, 2, 2, log_capture, NULL, NULL), ncclSuccess);
 	nccl_table(t, 4096);
 	call5(ctx, MK_NCCL_FUNC_REDUCESCATTER, 4096, t, &algo, &proto, &nch);
 	assert_int_equal(algo, MK_NCCL_ALGO_RING);
@@ -192,7 +171,7 @@ static void test_v5_rules_obeyed_and_exclusions_respected(void **state)
 	assert_int_equal(v5->finalize(ctx), ncclSuccess);
 
 	/* The 4-node rule does not apply to this 2-node comm but does to a 4-node one. */
-	assert_int_equal(v5->init(&ctx, 9, 4, 4, nccl_logger, NULL, NULL), ncclSuccess);
+	assert_int_equal(v5->init(&ctx, 9, 4, 4, log_capture, NULL, NULL), ncclSuccess);
 	nccl_table(t, 4096);
 	call5(ctx, MK_NCCL_FUNC_ALLREDUCE, 4096, t, &algo, &proto, &nch);
 	assert_int_equal(algo, MK_NCCL_ALGO_TREE);
@@ -209,9 +188,9 @@ static void test_v4_adapter_matches_v5(void **state)
 	int nch4, nch5;
 
 	(void)state;
-	assert_int_equal(v4->init(2, 2, nccl_logger, &c4), ncclSuccess);
+	assert_int_equal(v4->init(2, 2, log_capture, &c4), ncclSuccess);
 	assert_non_null(c4);
-	assert_int_equal(v5->init(&c5, 10, 2, 2, nccl_logger, NULL, NULL), ncclSuccess);
+	assert_int_equal(v5->init(&c5, 10, 2, 2, log_capture, NULL, NULL), ncclSuccess);
 	for (int f = MK_NCCL_FUNC_BROADCAST; f <= MK_NCCL_FUNC_ALLREDUCE; f++) {
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 			nccl_table(t4, sizes[i]);
@@ -240,7 +219,7 @@ static void test_v5_odd_calls_never_fail(void **state)
 	int nch = 5;
 
 	(void)state;
-	assert_int_equal(v5->init(&ctx, 11, 2, 2, nccl_logger, NULL, NULL), ncclSuccess);
+	assert_int_equal(v5->init(&ctx, 11, 2, 2, log_capture, NULL, NULL), ncclSuccess);
 	nccl_table(t, 4096);
 	memcpy(before, t, sizeof(t));
 	assert_int_equal(v5->getCollInfo(ctx, MK_NCCL_FUNC_SENDRECV, 4096, 1, (float **)&t[0][0],

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log_capture.h"
 #include "mk/log.h"
 #include "model.h"
 #include "policy.h"
@@ -31,37 +32,14 @@ static const char *const knobs[] = {
 };
 
 static char rules_path[64];
-static char warns[4096];
-static int nwarns;
-
-static void capture_sink(int level, unsigned long flags, const char *file, int line,
-			 const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	(void)flags;
-	(void)file;
-	(void)line;
-	if (level != MK_LOG_WARN)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	nwarns++;
-	strncat(warns, msg, sizeof(warns) - strlen(warns) - 2);
-	strcat(warns, "\n");
-}
-
 static int setup(void **state)
 {
 	(void)state;
 	for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++)
 		unsetenv(knobs[i]);
 	rules_path[0] = '\0';
-	warns[0] = '\0';
-	nwarns = 0;
-	mk_log_set_sink(capture_sink);
+	log_capture_reset();
+	mk_log_set_sink(log_capture);
 	mk_policy_reload();
 	return 0;
 }
@@ -263,9 +241,9 @@ static void test_rule_forcing_excluded_entry_falls_back(void **state)
 		expect(decide(p, MK_COLL_ALLREDUCE, 1024, t, NULL), MK_POLICY_SRC_MODEL,
 		       MK_ALGO_RING, MK_PROTO_LL);
 	}
-	assert_int_equal(nwarns, 1);
-	assert_non_null(strstr(warns, "rules file line 1"));
-	assert_non_null(strstr(warns, "unusable"));
+	assert_int_equal(log_warns, 1);
+	assert_non_null(strstr(log_text, "rules file line 1"));
+	assert_non_null(strstr(log_text, "unusable"));
 	mk_policy_destroy(p);
 }
 
@@ -343,7 +321,7 @@ static void test_precedence_env_rule_model(void **state)
 	expect(decide(p, MK_COLL_ALLREDUCE, 1024, t, NULL), MK_POLICY_SRC_MODEL, MK_ALGO_RING,
 	       MK_PROTO_LL);
 	mk_policy_destroy(p);
-	assert_int_equal(nwarns, 0);
+	assert_int_equal(log_warns, 0);
 }
 
 /* Env forcing only a protocol: the algorithm comes from the model among that column. */
@@ -361,9 +339,9 @@ static void test_env_proto_only_and_bad_items(void **state)
 	nccl_table(t, 4096);
 	expect(decide(p, MK_COLL_BROADCAST, 4096, t, NULL), MK_POLICY_SRC_ENV, MK_ALGO_RING,
 	       MK_PROTO_SIMPLE);
-	assert_int_equal(nwarns, 2);
-	assert_non_null(strstr(warns, "'bogus'"));
-	assert_non_null(strstr(warns, "'alltoall:ll'"));
+	assert_int_equal(log_warns, 2);
+	assert_non_null(strstr(log_text, "'bogus'"));
+	assert_non_null(strstr(log_text, "'alltoall:ll'"));
 	mk_policy_destroy(p);
 }
 
@@ -423,11 +401,11 @@ static void test_bad_rules_file_warns_and_keeps_working(void **state)
 		  "allreduce 2K- -> algo=sideways\n"
 		  "total nonsense\n");
 	p = make(2, 2);
-	assert_int_equal(nwarns, 2);
+	assert_int_equal(log_warns, 2);
 	snprintf(where, sizeof(where), "%s:2: unknown algorithm", rules_path);
-	assert_non_null(strstr(warns, where));
+	assert_non_null(strstr(log_text, where));
 	snprintf(where, sizeof(where), "%s:3: missing '->'", rules_path);
-	assert_non_null(strstr(warns, where));
+	assert_non_null(strstr(log_text, where));
 	nccl_table(t, 512);
 	expect(decide(p, MK_COLL_ALLREDUCE, 512, t, NULL), MK_POLICY_SRC_RULE, MK_ALGO_RING,
 	       MK_PROTO_SIMPLE);
@@ -439,10 +417,10 @@ static void test_bad_rules_file_warns_and_keeps_working(void **state)
 	/* Missing file: one WARN, the model still decides. */
 	setenv("MKERNEL_TUNER_CONFIG", "/nonexistent/mkernel.rules", 1);
 	mk_policy_reload();
-	nwarns = 0;
+	log_capture_reset();
 	p = make(2, 2);
-	assert_int_equal(nwarns, 1);
-	assert_non_null(strstr(warns, "/nonexistent/mkernel.rules"));
+	assert_int_equal(log_warns, 1);
+	assert_non_null(strstr(log_text, "/nonexistent/mkernel.rules: cannot read it"));
 	nccl_table(t, 512);
 	expect(decide(p, MK_COLL_ALLREDUCE, 512, t, NULL), MK_POLICY_SRC_MODEL, MK_ALGO_RING,
 	       MK_PROTO_LL);
@@ -509,9 +487,9 @@ static void test_channels_precedence_and_budget(void **state)
 	mk_policy_destroy(p);
 
 	use_env("MKERNEL_TUNER_CHANNELS", "99");
-	assert_int_equal(nwarns, 0);
+	assert_int_equal(log_warns, 0);
 	p = make(2, 2);
-	assert_int_equal(nwarns, 1);
+	assert_int_equal(log_warns, 1);
 	nch = 0;
 	nccl_table(t, 4 << 20);
 	decide(p, MK_COLL_ALLREDUCE, 4 << 20, t, &nch);
@@ -645,8 +623,8 @@ static void test_sm_split_rules_env_precedence(void **state)
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
 	assert_int_equal(s.src, MK_POLICY_SRC_MODEL);
 	assert_int_equal(s.sms[MK_ROLE_COMPUTE], 120);
-	assert_int_equal(nwarns, 1);
-	assert_non_null(strstr(warns, "line 3"));
+	assert_int_equal(log_warns, 1);
+	assert_non_null(strstr(log_text, "rules file line 3: split"));
 
 	q.op = MK_FUSED_MOE_DISPATCH;
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
@@ -672,7 +650,7 @@ static void test_sm_split_rules_env_precedence(void **state)
 	use_env("MKERNEL_TUNER_SM_SPLIT", "compute=x");
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
 	assert_int_equal(s.src, MK_POLICY_SRC_RULE);
-	assert_non_null(strstr(warns, "MKERNEL_TUNER_SM_SPLIT"));
+	assert_non_null(strstr(log_text, "MKERNEL_TUNER_SM_SPLIT='compute=x':"));
 }
 
 int main(void)

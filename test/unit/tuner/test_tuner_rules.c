@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log_capture.h"
 #include "mk/log.h"
 #include "rules.h"
 
@@ -218,25 +219,6 @@ static void test_rules_bad_lines_skipped_good_kept(void **state)
 	mk_rules_free(&rs);
 }
 
-static char warn_buf[512];
-static int warn_count;
-
-static void warn_sink(int level, unsigned long flags, const char *file, int line,
-		      const char *fmt, ...)
-{
-	va_list ap;
-
-	(void)flags;
-	(void)file;
-	(void)line;
-	if (level != MK_LOG_WARN)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(warn_buf, sizeof(warn_buf), fmt, ap);
-	va_end(ap);
-	warn_count++;
-}
-
 /* Without a callback the diagnostic is a WARN naming file, line and reason. */
 static void test_rules_default_diag_is_warn(void **state)
 {
@@ -244,15 +226,15 @@ static void test_rules_default_diag_is_warn(void **state)
 	struct mk_rules rs;
 
 	(void)state;
-	warn_count = 0;
-	mk_log_set_sink(warn_sink);
+	log_capture_reset();
+	mk_log_set_sink(log_capture);
 	mk_rules_init(&rs);
 	assert_int_equal(mk_rules_parse(&rs, text, strlen(text), "ops.rules", NULL, NULL), 0);
 	mk_log_set_sink(mk_log_discard);
-	assert_int_equal(warn_count, 1);
-	assert_non_null(strstr(warn_buf, "ops.rules:2:"));
-	assert_non_null(strstr(warn_buf, "unknown protocol"));
-	assert_non_null(strstr(warn_buf, "ignored"));
+	assert_int_equal(log_warns, 1);
+	assert_non_null(strstr(log_text, "ops.rules:2:"));
+	assert_non_null(strstr(log_text, "unknown protocol"));
+	assert_non_null(strstr(log_text, "ignored"));
 	mk_rules_free(&rs);
 }
 
