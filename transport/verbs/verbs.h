@@ -109,10 +109,13 @@ struct mk_verbs_handle {
 	uint32_t ip;			/* IPv4, network order */
 	uint16_t port;			/* network order */
 	uint16_t reserved;		/* 0 */
+	uint32_t reserved2;		/* 0; keeps the struct free of padding */
 	uint32_t check;			/* FNV-1a over everything above */
 };
 
 _Static_assert(sizeof(struct mk_verbs_handle) <= MK_TP_HANDLE_MAX, "verbs handle too large");
+_Static_assert(sizeof(struct mk_verbs_handle) == offsetof(struct mk_verbs_handle, check) + 4,
+	       "every byte of the handle is covered by its checksum");
 
 #define MK_VERBS_HANDLE_MAGIC 0x4d4b5642u	/* "MKVB" */
 #define MK_VERBS_WIRE_MAGIC   0x4d4b5657u	/* "MKVW" */

@@ -78,7 +78,7 @@ int mk_verbs_handle_decode(const void *buf, struct mk_verbs_handle *out)
 		why = "not a verbs handle (wrong magic)";
 	else if (h.version != MK_VERBS_VERSION)
 		why = "unsupported handle version";
-	else if (h.size != sizeof(h) || h.reserved != 0)
+	else if (h.size != sizeof(h) || h.reserved != 0 || h.reserved2 != 0)
 		why = "malformed handle";
 	else if (h.check != mk_verbs_fnv(&h, offsetof(struct mk_verbs_handle, check)))
 		why = "handle checksum mismatch (corrupted)";

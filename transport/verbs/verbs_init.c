@@ -19,6 +19,7 @@
 
 static struct mk_verbs_dev init_devs[MK_VERBS_MAX_DEVS];
 static int init_ndevs;
+static bool init_done;
 
 uint64_t mk_verbs_now_ns(void)
 {
@@ -324,6 +325,9 @@ static int verbs_init(void)
 	struct ibv_device **list;
 	int n = 0, rc;
 
+	if (init_done)
+		return 0;
+	init_done = true;
 	init_ndevs = 0;
 	rc = mk_verbs_lib_load();
 	if (rc)
@@ -349,6 +353,7 @@ static void verbs_fini(void)
 	for (int i = 0; i < init_ndevs; i++)
 		init_dev_close(&init_devs[i]);
 	init_ndevs = 0;
+	init_done = false;
 	mk_verbs_lib_unload();
 }
 
