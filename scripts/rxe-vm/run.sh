@@ -67,6 +67,15 @@ if [ -z "$log" ]; then
 fi
 mkdir -p "$(dirname "$log")"
 
+# One run at a time per user on this host: TCG takes every core it is given, and runs sharing a
+# cache must not rebuild the initramfs under each other.
+lock=${TMPDIR:-/tmp}/rxe-vm-$(id -u).lock
+exec 9>"$lock"
+if ! flock -n 9; then
+	echo "rxe-vm: another guest is running; waiting up to ${timeout_s} s for it"
+	flock -w "$timeout_s" 9 || die "another guest is still running (lock $lock)"
+fi
+
 # 1. host packages
 need_deps=0
 for c in qemu-system-x86_64 cpio busybox file ib_write_bw ibv_devinfo ibv_rc_pingpong rping rdma; do
@@ -118,7 +127,7 @@ shares=(--share "$repo" --share "$build")
 initrd=$("$here/initramfs.sh" "$kdir" "$cache" "${shares[@]}" "${bins[@]}") ||
 	die "initramfs build failed"
 
-# 4. boot: one guest at a time per user on this host (TCG takes every core it is given)
+# 4. boot
 guest_timeout=$((timeout_s > 120 ? timeout_s - 60 : 60))
 tests=1
 [ -z "$guest_path" ] || tests=0	# the guest script runs the stock checks itself
@@ -132,12 +141,6 @@ qemu=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 2 -m 2048
 [ "$share2" = 0 ] ||
 	qemu+=(-virtfs "local,path=$build,mount_tag=host1,security_model=none,id=host1")
 
-lock=${TMPDIR:-/tmp}/rxe-vm-$(id -u).lock
-exec 9>"$lock"
-if ! flock -n 9; then
-	echo "rxe-vm: another guest is running; waiting up to ${timeout_s} s for it"
-	flock -w "$timeout_s" 9 || die "another guest is still running (lock $lock)"
-fi
 
 echo "rxe-vm: kernel $(basename "$kdir"), initramfs $(basename "$initrd"), log $log"
 start=$(date +%s.%N)
