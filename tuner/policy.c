@@ -88,6 +88,24 @@ static void inputs_parse_force(const char *env, const char *val, int *out,
 	}
 }
 
+/* A rule an earlier one always beats is a mistake worth seeing, not an error. */
+static void inputs_report_shadowed(const struct mk_rules *rs, const char *path)
+{
+	int shown = 0;
+
+	for (size_t i = 1; i < rs->n && shown < 16; i++) {
+		long j = mk_rules_shadowed_by(rs, i);
+
+		if (j < 0)
+			continue;
+		shown++;
+		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_TUNING,
+			"rules file %s:%d never matches: line %d comes first and covers it "
+			"(first match wins)",
+			path, rs->v[i].line, rs->v[j].line);
+	}
+}
+
 static void inputs_read_rules(struct policy_inputs *in)
 {
 	const char *path = mk_param_tuner_config();
@@ -103,6 +121,7 @@ static void inputs_read_rules(struct policy_inputs *in)
 		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_TUNING,
 			"rules file %s: %zu rules, %d lines ignored", path, in->rules.n,
 			in->rules.bad);
+	inputs_report_shadowed(&in->rules, path);
 }
 
 static void inputs_read_split(struct policy_inputs *in)

@@ -658,6 +658,29 @@ undo_open:
 	return rc;
 }
 
+static int rules_range_covers(const struct mk_range *outer, const struct mk_range *inner)
+{
+	return outer->lo <= inner->lo && outer->hi >= inner->hi;
+}
+
+static int rules_covers(const struct mk_rule *a, const struct mk_rule *b)
+{
+	return a->kind == b->kind && (a->what < 0 || a->what == b->what) &&
+	       rules_range_covers(&a->bytes, &b->bytes) && rules_range_covers(&a->nodes, &b->nodes) &&
+	       rules_range_covers(&a->ranks, &b->ranks) &&
+	       rules_range_covers(&a->pipeops, &b->pipeops) &&
+	       rules_range_covers(&a->regbuff, &b->regbuff) && rules_range_covers(&a->m, &b->m) &&
+	       rules_range_covers(&a->n, &b->n) && rules_range_covers(&a->k, &b->k);
+}
+
+long mk_rules_shadowed_by(const struct mk_rules *rs, size_t i)
+{
+	for (size_t j = 0; j < i && i < rs->n; j++)
+		if (rules_covers(&rs->v[j], &rs->v[i]))
+			return (long)j;
+	return -1;
+}
+
 void mk_rules_init(struct mk_rules *rs)
 {
 	memset(rs, 0, sizeof(*rs));

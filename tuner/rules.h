@@ -83,6 +83,12 @@ int mk_rules_parse_action(const char *text, enum mk_rule_kind kind, struct mk_ru
 /* Parse one size with K/M/G/T suffixes (powers of two, optional B or iB). 0 or -EINVAL. */
 int mk_rules_parse_size(const char *s, size_t len, uint64_t *out);
 
+/*
+ * First-match-wins makes a rule dead when an earlier rule of the same kind covers every call it
+ * could match. Returns the index of the first such earlier rule for rule i, or -1.
+ */
+long mk_rules_shadowed_by(const struct mk_rules *rs, size_t i);
+
 /* Name lookups shared with the environment parser; -1 when unknown. "*" is not accepted. */
 int mk_rules_coll_from_name(const char *s, size_t len);
 int mk_rules_algo_from_name(const char *s, size_t len);

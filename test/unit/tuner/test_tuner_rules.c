@@ -386,6 +386,35 @@ static void test_rules_load_files(void **state)
 	unlink(path);
 }
 
+/* Overlaps: a later rule inside an earlier one is dead; a partial overlap is not. */
+static void test_rules_shadowed_detected(void **state)
+{
+	static const char text[] = "allreduce 0-1M nodes=2 -> algo=ring\n"
+				   "allreduce 4K-64K nodes=2 -> algo=tree\n"
+				   "allreduce 512K-4M nodes=2 -> algo=tree\n"
+				   "* * -> proto=simple\n"
+				   "allgather 1K ranks=8 -> proto=ll\n"
+				   "fused gemm_allreduce m>=8192 -> send=4\n"
+				   "fused gemm_allreduce m>=16384 -> send=8\n"
+				   "fused * m>=4096 nodes=2 -> send=2\n";
+	struct mk_rules rs;
+	struct diag_log d;
+
+	(void)state;
+	assert_int_equal(parse(&rs, &d, text), 0);
+	assert_int_equal(rs.n, 8);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 0), -1);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 1), 0);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 2), -1);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 3), -1);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 4), 3);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 5), -1);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 6), 5);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 7), -1);
+	assert_int_equal(mk_rules_shadowed_by(&rs, 8), -1);
+	mk_rules_free(&rs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -394,6 +423,7 @@ int main(void)
 		cmocka_unit_test(test_rules_good_file_all_fields),
 		cmocka_unit_test(test_rules_malformed_each_rejected_with_reason),
 		cmocka_unit_test(test_rules_bad_lines_skipped_good_kept),
+		cmocka_unit_test(test_rules_shadowed_detected),
 		cmocka_unit_test(test_rules_default_diag_is_warn),
 		cmocka_unit_test(test_rules_long_line_rejected),
 		cmocka_unit_test(test_rules_huge_file_truncated),
