@@ -73,9 +73,24 @@ run_pair() {
 			>"$OUT/$label.rank$r.log" 2>&1 &
 		pids+=($!)
 	done
-	for p in "${pids[@]}"; do
-		wait "$p" || rc=1
+	# A rank that dies leaves its peer blocked in NCCL: stop the peer instead of waiting it out.
+	while [ ${#pids[@]} -gt 0 ]; do
+		local done_pid= st left=()
+		wait -n -p done_pid "${pids[@]}"
+		st=$?
+		[ -z "$done_pid" ] && break
+		for p in "${pids[@]}"; do
+			[ "$p" != "$done_pid" ] && left+=("$p")
+		done
+		pids=("${left[@]}")
+		if [ $st -ne 0 ]; then
+			rc=1
+			for p in "${pids[@]}"; do
+				kill "$p" 2>/dev/null
+			done
+		fi
 	done
+	wait
 	if [ $rc -ne 0 ]; then
 		echo "FAIL: run '$label' exited non-zero; see $OUT/$label.rank{0,1}.log" >&2
 		tail -5 "$OUT/$label.rank0.log" >&2
