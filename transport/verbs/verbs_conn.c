@@ -123,6 +123,17 @@ static uint32_t conn_local_ip(void)
 
 /* ---- queue pairs ---- */
 
+static int conn_min(int a, int b)
+{
+	return a < b ? a : b;
+}
+
+/* A knob clamped to what the QP attribute field can hold. */
+static uint8_t conn_knob(int64_t v, int lo, int hi)
+{
+	return (uint8_t)(v < lo ? lo : v > hi ? hi : v);
+}
+
 static int conn_qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a;
@@ -178,14 +189,14 @@ static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, uint32_t 
 	a.max_dest_rd_atomic = 1;
 	a.min_rnr_timer = 12;
 	a.ah_attr.port_num = d->port;
-	a.ah_attr.sl = (uint8_t)mk_param_ib_sl();
+	a.ah_attr.sl = conn_knob(mk_param_ib_sl(), 0, 15);
 	if (d->gid_index >= 0) {
 		/* RoCE (or IB with an explicit GID index): a GRH is required */
 		a.ah_attr.is_global = 1;
 		memcpy(a.ah_attr.grh.dgid.raw, peer->gid, sizeof(peer->gid));
 		a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
 		a.ah_attr.grh.hop_limit = 255;
-		a.ah_attr.grh.traffic_class = (uint8_t)mk_param_ib_tc();
+		a.ah_attr.grh.traffic_class = conn_knob(mk_param_ib_tc(), 0, 255);
 		a.ah_attr.dlid = peer->lid;
 	} else {
 		a.ah_attr.is_global = 0;
@@ -200,8 +211,8 @@ static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, uint32_t 
 	step = "RTS";
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = (uint8_t)mk_param_ib_timeout();
-	a.retry_cnt = (uint8_t)mk_param_ib_retry_cnt();
+	a.timeout = conn_knob(mk_param_ib_timeout(), 1, 31);
+	a.retry_cnt = conn_knob(mk_param_ib_retry_cnt(), 0, 7);
 	a.rnr_retry = 7;
 	a.sq_psn = c->psn;
 	a.max_rd_atomic = 1;
@@ -260,10 +271,6 @@ static void conn_objects_destroy(struct mk_verbs_conn *c)
 	c->slots = NULL;
 }
 
-static int conn_min(int a, int b)
-{
-	return a < b ? a : b;
-}
 
 /* CQ, nqps RC QPs in INIT with receives posted, slots, and the flush QP when needed. */
 static int conn_objects_create(struct mk_verbs_conn *c, int nqps)

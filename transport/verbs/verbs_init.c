@@ -36,32 +36,32 @@ struct mk_verbs_dev *mk_verbs_dev_get(int dev)
 	return &init_devs[dev];
 }
 
-/* Mbit/s from the port's active width (lanes) and per-lane speed codes. */
+/* Mbit/s from the port's active width (lane count) and per-lane speed codes of the IB spec. */
 int mk_verbs_speed_mbps(int width, int speed)
 {
-	int lanes, per_lane;
+	static const struct {
+		int code, value;
+	} lanes[] = { { 1, 1 }, { 2, 4 }, { 4, 8 }, { 8, 12 }, { 16, 2 } },
+	  rates[] = {
+		{ 1, 2500 },	/* SDR */
+		{ 2, 5000 },	/* DDR */
+		{ 4, 10000 },	/* QDR */
+		{ 8, 10000 },	/* FDR10 */
+		{ 16, 14000 },	/* FDR */
+		{ 32, 25000 },	/* EDR */
+		{ 64, 50000 },	/* HDR */
+		{ 128, 100000 },	/* NDR */
+		{ 256, 200000 },	/* XDR */
+	};
+	int n = 1, rate = 10000;
 
-	switch (width) {
-	case 1: lanes = 1; break;
-	case 2: lanes = 4; break;
-	case 4: lanes = 8; break;
-	case 8: lanes = 12; break;
-	case 16: lanes = 2; break;
-	default: lanes = 1; break;
-	}
-	switch (speed) {
-	case 1: per_lane = 2500; break;		/* SDR */
-	case 2: per_lane = 5000; break;		/* DDR */
-	case 4: per_lane = 10000; break;	/* QDR */
-	case 8: per_lane = 10000; break;	/* FDR10 */
-	case 16: per_lane = 14000; break;	/* FDR */
-	case 32: per_lane = 25000; break;	/* EDR */
-	case 64: per_lane = 50000; break;	/* HDR */
-	case 128: per_lane = 100000; break;	/* NDR */
-	case 256: per_lane = 200000; break;	/* XDR */
-	default: per_lane = 10000; break;
-	}
-	return lanes * per_lane;
+	for (size_t i = 0; i < MK_ARRAY_SIZE(lanes); i++)
+		if (lanes[i].code == width)
+			n = lanes[i].value;
+	for (size_t i = 0; i < MK_ARRAY_SIZE(rates); i++)
+		if (rates[i].code == speed)
+			rate = rates[i].value;
+	return n * rate;
 }
 
 static int init_read_line(const char *path, char *buf, size_t len)
