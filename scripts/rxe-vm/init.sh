@@ -22,7 +22,7 @@ ulimit -l unlimited
 
 finish() {
 	mk_mark "info poweroff at uptime $(mk_uptime) s"
-	mk_mark done
+	mk_mark "done"
 	sync
 	poweroff -f
 }
@@ -129,7 +129,7 @@ if [ "$tests" != 0 ]; then
 fi
 
 if [ -n "$script" ]; then
-	export SRC=$src BUILD=$build RXE_VM_LIB=/lib/rxe-vm/guest-lib.sh
+	export SRC="$src" BUILD="$build" RXE_VM_LIB=/lib/rxe-vm/guest-lib.sh
 	cd "$SRC" || setup_fail "no $SRC"
 	timeout "$script_timeout" sh "$script"
 	rc=$?

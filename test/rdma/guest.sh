@@ -83,6 +83,7 @@ for size in 1048576 4194304; do
 		# netbench reports GB/s (10^9 bytes); ib_write_bw --report_gbits Gbit/s.
 		nb_gbytes=$(sed -n 's/.*"gbps_median":\([0-9.]*\).*/\1/p' "$nbj" | head -n 1)
 		if [ -n "$gbps" ] && [ -n "$nb_gbytes" ]; then
+			# shellcheck disable=SC2046 # two words: Gbit/s and ratio
 			set -- $(awk -v a="$nb_gbytes" -v b="$gbps" 'BEGIN { a *= 8;
 				printf "%.4f %s\n", a, (b > 0 ? sprintf("%.3f", a / b) : "null") }')
 			j="{\"tool\":\"compare\",\"size\":$size,\"unit\":\"Gbit/s\""
