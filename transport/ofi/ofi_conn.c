@@ -268,6 +268,8 @@ void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool faile
 			/* the listener may not be reachable yet; connected() gives up at deadline */
 			conn->tx_due = true;
 			conn->tx_not_before_ns = mk_ofi_now_ns() + OFI_RESEND_NS;
+		} else if (failed) {
+			conn->err = -ECONNABORTED;	/* the connecting side went away */
 		}
 		return;
 	}
@@ -472,8 +474,17 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len,
 		ofi_fill_ctrl(conn, MK_OFI_CTRL_REPLY, blob, blob_len);
 	}
 	rc = ofi_send_ctrl(conn);
-	if (rc || conn->tx_due)
-		return rc;	/* reply not handed to the provider yet: try on the next call */
+	if (rc == 0 && conn->tx_posted)
+		rc = mk_ofi_cq_drain(conn, NULL, 0);
+	if (rc < 0)
+		return rc;
+	/*
+	 * Hand the connection out only once the reply has left: a manual-progress provider moves
+	 * it only while this endpoint is polled, and the caller may not poll the new connection
+	 * before the connecting side's MKERNEL_TIMEOUT runs out.
+	 */
+	if (conn->tx_due || conn->tx_posted)
+		return 0;
 	conn->state = MK_OFI_READY;
 	l->pending = NULL;
 	*out = &conn->base;
