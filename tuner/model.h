@@ -13,10 +13,10 @@
 
 /* Link parameters (from MKERNEL_TUNER_{NVL,NET}_{GBPS,LAT_NS}). */
 struct mk_model_links {
-	double nvl_gbps;	/* intra-node bandwidth per GPU and direction, GB/s */
-	double nvl_lat_us;	/* intra-node latency per hop, us */
-	double net_gbps;	/* network bandwidth per GPU and direction, GB/s */
-	double net_lat_us;	/* network latency per hop, us */
+	double nvl_gbps;   /* intra-node bandwidth per GPU and direction, GB/s */
+	double nvl_lat_us; /* intra-node latency per hop, us */
+	double net_gbps;   /* network bandwidth per GPU and direction, GB/s */
+	double net_lat_us; /* network latency per hop, us */
 };
 
 /*

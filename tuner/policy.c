@@ -26,16 +26,16 @@
 struct policy_inputs {
 	int refs;
 	struct mk_rules rules;
-	int env_algo[MK_COLL_COUNT];	/* MK_ALGO_ANY when not forced */
+	int env_algo[MK_COLL_COUNT]; /* MK_ALGO_ANY when not forced */
 	int env_proto[MK_COLL_COUNT];
 	int channels;
 	int max_channels;
 	int model;
 	int log_decisions;
 	int gpu_sms;
-	int adaptive;			/* -1 = not forced */
-	int window;			/* 0 = not forced */
-	int split_set;			/* MKERNEL_TUNER_SM_SPLIT parsed into split */
+	int adaptive;  /* -1 = not forced */
+	int window;    /* 0 = not forced */
+	int split_set; /* MKERNEL_TUNER_SM_SPLIT parsed into split */
 	struct mk_rule split;
 	struct mk_model_links links;
 };
@@ -43,12 +43,12 @@ struct policy_inputs {
 struct mk_policy {
 	struct policy_inputs *in;
 	struct mk_policy_topo topo;
-	const struct mk_rule **rules[MK_COLL_COUNT];	/* rules that can match this comm */
+	const struct mk_rule **rules[MK_COLL_COUNT]; /* rules that can match this comm */
 	size_t nrules[MK_COLL_COUNT];
 	const struct mk_rule **store;
-	unsigned int warned;		/* one bit per (source, collective) */
+	unsigned int warned; /* one bit per (source, collective) */
 	int undecided_logged;
-	int last_coll;			/* last decision logged (MKERNEL_TUNER_LOG_DECISIONS) */
+	int last_coll; /* last decision logged (MKERNEL_TUNER_LOG_DECISIONS) */
 	uint64_t last_bytes;
 };
 
@@ -76,7 +76,8 @@ static void inputs_parse_force(const char *env, const char *val, int *out,
 		}
 		if (colon != NULL)
 			coll = mk_rules_coll_from_name(s, (size_t)(colon - s));
-		v = colon != NULL ? lookup(colon + 1, len - (size_t)(colon + 1 - s)) : lookup(s, len);
+		v = colon != NULL ? lookup(colon + 1, len - (size_t)(colon + 1 - s))
+				  : lookup(s, len);
 		if (v < 0 || (colon != NULL && coll < 0)) {
 			MK_WARN("%s: cannot parse '%.*s'; item ignored", env, (int)len, s);
 		} else {
@@ -313,9 +314,9 @@ static int policy_pick(const struct mk_policy *p, int coll, uint64_t nbytes, con
 
 			if ((proto != MK_PROTO_ANY && pr != proto) || !(cost >= 0.0f))
 				continue;
-			m = p->in->model ? mk_model_coll_us(&p->topo, &p->in->links, coll, a, pr,
-							    nbytes) :
-					   -1;
+			m = p->in->model
+				    ? mk_model_coll_us(&p->topo, &p->in->links, coll, a, pr, nbytes)
+				    : -1;
 			if (m >= 0 && (bm_a < 0 || m < best_model)) {
 				best_model = m;
 				bm_a = a;
@@ -403,7 +404,8 @@ enum mk_policy_src mk_policy_coll(struct mk_policy *p, int coll, uint64_t nbytes
 				  int regbuff, float *table, int nalgo, int nproto, int *nchannels,
 				  struct mk_policy_choice *choice)
 {
-	struct mk_policy_choice c = { MK_POLICY_SRC_NONE, MK_ALGO_ANY, MK_PROTO_ANY, 0,
+	struct mk_policy_choice c = { MK_POLICY_SRC_NONE, MK_ALGO_ANY,
+				      MK_PROTO_ANY,	  0,
 				      MK_POLICY_SRC_NONE, 0 };
 	const struct mk_rule *rule;
 	int a, pr;
@@ -447,7 +449,8 @@ enum mk_policy_src mk_policy_coll(struct mk_policy *p, int coll, uint64_t nbytes
 	if (!p->undecided_logged) {
 		p->undecided_logged = 1;
 		MK_INFO(MK_SUBSYS_TUNING,
-			"no input decides %s of %" PRIu64 " bytes; NCCL's choice stands (logged once)",
+			"no input decides %s of %" PRIu64
+			" bytes; NCCL's choice stands (logged once)",
 			mk_policy_coll_name(coll), nbytes);
 	}
 	goto log;
@@ -523,8 +526,8 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 	sms = q->sms > 0 ? q->sms : in->gpu_sms;
 	rpn = q->ranks_per_node > 0 ? q->ranks_per_node : (q->nranks + q->nnodes - 1) / q->nnodes;
 	memset(&s, 0, sizeof(s));
-	rc = sms >= 8 && sms <= MK_RULES_MAX_SMS ? mk_model_sm_split(q->op, sms, q->nnodes, rpn, &s) :
-						    -EINVAL;
+	rc = sms >= 8 && sms <= MK_RULES_MAX_SMS ? mk_model_sm_split(q->op, sms, q->nnodes, rpn, &s)
+						 : -EINVAL;
 	if (rc)
 		goto out;
 	s.src = MK_POLICY_SRC_MODEL;
@@ -536,9 +539,10 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 		if (rc > 0)
 			s.src = MK_POLICY_SRC_RULE;
 		else if (rc < 0)
-			MK_WARN_ONCE("rules file line %d: split for %s needs more than the %d SMs of "
-				     "this GPU or leaves no compute SM; using the table",
-				     rule->line, mk_policy_op_name(q->op), sms);
+			MK_WARN_ONCE(
+				"rules file line %d: split for %s needs more than the %d SMs of "
+				"this GPU or leaves no compute SM; using the table",
+				rule->line, mk_policy_op_name(q->op), sms);
 		if (rule->adaptive >= 0)
 			s.adaptive = rule->adaptive;
 	}
@@ -547,9 +551,10 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 		if (rc > 0)
 			s.src = MK_POLICY_SRC_ENV;
 		else if (rc < 0)
-			MK_WARN_ONCE("MKERNEL_TUNER_SM_SPLIT needs more than the %d SMs of this GPU "
-				     "or leaves no compute SM; ignored",
-				     sms);
+			MK_WARN_ONCE(
+				"MKERNEL_TUNER_SM_SPLIT needs more than the %d SMs of this GPU "
+				"or leaves no compute SM; ignored",
+				sms);
 	}
 	mk_model_controller(sms, &s);
 	if (rule != NULL && rule->window > 0)

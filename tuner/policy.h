@@ -56,7 +56,7 @@ enum mk_proto {
 
 /* Which input decided (returned by mk_policy_coll, recorded in an SM split). */
 enum mk_policy_src {
-	MK_POLICY_SRC_NONE = 0,	/* undecided: NCCL's own choice stands */
+	MK_POLICY_SRC_NONE = 0, /* undecided: NCCL's own choice stands */
 	MK_POLICY_SRC_ENV,	/* an MKERNEL_TUNER_* variable */
 	MK_POLICY_SRC_RULE,	/* a line of the rules file */
 	MK_POLICY_SRC_MODEL,	/* the cost model or the static split table */
@@ -66,7 +66,7 @@ enum mk_policy_src {
 struct mk_policy_topo {
 	int nranks;
 	int nnodes;
-	int ranks_per_node;	/* largest NVLink domain; 0 = derive as ceil(nranks / nnodes) */
+	int ranks_per_node; /* largest NVLink domain; 0 = derive as ceil(nranks / nnodes) */
 };
 
 struct mk_policy;
@@ -78,12 +78,12 @@ void mk_policy_destroy(struct mk_policy *p);
 
 /* What mk_policy_coll decided, for logs and tests. */
 struct mk_policy_choice {
-	enum mk_policy_src src;		/* who chose algo/proto; NONE = table untouched */
-	int algo;			/* MK_ALGO_ANY when undecided */
-	int proto;			/* MK_PROTO_ANY when undecided */
-	int channels;			/* written to *nchannels; 0 = not written */
+	enum mk_policy_src src; /* who chose algo/proto; NONE = table untouched */
+	int algo;		/* MK_ALGO_ANY when undecided */
+	int proto;		/* MK_PROTO_ANY when undecided */
+	int channels;		/* written to *nchannels; 0 = not written */
 	enum mk_policy_src channels_src;
-	int rule_line;			/* line of the matching rule, 0 if none */
+	int rule_line; /* line of the matching rule, 0 if none */
 };
 
 /*
@@ -110,10 +110,10 @@ enum mk_fused_op {
 
 /* CTA roles of a fused persistent kernel. */
 enum mk_sm_role {
-	MK_ROLE_COMPUTE = 0,	/* GEMM / attention tiles */
-	MK_ROLE_INTRA = 1,	/* intra-node comm over NVLink peer pointers */
-	MK_ROLE_SEND = 2,	/* inter-node send: pushes put+signal commands to the host proxy */
-	MK_ROLE_REDUCE = 3,	/* inter-node reduce + publish as remote slices arrive */
+	MK_ROLE_COMPUTE = 0, /* GEMM / attention tiles */
+	MK_ROLE_INTRA = 1,   /* intra-node comm over NVLink peer pointers */
+	MK_ROLE_SEND = 2,    /* inter-node send: pushes put+signal commands to the host proxy */
+	MK_ROLE_REDUCE = 3,  /* inter-node reduce + publish as remote slices arrive */
 	MK_ROLE_COUNT = 4,
 };
 
@@ -125,23 +125,23 @@ enum mk_sm_role {
 struct mk_policy_op_query {
 	enum mk_fused_op op;
 	uint64_t m, n, k;
-	int dtype_bytes;	/* 2 for bf16; 0 = 2 */
+	int dtype_bytes; /* 2 for bf16; 0 = 2 */
 	int nnodes;
 	int nranks;
-	int ranks_per_node;	/* 0 = ceil(nranks / nnodes) */
-	int sms;		/* SMs of the GPU the kernel runs on; 0 = MKERNEL_TUNER_GPU_SMS */
+	int ranks_per_node; /* 0 = ceil(nranks / nnodes) */
+	int sms;	    /* SMs of the GPU the kernel runs on; 0 = MKERNEL_TUNER_GPU_SMS */
 };
 
 /* The answer: initial split plus the controller's bounds and cadence. */
 struct mk_policy_sm_split {
-	int sms[MK_ROLE_COUNT];		/* initial CTAs per role; sum <= query sms */
-	int min_sms[MK_ROLE_COUNT];	/* controller never goes below (0 for unused roles) */
-	int max_sms[MK_ROLE_COUNT];	/* controller never goes above (0 for unused roles) */
-	int window;			/* tasks sampled per role before the controller moves */
-	int max_step;			/* most CTAs moved between roles per window */
-	int adaptive;			/* 1: run the on-GPU controller; 0: keep the split static */
-	enum mk_policy_src src;		/* who decided sms[] */
-	int rule_line;			/* line of the rule that matched, 0 if none */
+	int sms[MK_ROLE_COUNT];	    /* initial CTAs per role; sum <= query sms */
+	int min_sms[MK_ROLE_COUNT]; /* controller never goes below (0 for unused roles) */
+	int max_sms[MK_ROLE_COUNT]; /* controller never goes above (0 for unused roles) */
+	int window;		    /* tasks sampled per role before the controller moves */
+	int max_step;		    /* most CTAs moved between roles per window */
+	int adaptive;		    /* 1: run the on-GPU controller; 0: keep the split static */
+	enum mk_policy_src src;	    /* who decided sms[] */
+	int rule_line;		    /* line of the rule that matched, 0 if none */
 };
 
 /* Answer the fused op's question. 0, or -EINVAL for a bad query (unknown op, sms < 8, ...). */

@@ -33,15 +33,18 @@ struct rules_line {
 };
 
 static const char *const coll_names[MK_COLL_COUNT] = {
-	[MK_COLL_BROADCAST] = "broadcast",	   [MK_COLL_REDUCE] = "reduce",
-	[MK_COLL_ALLGATHER] = "allgather",	   [MK_COLL_REDUCESCATTER] = "reducescatter",
+	[MK_COLL_BROADCAST] = "broadcast", [MK_COLL_REDUCE] = "reduce",
+	[MK_COLL_ALLGATHER] = "allgather", [MK_COLL_REDUCESCATTER] = "reducescatter",
 	[MK_COLL_ALLREDUCE] = "allreduce",
 };
 
 static const char *const algo_names[MK_ALGO_COUNT] = {
-	[MK_ALGO_TREE] = "tree",	       [MK_ALGO_RING] = "ring",
-	[MK_ALGO_COLLNET_DIRECT] = "collnet_direct", [MK_ALGO_COLLNET_CHAIN] = "collnet_chain",
-	[MK_ALGO_NVLS] = "nvls",	       [MK_ALGO_NVLS_TREE] = "nvls_tree",
+	[MK_ALGO_TREE] = "tree",
+	[MK_ALGO_RING] = "ring",
+	[MK_ALGO_COLLNET_DIRECT] = "collnet_direct",
+	[MK_ALGO_COLLNET_CHAIN] = "collnet_chain",
+	[MK_ALGO_NVLS] = "nvls",
+	[MK_ALGO_NVLS_TREE] = "nvls_tree",
 	[MK_ALGO_PAT] = "pat",
 };
 
@@ -251,7 +254,7 @@ static int rules_parse_cmp(const char *op, size_t len, struct mk_range *r)
 		return 0;
 	}
 	if (v == 0)
-		return -EINVAL;	/* "< 0" matches nothing */
+		return -EINVAL; /* "< 0" matches nothing */
 	r->lo = 0;
 	r->hi = v - 1;
 	return 0;
@@ -349,8 +352,9 @@ static int rules_action_one(const struct rules_tok *key, const struct rules_tok 
 
 	if (kind == MK_RULE_COLL && rules_name_eq(key->s, key->len, "algo")) {
 		slot = 0;
-		r->algo = rules_is_star(val->s, val->len) ? MK_ALGO_ANY :
-				mk_rules_algo_from_name(val->s, val->len);
+		r->algo = rules_is_star(val->s, val->len)
+				  ? MK_ALGO_ANY
+				  : mk_rules_algo_from_name(val->s, val->len);
 		if (r->algo < 0 && !rules_is_star(val->s, val->len)) {
 			*reason = "unknown algorithm (tree, ring, collnet_direct, collnet_chain, "
 				  "nvls, nvls_tree, pat or *)";
@@ -358,8 +362,9 @@ static int rules_action_one(const struct rules_tok *key, const struct rules_tok 
 		}
 	} else if (kind == MK_RULE_COLL && rules_name_eq(key->s, key->len, "proto")) {
 		slot = 1;
-		r->proto = rules_is_star(val->s, val->len) ? MK_PROTO_ANY :
-				 mk_rules_proto_from_name(val->s, val->len);
+		r->proto = rules_is_star(val->s, val->len)
+				   ? MK_PROTO_ANY
+				   : mk_rules_proto_from_name(val->s, val->len);
 		if (r->proto < 0 && !rules_is_star(val->s, val->len)) {
 			*reason = "unknown protocol (ll, ll128, simple or *)";
 			return -EINVAL;
@@ -389,9 +394,10 @@ static int rules_action_one(const struct rules_tok *key, const struct rules_tok 
 			return -EINVAL;
 		}
 	} else {
-		*reason = kind == MK_RULE_COLL ?
-				  "unknown action (algo, proto, channels)" :
-				  "unknown action (compute, intra, send, reduce, adaptive, window)";
+		*reason =
+			kind == MK_RULE_COLL
+				? "unknown action (algo, proto, channels)"
+				: "unknown action (compute, intra, send, reduce, adaptive, window)";
 		return -EINVAL;
 	}
 	if (*seen & (1u << slot)) {
@@ -468,16 +474,16 @@ static int rules_parse_left(struct rules_line *l, const char *s, size_t len, str
 		rules_defaults(r, MK_RULE_FUSED, r->line);
 		if (n < 2)
 			return rules_fail(l, "fused rule without an op name%.*s", NULL);
-		r->what = rules_is_star(toks[1].s, toks[1].len) ?
-				  -1 :
-				  mk_rules_op_from_name(toks[1].s, toks[1].len);
+		r->what = rules_is_star(toks[1].s, toks[1].len)
+				  ? -1
+				  : mk_rules_op_from_name(toks[1].s, toks[1].len);
 		if (r->what < 0 && !rules_is_star(toks[1].s, toks[1].len))
 			return rules_fail(l, "unknown fused op '%.*s'", &toks[1]);
 		first = 2;
 	} else {
-		r->what = rules_is_star(toks[0].s, toks[0].len) ?
-				  -1 :
-				  mk_rules_coll_from_name(toks[0].s, toks[0].len);
+		r->what = rules_is_star(toks[0].s, toks[0].len)
+				  ? -1
+				  : mk_rules_coll_from_name(toks[0].s, toks[0].len);
 		if (r->what < 0 && !rules_is_star(toks[0].s, toks[0].len))
 			return rules_fail(l, "unknown collective '%.*s'", &toks[0]);
 		if (n < 2)
@@ -666,7 +672,8 @@ static int rules_range_covers(const struct mk_range *outer, const struct mk_rang
 static int rules_covers(const struct mk_rule *a, const struct mk_rule *b)
 {
 	return a->kind == b->kind && (a->what < 0 || a->what == b->what) &&
-	       rules_range_covers(&a->bytes, &b->bytes) && rules_range_covers(&a->nodes, &b->nodes) &&
+	       rules_range_covers(&a->bytes, &b->bytes) &&
+	       rules_range_covers(&a->nodes, &b->nodes) &&
 	       rules_range_covers(&a->ranks, &b->ranks) &&
 	       rules_range_covers(&a->pipeops, &b->pipeops) &&
 	       rules_range_covers(&a->regbuff, &b->regbuff) && rules_range_covers(&a->m, &b->m) &&

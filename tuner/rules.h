@@ -17,11 +17,11 @@
 
 #include "policy.h"
 
-#define MK_RULES_MAX_LINE  1024			/* longer lines are rejected */
-#define MK_RULES_MAX_RULES 4096			/* later rules are ignored, with one diagnostic */
-#define MK_RULES_MAX_FILE  (16u << 20)		/* bytes read from a file at most */
-#define MK_RULES_MAX_CHANNELS 64		/* NCCL's channel limit */
-#define MK_RULES_MAX_SMS   1024			/* bound on one role's SM count */
+#define MK_RULES_MAX_LINE     1024	  /* longer lines are rejected */
+#define MK_RULES_MAX_RULES    4096	  /* later rules are ignored, with one diagnostic */
+#define MK_RULES_MAX_FILE     (16u << 20) /* bytes read from a file at most */
+#define MK_RULES_MAX_CHANNELS 64	  /* NCCL's channel limit */
+#define MK_RULES_MAX_SMS      1024	  /* bound on one role's SM count */
 
 /* Inclusive range; the wildcard '*' is [0, UINT64_MAX]. */
 struct mk_range {
@@ -36,28 +36,28 @@ enum mk_rule_kind {
 
 struct mk_rule {
 	enum mk_rule_kind kind;
-	int line;			/* 1-based line in its file */
-	int what;			/* enum mk_coll or enum mk_fused_op; -1 = any */
-	struct mk_range bytes;		/* collectives: message size in bytes */
+	int line;	       /* 1-based line in its file */
+	int what;	       /* enum mk_coll or enum mk_fused_op; -1 = any */
+	struct mk_range bytes; /* collectives: message size in bytes */
 	struct mk_range nodes;
 	struct mk_range ranks;
-	struct mk_range pipeops;	/* collectives: ops in the group */
-	struct mk_range regbuff;	/* collectives: 0 or 1 */
-	struct mk_range m, n, k;	/* fused: shape */
-	int algo;			/* MK_ALGO_ANY when not given */
-	int proto;			/* MK_PROTO_ANY when not given */
-	int channels;			/* 0 when not given */
-	int sms[MK_ROLE_COUNT];		/* fused: -1 when not given */
-	int adaptive;			/* fused: -1 when not given */
-	int window;			/* fused: -1 when not given */
+	struct mk_range pipeops; /* collectives: ops in the group */
+	struct mk_range regbuff; /* collectives: 0 or 1 */
+	struct mk_range m, n, k; /* fused: shape */
+	int algo;		 /* MK_ALGO_ANY when not given */
+	int proto;		 /* MK_PROTO_ANY when not given */
+	int channels;		 /* 0 when not given */
+	int sms[MK_ROLE_COUNT];	 /* fused: -1 when not given */
+	int adaptive;		 /* fused: -1 when not given */
+	int window;		 /* fused: -1 when not given */
 };
 
 struct mk_rules {
 	struct mk_rule *v;
 	size_t n;
 	size_t cap;
-	int bad;			/* lines rejected */
-	int truncated;			/* 1 when rules past MK_RULES_MAX_RULES were dropped */
+	int bad;       /* lines rejected */
+	int truncated; /* 1 when rules past MK_RULES_MAX_RULES were dropped */
 };
 
 /* Receives one diagnostic per rejected line; NULL callback = MK_WARN "file:line: reason". */

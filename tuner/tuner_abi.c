@@ -16,15 +16,19 @@
 #include "policy.h"
 
 /* The policy's indices are NCCL's: the table is handed over as it is. */
-_Static_assert((int)MK_ALGO_TREE == (int)MK_NCCL_ALGO_TREE && (int)MK_ALGO_RING ==
-	       (int)MK_NCCL_ALGO_RING && (int)MK_ALGO_PAT == (int)MK_NCCL_ALGO_PAT &&
-	       (int)MK_ALGO_COUNT == (int)MK_NCCL_NUM_ALGORITHMS, "algorithm indices");
-_Static_assert((int)MK_PROTO_LL == (int)MK_NCCL_PROTO_LL && (int)MK_PROTO_SIMPLE ==
-	       (int)MK_NCCL_PROTO_SIMPLE && (int)MK_PROTO_COUNT == (int)MK_NCCL_NUM_PROTOCOLS,
+_Static_assert((int)MK_ALGO_TREE == (int)MK_NCCL_ALGO_TREE &&
+		       (int)MK_ALGO_RING == (int)MK_NCCL_ALGO_RING &&
+		       (int)MK_ALGO_PAT == (int)MK_NCCL_ALGO_PAT &&
+		       (int)MK_ALGO_COUNT == (int)MK_NCCL_NUM_ALGORITHMS,
+	       "algorithm indices");
+_Static_assert((int)MK_PROTO_LL == (int)MK_NCCL_PROTO_LL &&
+		       (int)MK_PROTO_SIMPLE == (int)MK_NCCL_PROTO_SIMPLE &&
+		       (int)MK_PROTO_COUNT == (int)MK_NCCL_NUM_PROTOCOLS,
 	       "protocol indices");
-_Static_assert((int)MK_COLL_ALLREDUCE == (int)MK_NCCL_FUNC_ALLREDUCE && (int)MK_COLL_BROADCAST ==
-	       (int)MK_NCCL_FUNC_BROADCAST && (int)MK_COLL_REDUCESCATTER ==
-	       (int)MK_NCCL_FUNC_REDUCESCATTER, "collective indices");
+_Static_assert((int)MK_COLL_ALLREDUCE == (int)MK_NCCL_FUNC_ALLREDUCE &&
+		       (int)MK_COLL_BROADCAST == (int)MK_NCCL_FUNC_BROADCAST &&
+		       (int)MK_COLL_REDUCESCATTER == (int)MK_NCCL_FUNC_REDUCESCATTER,
+	       "collective indices");
 
 static ncclResult_t tuner5_init(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
 				mk_nccl_logger_t logFunction,
@@ -35,7 +39,7 @@ static ncclResult_t tuner5_init(void **ctx, uint64_t commId, size_t nRanks, size
 	struct mk_policy *p = NULL;
 	int rc;
 
-	(void)constants;	/* NCCL's own model stays as NCCL built it */
+	(void)constants; /* NCCL's own model stays as NCCL built it */
 	if (logFunction != NULL)
 		mk_log_set_sink(logFunction);
 	if (ctx == NULL)
@@ -63,9 +67,9 @@ static ncclResult_t tuner5_init(void **ctx, uint64_t commId, size_t nRanks, size
 	return ncclSuccess;
 }
 
-static ncclResult_t tuner5_get_coll_info(void *context, enum mk_nccl_func collType,
-					 size_t nBytes, int numPipeOps, float **collCostTable,
-					 int numAlgo, int numProto, int regBuff, int *nChannels)
+static ncclResult_t tuner5_get_coll_info(void *context, enum mk_nccl_func collType, size_t nBytes,
+					 int numPipeOps, float **collCostTable, int numAlgo,
+					 int numProto, int regBuff, int *nChannels)
 {
 	/* A contiguous float[numAlgo][numProto] arrives as float**: cast, never index it. */
 	float(*table)[MK_NCCL_NUM_PROTOCOLS] = (float(*)[MK_NCCL_NUM_PROTOCOLS])collCostTable;

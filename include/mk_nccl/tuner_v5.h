@@ -36,9 +36,9 @@ enum mk_nccl_proto {
 /* A cost-table entry NCCL must never pick (unsupported or excluded by NCCL_ALGO/NCCL_PROTO). */
 #define MK_NCCL_ALGO_PROTO_IGNORE (-1.0f)
 
-#define MK_NCCL_NUM_HW_LINKS	3	/* NVLINK, PCI, NET */
-#define MK_NCCL_NUM_COMPCAPS	4	/* Volta, Ampere, Hopper, Blackwell */
-#define MK_NCCL_NUM_TUNING_SCALES 3	/* 1, 2, 4 nodes */
+#define MK_NCCL_NUM_HW_LINKS	  3 /* NVLINK, PCI, NET */
+#define MK_NCCL_NUM_COMPCAPS	  4 /* Volta, Ampere, Hopper, Blackwell */
+#define MK_NCCL_NUM_TUNING_SCALES 3 /* 1, 2, 4 nodes */
 
 /* ncclNvlDomainInfo_v5_t: how ranks group into NVLink domains (read only). */
 struct mk_nccl_nvl_domain_info_v5 {

@@ -90,10 +90,9 @@ static int bench_run(const struct bench_opts *o, int with_call, struct bench_res
 
 			memcpy(table, ref[s], sizeof(table));
 			if (with_call)
-				ncclTunerPlugin_v5.getCollInfo(ctx, MK_NCCL_FUNC_ALLREDUCE,
-							       sizes[s], 1, (float **)tp,
-							       MK_NCCL_NUM_ALGORITHMS,
-							       MK_NCCL_NUM_PROTOCOLS, 0, &nch);
+				ncclTunerPlugin_v5.getCollInfo(
+					ctx, MK_NCCL_FUNC_ALLREDUCE, sizes[s], 1, (float **)tp,
+					MK_NCCL_NUM_ALGORITHMS, MK_NCCL_NUM_PROTOCOLS, 0, &nch);
 			__asm__ volatile("" : : "r"(tp) : "memory");
 		}
 		per[b] = (bench_now_ns() - t0) / o->calls;
@@ -161,10 +160,13 @@ static int bench_usage(const char *argv0)
 
 int main(int argc, char **argv)
 {
-	struct bench_opts o = { .batches = 2000, .calls = 64, .nranks = 16, .nnodes = 2,
-				.nrules = 64 };
-	struct bench_result res[4] = { { .name = "baseline_refill" }, { .name = "model" },
-				       { .name = "rules_last_match" }, { .name = "env_forced" } };
+	struct bench_opts o = {
+		.batches = 2000, .calls = 64, .nranks = 16, .nnodes = 2, .nrules = 64
+	};
+	struct bench_result res[4] = { { .name = "baseline_refill" },
+				       { .name = "model" },
+				       { .name = "rules_last_match" },
+				       { .name = "env_forced" } };
 	char path[64];
 	int opt, rc;
 

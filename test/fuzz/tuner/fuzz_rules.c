@@ -32,10 +32,43 @@ static const char *const seeds[] = {
 };
 
 static const char *const dict[] = {
-	"->", "*", "=", "K", "M", "G", "T", "iB", "-", "nodes=", "ranks=", "fused ", "algo=",
-	"proto=", "channels=", "#", "\n", "99999999999999999999", ">=", "<", ">", "<=", " ",
-	"\t", "\r", "ring", "tree", "ll128", "compute=", "window=", "0", "1024", "allreduce ",
-	"gemm_allreduce", "\x01", "\xff", "18446744073709551615",
+	"->",
+	"*",
+	"=",
+	"K",
+	"M",
+	"G",
+	"T",
+	"iB",
+	"-",
+	"nodes=",
+	"ranks=",
+	"fused ",
+	"algo=",
+	"proto=",
+	"channels=",
+	"#",
+	"\n",
+	"99999999999999999999",
+	">=",
+	"<",
+	">",
+	"<=",
+	" ",
+	"\t",
+	"\r",
+	"ring",
+	"tree",
+	"ll128",
+	"compute=",
+	"window=",
+	"0",
+	"1024",
+	"allreduce ",
+	"gemm_allreduce",
+	"\x01",
+	"\xff",
+	"18446744073709551615",
 };
 
 static uint64_t rng_state;
@@ -128,11 +161,10 @@ static int rule_ok(const struct mk_rule *r, int prev_line)
 {
 	int ok = r->line > prev_line && range_ok(&r->bytes) && range_ok(&r->nodes) &&
 		 range_ok(&r->ranks) && range_ok(&r->pipeops) && range_ok(&r->regbuff) &&
-		 range_ok(&r->m) && range_ok(&r->n) && range_ok(&r->k) &&
-		 r->algo >= MK_ALGO_ANY && r->algo < MK_ALGO_COUNT &&
-		 r->proto >= MK_PROTO_ANY && r->proto < MK_PROTO_COUNT && r->channels >= 0 &&
-		 r->channels <= MK_RULES_MAX_CHANNELS && r->adaptive >= -1 && r->adaptive <= 1 &&
-		 (r->window == -1 || (r->window >= 1 && r->window <= 65536));
+		 range_ok(&r->m) && range_ok(&r->n) && range_ok(&r->k) && r->algo >= MK_ALGO_ANY &&
+		 r->algo < MK_ALGO_COUNT && r->proto >= MK_PROTO_ANY && r->proto < MK_PROTO_COUNT &&
+		 r->channels >= 0 && r->channels <= MK_RULES_MAX_CHANNELS && r->adaptive >= -1 &&
+		 r->adaptive <= 1 && (r->window == -1 || (r->window >= 1 && r->window <= 65536));
 
 	if (r->kind == MK_RULE_COLL)
 		ok = ok && r->what >= -1 && r->what < MK_COLL_COUNT;
@@ -209,7 +241,8 @@ int main(int argc, char **argv)
 		}
 		for (size_t i = 0; i < rs.n; i++) {
 			if (!rule_ok(&rs.v[i], prev) || d.bad || d.count != rs.bad + rs.truncated) {
-				fprintf(stderr, "iteration %ld: bad rule %zu or diagnostic in:\n%.*s\n",
+				fprintf(stderr,
+					"iteration %ld: bad rule %zu or diagnostic in:\n%.*s\n",
 					iters, i, (int)len, buf);
 				return 1;
 			}

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define LOG_CAPTURE_WARN 2	/* NCCL's WARN level */
+#define LOG_CAPTURE_WARN 2 /* NCCL's WARN level */
 
 static char log_text[16384];
 static int log_warns;

@@ -132,7 +132,7 @@ static void test_v5_allreduce_sweep_like_nccl(void **state)
 		assert_int_equal(algo, want[i].algo);
 		assert_int_equal(proto, want[i].proto);
 		assert_true(t[algo][proto] == 0.0f);
-		assert_int_equal(nch, 3);	/* MKERNEL_TUNER_MAX_CHANNELS budget */
+		assert_int_equal(nch, 3); /* MKERNEL_TUNER_MAX_CHANNELS budget */
 		for (int a = MK_NCCL_ALGO_COLLNET_DIRECT; a < NA; a++)
 			for (int p = 0; p < NP; p++)
 				assert_true(t[a][p] == -1.0f);

@@ -24,11 +24,11 @@
 #define NP MK_PROTO_COUNT
 
 static const char *const knobs[] = {
-	"MKERNEL_TUNER_CONFIG",	      "MKERNEL_TUNER_ALGO",	"MKERNEL_TUNER_PROTO",
-	"MKERNEL_TUNER_CHANNELS",     "MKERNEL_TUNER_MAX_CHANNELS", "MKERNEL_TUNER_MODEL",
-	"MKERNEL_TUNER_NVL_GBPS",     "MKERNEL_TUNER_NVL_LAT_NS", "MKERNEL_TUNER_NET_GBPS",
-	"MKERNEL_TUNER_NET_LAT_NS",   "MKERNEL_TUNER_GPU_SMS",	"MKERNEL_TUNER_SM_SPLIT",
-	"MKERNEL_TUNER_ADAPTIVE",     "MKERNEL_TUNER_WINDOW",	"MKERNEL_TUNER_LOG_DECISIONS",
+	"MKERNEL_TUNER_CONFIG",	    "MKERNEL_TUNER_ALGO",	  "MKERNEL_TUNER_PROTO",
+	"MKERNEL_TUNER_CHANNELS",   "MKERNEL_TUNER_MAX_CHANNELS", "MKERNEL_TUNER_MODEL",
+	"MKERNEL_TUNER_NVL_GBPS",   "MKERNEL_TUNER_NVL_LAT_NS",	  "MKERNEL_TUNER_NET_GBPS",
+	"MKERNEL_TUNER_NET_LAT_NS", "MKERNEL_TUNER_GPU_SMS",	  "MKERNEL_TUNER_SM_SPLIT",
+	"MKERNEL_TUNER_ADAPTIVE",   "MKERNEL_TUNER_WINDOW",	  "MKERNEL_TUNER_LOG_DECISIONS",
 };
 
 static char rules_path[64];
@@ -147,9 +147,9 @@ static void test_model_two_nodes_protocol_crossovers(void **state)
 	expect(decide(p, MK_COLL_ALLREDUCE, 1 << 20, t, &nch), MK_POLICY_SRC_MODEL, MK_ALGO_RING,
 	       MK_PROTO_LL128);
 	nccl_table(t, 64 << 20);
-	expect(decide(p, MK_COLL_ALLREDUCE, 64 << 20, t, &nch), MK_POLICY_SRC_MODEL,
-	       MK_ALGO_RING, MK_PROTO_SIMPLE);
-	assert_int_equal(nch, -7);	/* no channel input: NCCL's value untouched */
+	expect(decide(p, MK_COLL_ALLREDUCE, 64 << 20, t, &nch), MK_POLICY_SRC_MODEL, MK_ALGO_RING,
+	       MK_PROTO_SIMPLE);
+	assert_int_equal(nch, -7); /* no channel input: NCCL's value untouched */
 	mk_policy_destroy(p);
 }
 
@@ -163,8 +163,8 @@ static void test_model_tree_wins_small_at_scale(void **state)
 	expect(decide(p, MK_COLL_ALLREDUCE, 4096, t, NULL), MK_POLICY_SRC_MODEL, MK_ALGO_TREE,
 	       MK_PROTO_LL);
 	nccl_table(t, 256 << 20);
-	expect(decide(p, MK_COLL_ALLREDUCE, 256 << 20, t, NULL), MK_POLICY_SRC_MODEL,
-	       MK_ALGO_RING, MK_PROTO_SIMPLE);
+	expect(decide(p, MK_COLL_ALLREDUCE, 256 << 20, t, NULL), MK_POLICY_SRC_MODEL, MK_ALGO_RING,
+	       MK_PROTO_SIMPLE);
 	/* Tree is not modelled for allgather: ring even where NCCL's tree entry is cheaper. */
 	nccl_table(t, 4096);
 	t[MK_ALGO_TREE][MK_PROTO_LL] = 0.5f;
@@ -177,10 +177,10 @@ static void test_model_values_follow_formula(void **state)
 {
 	struct mk_policy_topo topo = { .nranks = 2, .nnodes = 2 };
 	struct mk_model_links l = { 450, 1, 50, 5 };
-	double small = mk_model_coll_us(&topo, &l, MK_COLL_ALLREDUCE, MK_ALGO_RING,
-					MK_PROTO_SIMPLE, 0);
-	double big = mk_model_coll_us(&topo, &l, MK_COLL_ALLREDUCE, MK_ALGO_RING,
-				      MK_PROTO_SIMPLE, 50000000);
+	double small =
+		mk_model_coll_us(&topo, &l, MK_COLL_ALLREDUCE, MK_ALGO_RING, MK_PROTO_SIMPLE, 0);
+	double big = mk_model_coll_us(&topo, &l, MK_COLL_ALLREDUCE, MK_ALGO_RING, MK_PROTO_SIMPLE,
+				      50000000);
 
 	(void)state;
 	/* 2 steps x (5 us + 3 us) and 1 x 50 MB / 50 GB/s = 1000 us. */
@@ -260,9 +260,9 @@ static void test_undecided_leaves_table_alone(void **state)
 			t[a][pr] = -1.0f;
 	t[MK_ALGO_PAT][MK_PROTO_SIMPLE] = 12.0f;
 	memcpy(before, t, sizeof(t));
-	assert_int_equal(mk_policy_coll(p, MK_COLL_ALLGATHER, 4096, 1, 0, &t[0][0], NA, NP, NULL,
-					&c),
-			 MK_POLICY_SRC_NONE);
+	assert_int_equal(
+		mk_policy_coll(p, MK_COLL_ALLGATHER, 4096, 1, 0, &t[0][0], NA, NP, NULL, &c),
+		MK_POLICY_SRC_NONE);
 	assert_memory_equal(before, t, sizeof(t));
 	/* Unknown collective index (p2p) and a missing table: also untouched. */
 	assert_int_equal(mk_policy_coll(p, 7, 4096, 1, 0, &t[0][0], NA, NP, NULL, &c),
@@ -531,8 +531,13 @@ static void check_split_invariants(const struct mk_policy_sm_split *s, int sms)
 
 static void test_sm_split_table_and_topology(void **state)
 {
-	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE, .m = 8192, .n = 8192,
-					.k = 512, .nnodes = 2, .nranks = 16, .sms = 132 };
+	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE,
+					.m = 8192,
+					.n = 8192,
+					.k = 512,
+					.nnodes = 2,
+					.nranks = 16,
+					.sms = 132 };
 	struct mk_policy_sm_split s;
 
 	(void)state;
@@ -592,8 +597,13 @@ static void test_sm_split_table_and_topology(void **state)
 
 static void test_sm_split_rules_env_precedence(void **state)
 {
-	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE, .m = 16384, .n = 16384,
-					.k = 1024, .nnodes = 2, .nranks = 16, .sms = 132 };
+	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE,
+					.m = 16384,
+					.n = 16384,
+					.k = 1024,
+					.nnodes = 2,
+					.nranks = 16,
+					.sms = 132 };
 	struct mk_policy_sm_split s;
 
 	(void)state;
@@ -670,8 +680,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_undecided_leaves_table_alone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_model_off_means_nccl_choice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_precedence_env_rule_model, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_env_proto_only_and_bad_items, setup,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_env_proto_only_and_bad_items, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rules_first_match_wins_on_overlap, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_bad_rules_file_warns_and_keeps_working, setup,

@@ -187,8 +187,8 @@ static void test_rules_malformed_each_rejected_with_reason(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(parse(&rs, &d, bad[i].line), 0);
 		if (d.count != 1 || strstr(d.reason[0], bad[i].reason) == NULL)
-			fail_msg("line '%s': %d diagnostics, first '%s', expected '%s'", bad[i].line,
-				 d.count, d.count ? d.reason[0] : "", bad[i].reason);
+			fail_msg("line '%s': %d diagnostics, first '%s', expected '%s'",
+				 bad[i].line, d.count, d.count ? d.reason[0] : "", bad[i].reason);
 		assert_int_equal(d.line[0], 1);
 		assert_string_equal(d.file[0], "test.rules");
 		assert_int_equal(rs.n, 0);
@@ -244,13 +244,22 @@ static void test_rules_size_suffixes(void **state)
 		const char *s;
 		uint64_t v;
 	} good[] = {
-		{ "0", 0 },	       { "17", 17 },	       { "1K", 1024 },
-		{ "1k", 1024 },	       { "2KB", 2048 },	       { "2KiB", 2048 },
-		{ "3M", 3 << 20 },     { "1G", 1ULL << 30 },   { "2T", 2ULL << 40 },
-		{ "5B", 5 },	       { "18446744073709551615", UINT64_MAX },
+		{ "0", 0 },
+		{ "17", 17 },
+		{ "1K", 1024 },
+		{ "1k", 1024 },
+		{ "2KB", 2048 },
+		{ "2KiB", 2048 },
+		{ "3M", 3 << 20 },
+		{ "1G", 1ULL << 30 },
+		{ "2T", 2ULL << 40 },
+		{ "5B", 5 },
+		{ "18446744073709551615", UINT64_MAX },
 	};
-	static const char *const bad[] = { "", "K", "1KK", "1.5K", "0x10", "1 K", "-1",
-					   "16777216T", "18446744073709551616", "1Kx" };
+	static const char *const bad[] = { "",	   "K",		"1KK",
+					   "1.5K", "0x10",	"1 K",
+					   "-1",   "16777216T", "18446744073709551616",
+					   "1Kx" };
 	uint64_t v;
 
 	(void)state;
@@ -364,8 +373,7 @@ static void test_rules_load_files(void **state)
 	assert_true(fd >= 0);
 	close(fd);
 	mk_rules_init(&rs);
-	assert_int_equal(mk_rules_load(&rs, "/nonexistent/dir/rules", diag_collect, &d),
-			 -ENOENT);
+	assert_int_equal(mk_rules_load(&rs, "/nonexistent/dir/rules", diag_collect, &d), -ENOENT);
 	assert_int_equal(rs.n, 0);
 
 	write_file(path, "allreduce 1K -> algo=tree\n", 0);
