@@ -4,7 +4,8 @@
  * table, as NCCL makes it (fresh NCCL-like cost table every call). Scenarios: cost model only,
  * a rules file whose matching rule is the last of many, and a forced algorithm from the
  * environment. The baseline, measured in the same run, is the table refill alone.
- * Prints one JSON line per scenario, then a small table.
+ * Prints one JSON line per scenario, then a small table. With -x it instead prints what the
+ * caller's settings decide per collective and size (a preview for a rules file).
  */
 #define MK_LOG_PREFIX "TUNER/mkernel"
 
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mk/log.h"
 #include "mk_git.h"
 #include "mk_nccl/tuner_v5.h"
 #include "policy.h"
@@ -153,9 +155,44 @@ static int bench_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"usage: %s [-b batches] [-c calls-per-batch] [-r ranks] [-n nodes] [-R rules]\n"
-		"  time ncclTunerPlugin_v5.getCollInfo per call (ns); JSON lines + table\n",
-		argv0);
+		"       %s -x [-r ranks] [-n nodes]\n"
+		"  time ncclTunerPlugin_v5.getCollInfo per call (ns); JSON lines + table\n"
+		"  -x: explain what the current MKERNEL_TUNER_* settings and rules file decide "
+		"for\n"
+		"      each collective and size, given a table where tree and ring are usable\n",
+		argv0, argv0);
 	return 2;
+}
+
+/* Preview of the policy under the caller's environment, without NCCL. */
+static int bench_explain(const struct bench_opts *o)
+{
+	static const char *const src[] = { "nccl", "env", "rule", "model" };
+	struct mk_policy_topo topo = { .nranks = o->nranks, .nnodes = o->nnodes };
+	struct mk_policy *p = NULL;
+	float t[MK_NCCL_NUM_ALGORITHMS * MK_NCCL_NUM_PROTOCOLS];
+
+	if (mk_policy_create(&topo, &p))
+		return 1;
+	printf("%-14s %12s %-6s %-7s %8s %-6s %5s\n", "collective", "bytes", "algo", "proto",
+	       "channels", "from", "rule");
+	for (int c = 0; c < MK_COLL_COUNT; c++) {
+		for (uint64_t n = 1024; n <= (1ULL << 30); n <<= 3) {
+			struct mk_policy_choice ch;
+			int nch = 0;
+
+			bench_fill(t, n);
+			mk_policy_coll(p, c, n, 1, 0, t, MK_NCCL_NUM_ALGORITHMS,
+				       MK_NCCL_NUM_PROTOCOLS, &nch, &ch);
+			printf("%-14s %12llu %-6s %-7s %8d %-6s %5d\n", mk_policy_coll_name(c),
+			       (unsigned long long)n,
+			       ch.algo < 0 ? "-" : mk_policy_algo_name(ch.algo),
+			       ch.proto < 0 ? "-" : mk_policy_proto_name(ch.proto), nch,
+			       src[ch.src], ch.rule_line);
+		}
+	}
+	mk_policy_destroy(p);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -168,9 +205,9 @@ int main(int argc, char **argv)
 				       { .name = "rules_last_match" },
 				       { .name = "env_forced" } };
 	char path[64];
-	int opt, rc;
+	int opt, rc, explain = 0;
 
-	while ((opt = getopt(argc, argv, "b:c:r:n:R:h")) != -1) {
+	while ((opt = getopt(argc, argv, "b:c:r:n:R:xh")) != -1) {
 		switch (opt) {
 		case 'b':
 			o.batches = atoi(optarg);
@@ -187,12 +224,21 @@ int main(int argc, char **argv)
 		case 'R':
 			o.nrules = atoi(optarg);
 			break;
+		case 'x':
+			explain = 1;
+			break;
 		default:
 			return bench_usage(argv[0]);
 		}
 	}
 	if (o.batches < 10 || o.calls < 1 || o.nranks < 1 || o.nnodes < 1 || o.nrules < 1)
 		return bench_usage(argv[0]);
+	if (explain) {
+		/* A preview must show what is wrong with the rules file: WARNs on by default. */
+		setenv("MKERNEL_DEBUG", "WARN", 0);
+		mk_log_set_sink(NULL);
+		return bench_explain(&o);
+	}
 	unsetenv("MKERNEL_TUNER_ALGO");
 	unsetenv("MKERNEL_TUNER_PROTO");
 	unsetenv("MKERNEL_TUNER_CONFIG");
