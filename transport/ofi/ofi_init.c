@@ -62,8 +62,8 @@ static int ofi_prov_rank(const char *want, const char *prov)
 	return -1;
 }
 
-/* The provider name in list that best answers want, or NULL. */
-static const char *ofi_find_prov(const struct fi_info *list, const char *want)
+/* The provider name in list that best answers want (ranks up to max_rank), or NULL. */
+static const char *ofi_find_prov(const struct fi_info *list, const char *want, int max_rank)
 {
 	const char *best = NULL;
 	int best_rank = INT_MAX;
@@ -71,7 +71,7 @@ static const char *ofi_find_prov(const struct fi_info *list, const char *want)
 	for (const struct fi_info *i = list; i != NULL; i = i->next) {
 		int r = ofi_prov_rank(want, i->fabric_attr->prov_name);
 
-		if (r >= 0 && r < best_rank) {
+		if (r >= 0 && r <= max_rank && r < best_rank) {
 			best = i->fabric_attr->prov_name;
 			best_rank = r;
 		}
@@ -85,9 +85,10 @@ static const char *ofi_choose_prov(const struct fi_info *list)
 	const char *p;
 
 	if (want != NULL && *want != '\0')
-		return ofi_find_prov(list, want);
+		return ofi_find_prov(list, want, 2);
+	/* the default order names providers exactly: "tcp" there means native RDM only */
 	for (size_t i = 0; i < MK_ARRAY_SIZE(ofi_default_order); i++) {
-		p = ofi_find_prov(list, ofi_default_order[i]);
+		p = ofi_find_prov(list, ofi_default_order[i], 0);
 		if (p != NULL)
 			return p;
 	}

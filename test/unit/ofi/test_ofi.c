@@ -1,0 +1,833 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Unit tests of the libfabric backend against the mock library table and fake fid objects:
+ * discovery and provider choice, interface filter, both MR key modes, handle codec, connection
+ * setup and every unwind path, the data path's error and back-pressure handling.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mk/log.h"
+#include "ofi_mock.h"
+
+static const struct mk_transport_ops *tp = &mk_ofi_ops;
+
+static void clear_env(void)
+{
+	unsetenv("MKERNEL_OFI_PROVIDER");
+	unsetenv("MKERNEL_OFI_IFACE");
+	unsetenv("MKERNEL_OFI_LIB");
+	unsetenv("MKERNEL_OFI_TX_DEPTH");
+	unsetenv("MKERNEL_TIMEOUT");
+	mk_param_reset_all();
+}
+
+static int setup(void **state)
+{
+	mock_reset();
+	clear_env();
+	mk_ofi_lib_override(&mock_lib);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	tp->fini();
+	/* every fake object made by a test is gone once the backend is finalised */
+	assert_int_equal(mock.ep_live, 0);
+	assert_int_equal(mock.cq_live, 0);
+	assert_int_equal(mock.av_live, 0);
+	assert_int_equal(mock.mr_live, 0);
+	assert_int_equal(mock.domain_live, 0);
+	assert_int_equal(mock.fabric_live, 0);
+	mk_ofi_lib_override(NULL);
+	mock_reset();
+	clear_env();
+	return 0;
+}
+
+static void set_env(const char *name, const char *value)
+{
+	setenv(name, value, 1);
+	mk_param_reset_all();
+}
+
+static void init_ok(int ndevs)
+{
+	assert_int_equal(tp->init(), 0);
+	assert_int_equal(tp->ndevs(), ndevs);
+}
+
+static const char *dev_name(int dev)
+{
+	static struct mk_dev_props p;
+
+	assert_int_equal(tp->dev_props(dev, &p), 0);
+	return p.name;
+}
+
+static void live_all_zero(void)
+{
+	assert_int_equal(mock.ep_live + mock.cq_live + mock.av_live + mock.mr_live, 0);
+	assert_int_equal(mock.domain_live + mock.fabric_live, 0);
+}
+
+/* ---- discovery ---- */
+
+static void test_init_missing_library_reports_no_device(void **state)
+{
+	mk_ofi_lib_override(NULL);
+	set_env("MKERNEL_OFI_LIB", "libmkernel-no-such-fabric.so.1");
+	init_ok(0);
+}
+
+static void test_init_library_without_symbols_reports_no_device(void **state)
+{
+	mk_ofi_lib_override(NULL);
+	set_env("MKERNEL_OFI_LIB", "libm.so.6");	/* loads, but has no fi_getinfo */
+	init_ok(0);
+}
+
+static void test_init_getinfo_error_reports_no_device(void **state)
+{
+	mock.getinfo_rc = -FI_ENODATA;
+	init_ok(0);
+}
+
+static void test_init_empty_list_reports_no_device(void **state)
+{
+	init_ok(0);
+}
+
+/* Offer provs (one domain each), optionally name one, and check which device results. */
+static void expect_pick(const char *const provs[], const char *env, const char *want)
+{
+	for (int i = 0; provs[i] != NULL; i++)
+		mock_info_add(provs[i], "eth0", 0, 8);
+	if (env != NULL)
+		set_env("MKERNEL_OFI_PROVIDER", env);
+	init_ok(want != NULL ? 1 : 0);
+	if (want != NULL)
+		assert_string_equal(dev_name(0), want);
+}
+
+static void test_init_never_picks_shm_or_sockets_unasked(void **state)
+{
+	expect_pick((const char *const[]){ "shm", "sockets", NULL }, NULL, NULL);
+}
+
+static void test_select_default_prefers_net_over_rxm(void **state)
+{
+	expect_pick((const char *const[]){ "shm", "tcp;ofi_rxm", "net", "udp;ofi_rxd", NULL }, NULL,
+		    "ofi:net:eth0");
+}
+
+static void test_select_default_prefers_efa(void **state)
+{
+	expect_pick((const char *const[]){ "tcp;ofi_rxm", "efa", NULL }, NULL, "ofi:efa:eth0");
+}
+
+static void test_select_env_tcp_takes_rxm_layering(void **state)
+{
+	expect_pick((const char *const[]){ "net", "tcp;ofi_rxm", NULL }, "tcp",
+		    "ofi:tcp;ofi_rxm:eth0");
+}
+
+static void test_select_env_exact_name_wins(void **state)
+{
+	expect_pick((const char *const[]){ "tcp;ofi_rxm", "tcp", NULL }, "tcp", "ofi:tcp:eth0");
+}
+
+static void test_select_env_net_finds_renamed_tcp(void **state)
+{
+	/* 1.18+: the net provider became tcp */
+	expect_pick((const char *const[]){ "tcp", NULL }, "net", "ofi:tcp:eth0");
+}
+
+static void test_select_env_unknown_gives_no_device(void **state)
+{
+	expect_pick((const char *const[]){ "tcp;ofi_rxm", NULL }, "verbs", NULL);
+}
+
+static void test_select_env_shm_when_named(void **state)
+{
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	set_env("MKERNEL_OFI_IFACE", "lo");	/* the filter does not apply to shm */
+	init_ok(1);
+	assert_string_equal(dev_name(0), "ofi:shm:shm");
+}
+
+static void test_iface_default_drops_lo_and_docker(void **state)
+{
+	mock_info_add("tcp;ofi_rxm", "lo", 0, 8);
+	mock_info_add("tcp;ofi_rxm", "docker0", 0, 8);
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);	/* same domain, other address */
+	mock_info_add("tcp;ofi_rxm", "eth1", 0, 8);
+	init_ok(2);
+	assert_string_equal(dev_name(0), "ofi:tcp;ofi_rxm:eth0");
+	assert_string_equal(dev_name(1), "ofi:tcp;ofi_rxm:eth1");
+}
+
+static void test_iface_lo_kept_when_alone(void **state)
+{
+	mock_info_add("tcp;ofi_rxm", "lo", 0, 8);
+	mock_info_add("tcp;ofi_rxm", "virbr0", 0, 8);
+	init_ok(1);
+	assert_string_equal(dev_name(0), "ofi:tcp;ofi_rxm:lo");
+}
+
+static void test_iface_env_list(void **state)
+{
+	mock_info_add("tcp;ofi_rxm", "lo", 0, 8);
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	mock_info_add("tcp;ofi_rxm", "eth1", 0, 8);
+	set_env("MKERNEL_OFI_IFACE", "eth1,lo");
+	init_ok(2);
+	assert_string_equal(dev_name(0), "ofi:tcp;ofi_rxm:lo");
+	assert_string_equal(dev_name(1), "ofi:tcp;ofi_rxm:eth1");
+}
+
+static void test_props_filled(void **state)
+{
+	struct mk_dev_props p;
+
+	mock_info_add("tcp;ofi_rxm", "lo", 0, 8)->ep_attr->max_msg_size = SIZE_MAX;
+	init_ok(1);
+	assert_int_equal(tp->dev_props(0, &p), 0);
+	assert_string_equal(p.provider, "tcp;ofi_rxm");
+	assert_string_equal(p.pci_path, "");	/* lo has no PCI device */
+	assert_int_equal(p.ptr_support, MK_PTR_HOST);
+	assert_true(p.speed_mbps > 0);
+	assert_int_equal(p.max_lanes, 1);
+	assert_true(p.max_comms > 0);
+	assert_int_equal(p.max_msg, UINT32_MAX);	/* length travels in 32 bits of CQ data */
+	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
+}
+
+static void test_drop_domain_without_cq_data(void **state)
+{
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 0);
+	init_ok(0);
+}
+
+/* ---- registration ---- */
+
+static uint8_t region[1 << 16] __attribute__((aligned(4096)));
+
+static void test_mr_app_keys_unique_per_domain(void **state)
+{
+	struct mk_bmr *a, *b;
+	struct mk_rkey ka, kb;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &a, &ka), 0);
+	assert_int_equal(tp->reg_mr(0, region + 4096, 4096, NULL, &b, &kb), 0);
+	assert_int_equal(mock.nkeys, 2);
+	assert_int_not_equal(mock.requested_keys[0], mock.requested_keys[1]);
+	assert_int_equal(ka.key, mock.requested_keys[0]);
+	assert_int_equal(kb.key, mock.requested_keys[1]);
+	assert_int_equal(ka.base, (uintptr_t)region);
+	assert_int_equal(mock.domain_live, 1);	/* one domain shared by both */
+	assert_int_equal(tp->dereg_mr(0, a), 0);
+	assert_int_equal(tp->dereg_mr(0, b), 0);
+	live_all_zero();
+}
+
+static void test_mr_prov_key_used_as_given(void **state)
+{
+	struct mk_bmr *a;
+	struct mk_rkey ka;
+
+	mock_info_add("efa", "rdmap0", FI_MR_LOCAL | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, 4);
+	init_ok(1);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &a, &ka), 0);
+	assert_int_equal(mock.requested_keys[0], 0);
+	assert_int_equal(ka.key, 0x1000);
+	assert_int_equal(tp->dereg_mr(0, a), 0);
+}
+
+static void test_mr_key_exhaustion_unwinds(void **state)
+{
+	struct mk_bmr *mrs[256];
+	struct mk_rkey k;
+	int n = 0, rc;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8)->domain_attr->mr_key_size = 1;
+	init_ok(1);
+	while ((rc = tp->reg_mr(0, region, 4096, NULL, &mrs[n], &k)) == 0)
+		n++;
+	assert_int_equal(rc, -ENOSPC);
+	assert_int_equal(n, 255);	/* keys 1..255 fit one byte */
+	assert_null(mrs[n]);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(tp->dereg_mr(0, mrs[i]), 0);
+	live_all_zero();
+}
+
+static void test_mr_reg_failure_unwinds(void **state)
+{
+	struct mk_bmr *a = (void *)1;
+	struct mk_rkey k;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	mock.fail_mr_reg = -FI_ENOMEM;
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &a, &k), -ENOMEM);
+	assert_null(a);
+	live_all_zero();
+	mock.fail_mr_reg = 0;
+	mock.fail_domain = -FI_ENODEV;
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &a, &k), -ENODEV);
+	live_all_zero();
+	mock.fail_domain = 0;
+	mock.fail_fabric = -FI_EINVAL;
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &a, &k), -EINVAL);
+	live_all_zero();
+}
+
+static void test_mr_gpu_memory_refused_without_hmem(void **state)
+{
+	struct mk_mr_attr attr = { .type = MK_PTR_CUDA, .dmabuf_fd = -1, .cuda_device = 0 };
+	struct mk_bmr *a;
+	struct mk_rkey k;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->reg_mr(0, region, 4096, &attr, &a, &k), -EOPNOTSUPP);
+	assert_int_equal(tp->reg_mr(1, region, 4096, NULL, &a, &k), -ENODEV);
+	live_all_zero();
+}
+
+/* ---- handle codec ---- */
+
+static void make_handle(uint8_t *buf)
+{
+	struct mk_ofi_handle h = { .prov_hash = mk_ofi.prov_hash, .nonce = 0x1122334455667788ull,
+				   .addrlen = 16 };
+
+	memset(h.addr, 0xab, 16);
+	assert_int_equal(mk_ofi_handle_encode(&h, buf), 0);
+}
+
+static void test_handle_roundtrip(void **state)
+{
+	uint8_t buf[MK_TP_HANDLE_MAX];
+	struct mk_ofi_handle h;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	make_handle(buf);
+	assert_int_equal(mk_ofi_handle_decode(buf, &h), 0);
+	assert_int_equal(h.nonce, 0x1122334455667788ull);
+	assert_int_equal(h.addrlen, 16);
+	assert_int_equal(h.addr[15], 0xab);
+}
+
+static void test_handle_any_corrupted_byte_rejected(void **state)
+{
+	uint8_t buf[MK_TP_HANDLE_MAX];
+	struct mk_ofi_handle h;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	for (size_t i = 0; i < MK_TP_HANDLE_MAX; i++) {
+		make_handle(buf);
+		buf[i] ^= 0x01;
+		assert_int_equal(mk_ofi_handle_decode(buf, &h), -EINVAL);
+		buf[i] ^= 0x81;
+		assert_int_equal(mk_ofi_handle_decode(buf, &h), -EINVAL);
+	}
+}
+
+static void test_handle_foreign_provider_rejected(void **state)
+{
+	uint8_t buf[MK_TP_HANDLE_MAX];
+	struct mk_ofi_handle h;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	make_handle(buf);
+	mk_ofi.prov_hash ^= 1;	/* the reader runs another provider */
+	assert_int_equal(mk_ofi_handle_decode(buf, &h), -EINVAL);
+	mk_ofi.prov_hash ^= 1;
+	h.addrlen = 0;
+	assert_int_equal(mk_ofi_handle_encode(&h, buf), -EINVAL);
+}
+
+static void test_connect_garbage_handle_is_einval(void **state)
+{
+	uint8_t buf[MK_TP_HANDLE_MAX];
+	struct mk_conn *c = (void *)1;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(tp->connect(0, buf, NULL, 0, &c), -EINVAL);
+	assert_null(c);
+	make_handle(buf);
+	assert_int_equal(tp->connect(0, buf, buf, MK_TP_BLOB_MAX + 1, &c), -EINVAL);
+	live_all_zero();
+}
+
+/* ---- connection setup ---- */
+
+struct pair {
+	struct mk_listener *l;
+	struct mk_conn *a;	/* accepted */
+	struct mk_conn *c;	/* connecting */
+	struct mock_ep *la, *cb;
+};
+
+static void open_pair(struct pair *p, const char *prov, uint64_t mr_mode, size_t cq_data)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	const char blob_c[] = "from-connector", blob_a[] = "from-acceptor";
+
+	mock_info_add(prov, "eth0", mr_mode, cq_data);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &p->l), 0);
+	p->la = mock.eps[mock.neps - 1];
+	assert_non_null(p->la->rx_buf);
+	assert_int_equal(tp->connect(0, handle, blob_c, sizeof(blob_c), &p->c), 0);
+	p->cb = mock.eps[mock.neps - 1];
+	assert_int_equal(tp->connected(p->c), 0);
+	assert_int_equal(tp->accept(p->l, blob_a, sizeof(blob_a), &p->a), 0);
+	assert_null(p->a);		/* nothing arrived yet */
+	mock_deliver(p->cb, p->la);	/* the connect request */
+	assert_int_equal(tp->accept(p->l, blob_a, sizeof(blob_a), &p->a), 0);
+	assert_null(p->a);		/* reply posted, not yet sent */
+	mock_deliver(p->la, p->cb);	/* the reply */
+	assert_int_equal(tp->accept(p->l, blob_a, sizeof(blob_a), &p->a), 0);
+	assert_non_null(p->a);
+	assert_int_equal(tp->connected(p->c), 1);
+	assert_memory_equal(p->a->peer_blob, blob_c, sizeof(blob_c));
+	assert_int_equal(p->a->peer_blob_len, sizeof(blob_c));
+	assert_memory_equal(p->c->peer_blob, blob_a, sizeof(blob_a));
+	assert_int_equal(tp->close_listen(p->l), 0);
+}
+
+static void close_pair(struct pair *p)
+{
+	assert_int_equal(tp->close(p->a), 0);
+	assert_int_equal(tp->close(p->c), 0);
+	live_all_zero();
+}
+
+static void test_setup_exchanges_blobs(void **state)
+{
+	struct pair p;
+
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	close_pair(&p);
+}
+
+static void test_accept_exactly_one(void **state)
+{
+	struct mk_conn *extra = (void *)1;
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c, *a = NULL;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	mock_deliver(mock.eps[1], mock.eps[0]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	mock_deliver(mock.eps[0], mock.eps[1]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	assert_non_null(a);
+	assert_int_equal(tp->accept(l, NULL, 0, &extra), -EINVAL);
+	assert_null(extra);
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(a), 0);
+	assert_int_equal(tp->close(c), 0);
+}
+
+static void test_accept_drops_foreign_nonce(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c, *a = NULL;
+	struct mk_ofi_ctrl *m;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	m = (struct mk_ofi_ctrl *)mock.eps[1]->tx_buf;
+	m->nonce ^= 1;		/* a connector holding another listener's handle */
+	mock_deliver(mock.eps[1], mock.eps[0]);
+	mock.eps[0]->rx_buf = NULL;
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	assert_null(a);
+	assert_non_null(mock.eps[0]->rx_buf);	/* dropped and received again */
+	assert_int_equal(mock.eps[0]->tx_len, 0);	/* no reply */
+	m->nonce ^= 1;
+	m->magic = 0;
+	mock_deliver(mock.eps[1], mock.eps[0]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	assert_null(a);
+	assert_int_equal(mock.eps[0]->tx_len, 0);
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(c), 0);
+}
+
+static void test_connected_times_out_without_reply(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c;
+
+	set_env("MKERNEL_TIMEOUT", "30");
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	assert_int_equal(tp->connected(c), 0);
+	usleep(40 * 1000);
+	assert_int_equal(tp->connected(c), -ETIMEDOUT);
+	assert_int_equal(tp->close(c), 0);
+}
+
+static void test_connect_resends_after_send_error(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c;
+	struct mock_ep *ep;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	ep = mock.eps[1];
+	mock_cq_push_err(ep, ep->tx_ctx, FI_SEND, FI_ECONNREFUSED);
+	ep->tx_len = 0;
+	assert_int_equal(tp->connected(c), 0);
+	assert_int_equal(ep->tx_len, 0);	/* paced: not at once */
+	usleep(30 * 1000);
+	assert_int_equal(tp->connected(c), 0);
+	assert_true(ep->tx_len > 0);		/* sent again */
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(c), 0);
+}
+
+/* Every unwind label of endpoint creation: listen fails with the injected code, nothing leaks. */
+static void test_listen_unwinds_every_failure(void **state)
+{
+	int *const knobs[] = { &mock.fail_fabric, &mock.fail_domain, &mock.fail_cq_open,
+			       &mock.fail_av_open, &mock.fail_endpoint, &mock.fail_bind,
+			       &mock.fail_enable, &mock.fail_getname, &mock.fail_recv };
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l = (void *)1;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	for (size_t i = 0; i < MK_ARRAY_SIZE(knobs); i++) {
+		*knobs[i] = -FI_EIO;
+		assert_int_equal(tp->listen(0, handle, &l), -EIO);
+		assert_null(l);
+		live_all_zero();
+		*knobs[i] = 0;
+	}
+	assert_int_equal(tp->listen(5, handle, &l), -ENODEV);
+}
+
+static void test_connect_unwinds_every_failure(void **state)
+{
+	int *const knobs[] = { &mock.fail_av_insert, &mock.fail_send, &mock.fail_recv,
+			       &mock.fail_endpoint };
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c = (void *)1;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	for (size_t i = 0; i < MK_ARRAY_SIZE(knobs); i++) {
+		*knobs[i] = -FI_EIO;
+		assert_int_equal(tp->connect(0, handle, NULL, 0, &c), -EIO);
+		assert_null(c);
+		assert_int_equal(mock.ep_live, 1);	/* only the listener's */
+		*knobs[i] = 0;
+	}
+	assert_int_equal(tp->close_listen(l), 0);
+	live_all_zero();
+}
+
+static void test_local_mr_setup_buffers_registered(void **state)
+{
+	struct pair p;
+
+	open_pair(&p, "efa", FI_MR_LOCAL | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, 4);
+	assert_int_equal(mock.mr_live, 2);	/* one setup-message region per endpoint */
+	close_pair(&p);
+}
+
+/* ---- data path ---- */
+
+static void test_write_offsets_app_keys_len_in_data(void **state)
+{
+	struct mk_rkey rk = { .base = 0x10000, .key = 42 };
+	struct mk_bmr *mr;
+	struct mk_rkey own;
+	struct pair p;
+
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mr, &own), 0);
+	assert_int_equal(tp->write(p.c, 0, region, 100, mr, 0x10040, &rk, true, 0xbeef, NULL), 0);
+	assert_int_equal(p.cb->last_rma_iov.addr, 0x40);	/* offset: no FI_MR_VIRT_ADDR */
+	assert_int_equal(p.cb->last_rma_iov.key, 42);
+	assert_int_equal(p.cb->last_rma.data, (100ull << 32) | 0xbeef);
+	assert_true(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	assert_ptr_equal(p.cb->last_desc, mr->desc);
+	assert_int_equal(tp->write(p.c, 0, region, 0, NULL, 0x10000, &rk, false, 0, NULL), 0);
+	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	assert_int_equal(tp->write(p.c, 1, region, 0, NULL, 0x10000, &rk, false, 0, NULL),
+			 -EINVAL);	/* one lane */
+	assert_int_equal(tp->dereg_mr(0, mr), 0);
+	close_pair(&p);
+}
+
+static void test_write_virt_addr_and_4_byte_cq_data(void **state)
+{
+	struct mk_rkey rk = { .base = 0x10000, .key = 42 };
+	struct mk_event ev[4];
+	struct pair p;
+
+	open_pair(&p, "efa", FI_MR_LOCAL | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, 4);
+	assert_int_equal(tp->write(p.c, 0, region, 100, NULL, 0x10040, &rk, true, 7, NULL), 0);
+	assert_int_equal(p.cb->last_rma_iov.addr, 0x10040);	/* a VA */
+	assert_int_equal(p.cb->last_rma.data, 7);		/* no room for the length */
+	/* the target's length then comes from the CQ entry */
+	mock_cq_push(p.la, NULL, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 100, 7);
+	assert_int_equal(tp->poll(p.a, ev, 4), 1);
+	assert_int_equal(ev[0].type, MK_EV_IMM);
+	assert_int_equal(ev[0].len, 100);
+	close_pair(&p);
+}
+
+static void test_poll_imm_and_local_completion(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	int ctx;
+	struct pair p;
+
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0);
+	/* tcp;ofi_rxm reports len 0 at the target: the length rides in the data */
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, (4096ull << 32) | 9);
+	assert_int_equal(tp->poll(p.a, ev, 4), 1);
+	assert_int_equal(ev[0].type, MK_EV_IMM);
+	assert_int_equal(ev[0].imm, 9);
+	assert_int_equal(ev[0].len, 4096);
+	assert_int_equal(ev[0].status, 0);
+	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, false, 0, &ctx), 0);
+	/* sockets flags the initiator's completion with FI_REMOTE_CQ_DATA: still a WRITE_DONE */
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE | FI_REMOTE_CQ_DATA, 0, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 1);
+	assert_int_equal(ev[0].type, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	assert_int_equal(ev[0].len, 64);
+	assert_int_equal(tp->read(p.c, 0, region, 32, NULL, 0, &rk, &ctx), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_READ, 32, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 1);
+	assert_int_equal(ev[0].type, MK_EV_READ_DONE);
+	close_pair(&p);
+}
+
+static void test_poll_error_entry_is_error_event(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	int ctx;
+	struct pair p;
+
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, true, 1, &ctx), 0);
+	mock_cq_push_err(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, FI_ECONNRESET);
+	assert_int_equal(tp->poll(p.c, ev, 4), 1);
+	assert_int_equal(ev[0].type, MK_EV_WRITE_DONE);
+	assert_int_equal(ev[0].status, -ECONNRESET);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	/* a target-side error has no op: the connection is broken from then on */
+	mock_cq_push_err(p.la, NULL, FI_REMOTE_WRITE, FI_EIO);
+	assert_int_equal(tp->poll(p.a, ev, 4), -EIO);
+	assert_int_equal(tp->poll(p.a, ev, 4), -EIO);
+	assert_int_equal(tp->write(p.a, 0, region, 64, NULL, 0, &rk, true, 1, &ctx), -EIO);
+	close_pair(&p);
+}
+
+static void test_write_eagain_returns_slot(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct pair p;
+	int n = 0;
+
+	set_env("MKERNEL_OFI_TX_DEPTH", "8");
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	mock.write_rc = -FI_EAGAIN;
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	mock.write_rc = -FI_EINVAL;
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EINVAL);
+	mock.write_rc = 0;
+	while (tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL) == 0)
+		n++;
+	assert_int_equal(n, 8);	/* no slot leaked by the refused posts */
+	close_pair(&p);
+}
+
+static void test_pool_exhaustion_then_recovery(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[16];
+	void *ctxs[8];
+	struct pair p;
+
+	set_env("MKERNEL_OFI_TX_DEPTH", "8");
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
+		ctxs[i] = p.cb->last_rma.context;
+	}
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	mock_cq_push(p.cb, ctxs[3], FI_RMA | FI_WRITE, 0, 0);
+	assert_int_equal(tp->poll(p.c, ev, 16), 1);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(p.cb->last_rma.context, ctxs[3]);	/* the freed slot, reused */
+	close_pair(&p);
+}
+
+static void test_stalled_writes_time_out(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[16];
+	int ctx;
+	struct pair p;
+
+	set_env("MKERNEL_TIMEOUT", "20");
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, &ctx), 0);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, &ctx), 0);
+	assert_int_equal(tp->poll(p.c, ev, 16), 0);	/* the stall starts here */
+	usleep(30 * 1000);
+	assert_int_equal(tp->poll(p.c, ev, 16), 2);
+	assert_int_equal(ev[0].status, -ETIMEDOUT);
+	assert_ptr_equal(ev[1].ctx, &ctx);
+	assert_int_equal(tp->poll(p.c, ev, 16), -ETIMEDOUT);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, &ctx), -ETIMEDOUT);
+	close_pair(&p);
+}
+
+static void test_write_before_connected_is_enotconn(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_event ev[2];
+	struct mk_listener *l;
+	struct mk_conn *c;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	assert_int_equal(tp->write(c, 0, region, 8, NULL, 0, &rk, false, 0, NULL), -ENOTCONN);
+	assert_int_equal(tp->poll(c, ev, 2), -ENOTCONN);
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(c), 0);
+}
+
+/* An immediate that lands while connected() is still waiting for the reply is kept for poll. */
+static void test_event_during_setup_is_kept(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c, *a = NULL;
+	struct mk_event ev[2];
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	mock_deliver(mock.eps[1], mock.eps[0]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	mock_cq_push(mock.eps[1], NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, 5);
+	assert_int_equal(tp->connected(c), 0);	/* reads the immediate, keeps it */
+	mock_deliver(mock.eps[0], mock.eps[1]);
+	assert_int_equal(tp->connected(c), 1);
+	assert_int_equal(tp->poll(c, ev, 2), 1);
+	assert_int_equal(ev[0].imm, 5);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	assert_non_null(a);
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(a), 0);
+	assert_int_equal(tp->close(c), 0);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_init_missing_library_reports_no_device),
+		T(test_init_library_without_symbols_reports_no_device),
+		T(test_init_getinfo_error_reports_no_device),
+		T(test_init_empty_list_reports_no_device),
+		T(test_init_never_picks_shm_or_sockets_unasked),
+		T(test_select_default_prefers_net_over_rxm),
+		T(test_select_default_prefers_efa),
+		T(test_select_env_tcp_takes_rxm_layering),
+		T(test_select_env_exact_name_wins),
+		T(test_select_env_net_finds_renamed_tcp),
+		T(test_select_env_shm_when_named),
+		T(test_select_env_unknown_gives_no_device),
+		T(test_iface_default_drops_lo_and_docker),
+		T(test_iface_lo_kept_when_alone),
+		T(test_iface_env_list),
+		T(test_props_filled),
+		T(test_drop_domain_without_cq_data),
+		T(test_mr_app_keys_unique_per_domain),
+		T(test_mr_prov_key_used_as_given),
+		T(test_mr_key_exhaustion_unwinds),
+		T(test_mr_reg_failure_unwinds),
+		T(test_mr_gpu_memory_refused_without_hmem),
+		T(test_handle_roundtrip),
+		T(test_handle_any_corrupted_byte_rejected),
+		T(test_handle_foreign_provider_rejected),
+		T(test_connect_garbage_handle_is_einval),
+		T(test_setup_exchanges_blobs),
+		T(test_accept_exactly_one),
+		T(test_accept_drops_foreign_nonce),
+		T(test_connected_times_out_without_reply),
+		T(test_connect_resends_after_send_error),
+		T(test_listen_unwinds_every_failure),
+		T(test_connect_unwinds_every_failure),
+		T(test_local_mr_setup_buffers_registered),
+		T(test_write_offsets_app_keys_len_in_data),
+		T(test_write_virt_addr_and_4_byte_cq_data),
+		T(test_poll_imm_and_local_completion),
+		T(test_poll_error_entry_is_error_event),
+		T(test_write_eagain_returns_slot),
+		T(test_pool_exhaustion_then_recovery),
+		T(test_stalled_writes_time_out),
+		T(test_write_before_connected_is_enotconn),
+		T(test_event_during_setup_is_kept),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
