@@ -1,0 +1,62 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# GEMM engine on a GPU host, in one go: the gpu-suite test, the benchmark, compute-sanitizer
+# (memcheck, racecheck) on the quick test, and an Nsight Compute profile of the engine and of
+# cuBLAS at 8192^3. Binaries come prebuilt in BIN (test-gemm-gpu, mkernel-gemm-bench,
+# libmkernel.so.0); logs go to OUTDIR.
+# Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]   steps: test bench sanitize ncu (default all)
+set -u
+bin=$(cd "$1" && pwd)
+out=$2
+shift 2
+steps=${*:-test bench sanitize ncu}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+export LD_LIBRARY_PATH="$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuBLAS from the Python wheels if the toolkit lacks it.
+if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
+	for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, x, "lib") for x in os.listdir(p)))' 2>/dev/null); do
+		export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+	done
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
+date -u | tee -a "$out/gpu.txt"
+ldd "$bin/test-gemm-gpu" | grep -E "not found|cublas|cudart|mkernel" | tee -a "$out/gpu.txt"
+
+for s in $steps; do
+	case $s in
+	test)
+		echo "== test-gemm-gpu"
+		timeout 150 "$bin/test-gemm-gpu" 2>&1 | tee "$out/test.log" | grep -vE '^ok'
+		rc=${PIPESTATUS[0]}
+		echo "test exit: $rc" | tee -a "$out/test.log"
+		[ "$rc" = 124 ] && { echo "test hung: stopping"; exit 1; }
+		echo "== test-gemm-gpu, per-thread store epilogue (MKERNEL_GEMM_NO_TMA_STORE=1)"
+		MKERNEL_GEMM_NO_TMA_STORE=1 timeout 150 "$bin/test-gemm-gpu" >"$out/test-notma.log" 2>&1
+		echo "test (no TMA store) exit: $?" | tee -a "$out/test-notma.log"
+		grep -E "FAIL|passed" "$out/test-notma.log"
+		;;
+	bench)
+		echo "== mkernel-gemm-bench"
+		timeout 200 "$bin/mkernel-gemm-bench" --reps 50 --warmup 10 2>&1 | tee "$out/bench.log" | grep -v '^{'
+		;;
+	sanitize)
+		for tool in memcheck racecheck; do
+			echo "== compute-sanitizer --tool $tool (quick)"
+			timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$bin/test-gemm-gpu" --quick \
+				>"$out/sanitize-$tool.log" 2>&1
+			echo "$tool exit: $?" | tee -a "$out/sanitize-$tool.log"
+			grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|Hazard|Invalid" "$out/sanitize-$tool.log" | sort | uniq -c | head -20
+		done
+		;;
+	ncu)
+		echo "== ncu 8192^3 NK: engine, cublasGemmEx, cublasLt"
+		timeout 240 ncu --clock-control none --launch-skip 2 --launch-count 3 \
+			--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+			--section Occupancy --section LaunchStats --section WarpStateStats \
+			"$bin/mkernel-gemm-bench" --shape 8192 8192 8192 NK --reps 1 --warmup 1 >"$out/ncu.txt" 2>&1
+		echo "ncu exit: $?"
+		grep -E "^  [a-zA-Z_].*\(|Duration|SM Throughput|Compute \(SM\)|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Stall|Issue Slots|Executed Ipc|L2 Hit|Warp Cycles Per Issued" "$out/ncu.txt" | head -80
+		;;
+	esac
+done

@@ -1,0 +1,611 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gpu suite, component gemm: mkernel's GEMM engine and mkGemm against cuBLAS on the device.
+ *
+ * Reference: cuBLAS with the same bf16 inputs and an fp32 output (CUBLAS_COMPUTE_32F). Bound per
+ * element: |out - ref| <= 2^-8 |ref| + 1e-5 K. The first term is the engine's one rounding of
+ * an fp32 sum to bf16 (at most half an ulp, 2^-9 relative; 2^-8 leaves room for a tie rounded
+ * the other way after a different fp32 summation order). The second covers fp32 accumulation-
+ * order differences between two correct kernels: inputs are uniform in [-1, 1], partial sums grow
+ * like sqrt(K), and fp32 reordering errors stay orders of magnitude under 1e-5 K, while a lost or
+ * repeated k-block moves an element by about sqrt(64)/3 ~ 2.7. Outputs are poisoned with NaN
+ * before each run, so an unwritten element fails.
+ *
+ * Cases: shapes (square, tall, wide, tails in M, N and K, K = 1 and K = 8, tiny M) x both B
+ * layouts through mkGemm and, where the engine's alignment rules hold, through the engine
+ * directly; tile order and CTA subset hooks (bitwise identical results for any order, any subset,
+ * a dynamic ticket counter and an SM budget changed by a concurrent controller kernel); ready
+ * flags (raised exactly once per tile, and a concurrent consumer kernel that acquires each flag
+ * finds the whole tile already correct); epilogue modes (accumulate, atomic add, two outputs).
+ *
+ * Usage: test-gemm-gpu [--quick]   (--quick: small shapes only, for compute-sanitizer)
+ * Exit: 0 pass, 1 fail, 77 no CUDA device.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "mkernel.h"
+#include "fused/bench/fill.cuh"
+#include "fused/gemm/gemm.h"
+
+static int t_failed, t_passed, t_quick;
+static cublasHandle_t t_blas;
+static cudaStream_t t_st;
+
+#define T_CHECK_CUDA(x)                                                                         \
+	do {                                                                                    \
+		cudaError_t e_ = (x);                                                           \
+		if (e_ != cudaSuccess) {                                                        \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,              \
+				cudaGetErrorString(e_));                                        \
+			exit(1);                                                                \
+		}                                                                               \
+	} while (0)
+
+static void t_report(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void t_report(int ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s ", ok ? "ok  " : "FAIL");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	if (ok)
+		t_passed++;
+	else
+		t_failed++;
+}
+
+struct t_buf {
+	__nv_bfloat16 *a, *b, *c;
+	float *ref;
+	int m, n, k, b_nk;
+};
+
+static void t_alloc(struct t_buf *t, int m, int n, int k, int b_nk, uint32_t seed)
+{
+	t->m = m;
+	t->n = n;
+	t->k = k;
+	t->b_nk = b_nk;
+	T_CHECK_CUDA(cudaMalloc((void **)&t->a, (size_t)m * k * 2 + 16));
+	T_CHECK_CUDA(cudaMalloc((void **)&t->b, (size_t)k * n * 2 + 16));
+	T_CHECK_CUDA(cudaMalloc((void **)&t->c, (size_t)m * n * 2 + 16));
+	T_CHECK_CUDA(cudaMalloc((void **)&t->ref, (size_t)m * n * 4));
+	mk_fill_bf16<<<512, 256, 0, t_st>>>(t->a, (size_t)m * k, seed);
+	mk_fill_bf16<<<512, 256, 0, t_st>>>(t->b, (size_t)k * n, seed * 7 + 1);
+	T_CHECK_CUDA(cudaGetLastError());
+}
+
+static void t_free(struct t_buf *t)
+{
+	cudaFree(t->a);
+	cudaFree(t->b);
+	cudaFree(t->c);
+	cudaFree(t->ref);
+}
+
+/* fp32 reference through cuBLAS. */
+static void t_reference(struct t_buf *t)
+{
+	const float one = 1.0f, zero = 0.0f;
+	cublasStatus_t s;
+
+	s = cublasGemmEx(t_blas, t->b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, t->n, t->m, t->k,
+			 &one, t->b, CUDA_R_16BF, t->b_nk ? t->k : t->n, t->a, CUDA_R_16BF, t->k,
+			 &zero, t->ref, CUDA_R_32F, t->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		fprintf(stderr, "reference cublasGemmEx failed: %d\n", (int)s);
+		exit(1);
+	}
+}
+
+/* Count elements outside the bound: |c - (scale * ref + base)| <= rtol |expect| + atol. */
+__global__ void t_compare(const __nv_bfloat16 *c, const float *ref, const __nv_bfloat16 *base,
+			  float scale, size_t n, float rtol, float atol, unsigned long long *bad,
+			  float *worst)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float expect = scale * ref[i] + (base != NULL ? __bfloat162float(base[i]) : 0.0f);
+		float got = __bfloat162float(c[i]);
+		float err = fabsf(got - expect);
+
+		if (!(err <= rtol * fabsf(expect) + atol)) {
+			atomicAdd(bad, 1ull);
+			atomicMax((int *)worst, __float_as_int(isnan(err) ? 1e30f : err));
+		}
+	}
+}
+
+static unsigned long long t_check(const struct t_buf *t, const __nv_bfloat16 *c,
+				  const __nv_bfloat16 *base, float scale, float rtol, float *worst)
+{
+	unsigned long long *d, bad = 0;
+	float *w, hw = 0;
+
+	T_CHECK_CUDA(cudaMalloc((void **)&d, sizeof(*d)));
+	T_CHECK_CUDA(cudaMalloc((void **)&w, sizeof(*w)));
+	T_CHECK_CUDA(cudaMemsetAsync(d, 0, sizeof(*d), t_st));
+	T_CHECK_CUDA(cudaMemsetAsync(w, 0, sizeof(*w), t_st));
+	t_compare<<<512, 256, 0, t_st>>>(c, t->ref, base, scale, (size_t)t->m * t->n, rtol,
+					 1e-5f * t->k, d, w);
+	T_CHECK_CUDA(cudaMemcpyAsync(&bad, d, sizeof(bad), cudaMemcpyDeviceToHost, t_st));
+	T_CHECK_CUDA(cudaMemcpyAsync(&hw, w, sizeof(hw), cudaMemcpyDeviceToHost, t_st));
+	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	cudaFree(d);
+	cudaFree(w);
+	*worst = hw;
+	return bad;
+}
+
+static void t_poison(void *p, size_t bytes)
+{
+	T_CHECK_CUDA(cudaMemsetAsync(p, 0xFF, bytes, t_st)); /* bf16 0xFFFF = NaN */
+}
+
+static int t_engine(const struct t_buf *t, const struct mk_gemm_launch *tmpl, void *c)
+{
+	struct mk_gemm_launch l;
+
+	if (tmpl != NULL) {
+		l = *tmpl;
+	} else {
+		memset(&l, 0, sizeof(l));
+		mk_gemm_args_init(&l.args, t->m, t->n, t->k, t->b_nk ? MK_GEMM_B_NK : MK_GEMM_B_KN,
+				  c);
+	}
+	l.a = t->a;
+	l.b = t->b;
+	return mk_gemm_run(&l, t_st);
+}
+
+/* One shape, one layout: mkGemm always; the engine directly where its rules hold. */
+static void t_shape(int m, int n, int k, int b_nk, int engine_ok)
+{
+	struct t_buf t;
+	struct mk_gemm_args args;
+	const char *why = NULL;
+	unsigned long long bad;
+	float worst;
+	ncclResult_t r;
+
+	t_alloc(&t, m, n, k, b_nk, (uint32_t)(m * 131 + n * 7 + k));
+	t_reference(&t);
+	mk_gemm_args_init(&args, m, n, k, b_nk ? MK_GEMM_B_NK : MK_GEMM_B_KN, t.c);
+	int eligible = mk_gemm_check(t.a, t.b, &args, &why) == 0;
+
+	t_poison(t.c, (size_t)m * n * 2);
+	r = mkGemm(t.a, t.b, t.c, m, n, k, ncclBfloat16,
+		   b_nk ? mkLayoutRowMajorNK : mkLayoutRowMajorKN, t_st);
+	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	bad = r == ncclSuccess ? t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
+	t_report(r == ncclSuccess && bad == 0,
+		 "mkGemm %5d x %5d x %5d B=%s path=%s: %llu bad, worst err %.3g", m, n, k,
+		 b_nk ? "NK" : "KN", eligible && engine_ok ? "engine" : "cuBLAS", bad, worst);
+
+	if (eligible && engine_ok) {
+		t_poison(t.c, (size_t)m * n * 2);
+		int rc = t_engine(&t, NULL, t.c);
+
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		bad = rc == 0 ? t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
+		t_report(rc == 0 && bad == 0, "engine %5d x %5d x %5d B=%s: %llu bad, worst err %.3g",
+			 m, n, k, b_nk ? "NK" : "KN", bad, worst);
+	} else if (!eligible) {
+		printf("     (engine rule: %s)\n", why);
+	}
+	t_free(&t);
+}
+
+static int t_bitwise_equal(const void *x, const void *y, size_t bytes)
+{
+	void *hx = malloc(bytes), *hy = malloc(bytes);
+	int eq;
+
+	T_CHECK_CUDA(cudaMemcpy(hx, x, bytes, cudaMemcpyDeviceToHost));
+	T_CHECK_CUDA(cudaMemcpy(hy, y, bytes, cudaMemcpyDeviceToHost));
+	eq = memcmp(hx, hy, bytes) == 0;
+	free(hx);
+	free(hy);
+	return eq;
+}
+
+/* Controller: lowers and raises the SM budget as tiles become ready (flags), like an on-GPU
+ * controller moving SMs between roles. Records how many tiles were ready at its first look. */
+__global__ void t_controller(const unsigned int *ready, int tiles, int *active, int full,
+			     int *first_seen)
+{
+	long long start = clock64();
+	int stage = 0, first = -1;
+
+	while (stage < 3 && clock64() - start < 20000000000ll) {
+		int done = 0;
+
+		for (int i = 0; i < tiles; i++)
+			done += *(volatile const unsigned int *)&ready[i] != 0;
+		if (first < 0)
+			first = done;
+		if (stage == 0 && done >= tiles / 4) {
+			atomicExch(active, full / 3);
+			stage = 1;
+		} else if (stage == 1 && done >= tiles / 2) {
+			atomicExch(active, 2);
+			stage = 2;
+		} else if (stage == 2 && done >= (3 * tiles) / 4) {
+			atomicExch(active, full);
+			stage = 3;
+		}
+		__nanosleep(1000);
+	}
+	*first_seen = first;
+}
+
+/* Consumer: for each of its tiles, acquire the ready flag, then check the tile against `want`.
+ * Counts tiles first seen not ready (proof of overlap) and wrong elements. */
+__global__ void t_consumer(const unsigned int *ready, const __nv_bfloat16 *c,
+			   const __nv_bfloat16 *want, int m, int n, int tiles_n, int tiles,
+			   unsigned long long *wrong, unsigned int *not_ready_seen,
+			   unsigned int *timeouts)
+{
+	__shared__ int go;
+
+	for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+		if (threadIdx.x == 0) {
+			long long start = clock64();
+			unsigned int v;
+			int first = 1;
+
+			go = 1;
+			for (;;) {
+				asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+					     : "=r"(v)
+					     : "l"(&ready[tile])
+					     : "memory");
+				if (v != 0)
+					break;
+				if (first)
+					atomicAdd(not_ready_seen, 1u);
+				first = 0;
+				if (clock64() - start > 20000000000ll) {
+					atomicAdd(timeouts, 1u);
+					go = 0;
+					break;
+				}
+			}
+		}
+		__syncthreads();
+		if (go) {
+			int r0 = (tile / tiles_n) * MK_GEMM_BM, c0 = (tile % tiles_n) * MK_GEMM_BN;
+			unsigned long long local = 0;
+
+			for (int i = threadIdx.x; i < MK_GEMM_BM * MK_GEMM_BN; i += blockDim.x) {
+				int r = r0 + i / MK_GEMM_BN, col = c0 + i % MK_GEMM_BN;
+				size_t off = (size_t)r * n + col;
+
+				if (r < m && col < n &&
+				    *(const unsigned short *)&c[off] !=
+					    *(const unsigned short *)&want[off])
+					local++;
+			}
+			if (local)
+				atomicAdd(wrong, local);
+		}
+		__syncthreads();
+	}
+}
+
+static void t_hooks(int sms)
+{
+	const int m = t_quick ? 700 : 2000, n = t_quick ? 900 : 3000, k = t_quick ? 192 : 520;
+	struct t_buf t;
+	struct mk_gemm_launch l;
+	__nv_bfloat16 *c0, *c1;
+	unsigned int *counter, *ready, *h_ready;
+	int *order, *h_order, *active, *first_seen;
+	size_t cbytes = (size_t)m * n * 2;
+	int tiles, tm, tn;
+
+	t_alloc(&t, m, n, k, 1, 4242);
+	t_reference(&t);
+	memset(&l, 0, sizeof(l));
+	mk_gemm_args_init(&l.args, m, n, k, MK_GEMM_B_NK, NULL);
+	tm = l.args.tiles_m;
+	tn = l.args.tiles_n;
+	tiles = tm * tn;
+	T_CHECK_CUDA(cudaMalloc((void **)&c0, cbytes));
+	T_CHECK_CUDA(cudaMalloc((void **)&c1, cbytes));
+	T_CHECK_CUDA(cudaMalloc((void **)&counter, sizeof(*counter)));
+	T_CHECK_CUDA(cudaMalloc((void **)&ready, tiles * sizeof(*ready)));
+	T_CHECK_CUDA(cudaMalloc((void **)&order, tiles * sizeof(*order)));
+	T_CHECK_CUDA(cudaMalloc((void **)&active, sizeof(*active)));
+	T_CHECK_CUDA(cudaMalloc((void **)&first_seen, sizeof(*first_seen)));
+	h_order = (int *)malloc(tiles * sizeof(*h_order));
+	h_ready = (unsigned int *)malloc(tiles * sizeof(*h_ready));
+
+	/* The default run is the bitwise reference for every hook variant. */
+	t_poison(c0, cbytes);
+	l.args.epi.out[0] = c0;
+	int rc = t_engine(&t, &l, c0);
+	float worst;
+	unsigned long long bad;
+
+	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	bad = rc == 0 ? t_check(&t, c0, NULL, 1.0f, 1.0f / 256, &worst) : 1;
+	t_report(rc == 0 && bad == 0, "hooks base %dx%dx%d (%d tiles): %llu bad", m, n, k, tiles,
+		 bad);
+
+	/* Orders x subsets x static/dynamic tickets. */
+	const int subsets[] = { 1, 3, 7, 66, sms - 1, sms };
+	const char *order_names[] = { "default", "reversed", "random", "slice-first" };
+
+	for (int o = 0; o < 4; o++) {
+		for (int i = 0; i < tiles; i++)
+			h_order[i] = i;
+		if (o == 1) {
+			for (int i = 0; i < tiles; i++)
+				h_order[i] = tiles - 1 - i;
+		} else if (o == 2) {
+			srand(7);
+			for (int i = tiles - 1; i > 0; i--) {
+				int j = rand() % (i + 1), x = h_order[i];
+
+				h_order[i] = h_order[j];
+				h_order[j] = x;
+			}
+		} else if (o == 3) {
+			/* 'this GPU's slice first': tile columns of slice 2 of 4, then the rest. */
+			int w = 0, lo = (2 * tn) / 4, hi = (3 * tn) / 4;
+
+			for (int i = 0; i < tiles; i++)
+				if (i % tn >= lo && i % tn < hi)
+					h_order[w++] = i;
+			for (int i = 0; i < tiles; i++)
+				if (!(i % tn >= lo && i % tn < hi))
+					h_order[w++] = i;
+		}
+		T_CHECK_CUDA(cudaMemcpy(order, h_order, tiles * sizeof(int), cudaMemcpyHostToDevice));
+		for (size_t s = 0; s < sizeof(subsets) / sizeof(subsets[0]); s++) {
+			for (int dyn = 0; dyn < 2; dyn++) {
+				struct mk_gemm_launch v = l;
+
+				if (t_quick && s % 2)
+					continue;
+				v.ctas = subsets[s];
+				v.args.sched.order = o == 0 ? NULL : order;
+				v.args.epi.out[0] = c1;
+				if (dyn) {
+					T_CHECK_CUDA(cudaMemsetAsync(counter, 0, 4, t_st));
+					v.args.sched.counter = counter;
+				}
+				t_poison(c1, cbytes);
+				rc = t_engine(&t, &v, c1);
+				T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+				t_report(rc == 0 && t_bitwise_equal(c0, c1, cbytes),
+					 "order %-11s ctas %3d %s tickets: bitwise equal",
+					 order_names[o], subsets[s], dyn ? "dynamic" : "static ");
+			}
+		}
+	}
+
+	/* SM budget moved by a concurrent controller while the kernel runs, plus ready flags. */
+	{
+		struct mk_gemm_launch v = l;
+		cudaStream_t side;
+		int full = sms - 4, h_first = -1;
+
+		T_CHECK_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+		T_CHECK_CUDA(cudaMemsetAsync(counter, 0, 4, t_st));
+		T_CHECK_CUDA(cudaMemsetAsync(ready, 0, tiles * 4, t_st));
+		T_CHECK_CUDA(cudaMemcpyAsync(active, &full, 4, cudaMemcpyHostToDevice, t_st));
+		t_poison(c1, cbytes);
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_controller<<<1, 1, 0, side>>>(ready, tiles, active, full, first_seen);
+		v.ctas = full;
+		v.args.sched.counter = counter;
+		v.args.sched.active = active;
+		v.args.sched.order = order;
+		v.args.epi.out[0] = c1;
+		v.args.epi.ready = ready;
+		rc = t_engine(&t, &v, c1);
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		T_CHECK_CUDA(cudaStreamSynchronize(side));
+		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
+		T_CHECK_CUDA(cudaMemcpy(&h_first, first_seen, 4, cudaMemcpyDeviceToHost));
+		int once = 1;
+
+		for (int i = 0; i < tiles; i++)
+			once &= h_ready[i] == 1;
+		t_report(rc == 0 && t_bitwise_equal(c0, c1, cbytes) && once,
+			 "SM budget %d -> %d -> 2 -> %d during the run: bitwise equal, flags once "
+			 "(controller first saw %d/%d tiles ready)",
+			 full, full / 3, full, h_first, tiles);
+		cudaStreamDestroy(side);
+	}
+
+	/* Ready flags: a consumer kernel on 16 CTAs acquires each flag and checks the tile. */
+	{
+		struct mk_gemm_launch v = l;
+		cudaStream_t side;
+		unsigned long long *wrong, h_wrong = 0;
+		unsigned int *stats, h_stats[2] = { 0, 0 };
+		const int consumers = 16, gemm_ctas = sms - consumers - 4;
+
+		T_CHECK_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+		T_CHECK_CUDA(cudaMalloc((void **)&wrong, sizeof(*wrong)));
+		T_CHECK_CUDA(cudaMalloc((void **)&stats, 2 * sizeof(*stats)));
+		T_CHECK_CUDA(cudaMemset(wrong, 0, sizeof(*wrong)));
+		T_CHECK_CUDA(cudaMemset(stats, 0, 2 * sizeof(*stats)));
+		T_CHECK_CUDA(cudaMemset(ready, 0, tiles * 4));
+		T_CHECK_CUDA(cudaMemset(c1, 0xFF, cbytes));
+		T_CHECK_CUDA(cudaDeviceSynchronize());
+		t_consumer<<<consumers, 256, 0, side>>>(ready, c1, c0, m, n, tn, tiles, wrong,
+							&stats[0], &stats[1]);
+		v.ctas = gemm_ctas > 1 ? gemm_ctas : 1;
+		v.args.epi.out[0] = c1;
+		v.args.epi.ready = ready;
+		rc = t_engine(&t, &v, c1);
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		T_CHECK_CUDA(cudaStreamSynchronize(side));
+		T_CHECK_CUDA(cudaMemcpy(&h_wrong, wrong, sizeof(h_wrong), cudaMemcpyDeviceToHost));
+		T_CHECK_CUDA(cudaMemcpy(h_stats, stats, sizeof(h_stats), cudaMemcpyDeviceToHost));
+		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
+		int once = 1;
+
+		for (int i = 0; i < tiles; i++)
+			once &= h_ready[i] == 1;
+		t_report(rc == 0 && h_wrong == 0 && h_stats[1] == 0 && once,
+			 "ready flags: %d tiles, each raised once=%d, consumer saw %u tiles not yet "
+			 "ready, %llu wrong elements after acquire, %u timeouts",
+			 tiles, once, h_stats[0], h_wrong, h_stats[1]);
+		cudaFree(wrong);
+		cudaFree(stats);
+		cudaStreamDestroy(side);
+	}
+
+	/* Epilogue modes. */
+	{
+		struct mk_gemm_launch v = l;
+		__nv_bfloat16 *base;
+
+		T_CHECK_CUDA(cudaMalloc((void **)&base, cbytes));
+		mk_fill_bf16<<<512, 256, 0, t_st>>>(base, (size_t)m * n, 99);
+		T_CHECK_CUDA(cudaMemcpyAsync(c1, base, cbytes, cudaMemcpyDeviceToDevice, t_st));
+		v.args.epi.out[0] = c1;
+		v.args.epi.mode[0] = MK_GEMM_EPI_ACCUMULATE;
+		rc = t_engine(&t, &v, c1);
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		bad = rc == 0 ? t_check(&t, c1, base, 1.0f, 1.0f / 128, &worst) : 1;
+		t_report(rc == 0 && bad == 0, "epilogue accumulate: out + A@B, %llu bad", bad);
+
+		T_CHECK_CUDA(cudaMemsetAsync(c1, 0, cbytes, t_st));
+		v.args.epi.mode[0] = MK_GEMM_EPI_ATOMIC_ADD;
+		v.args.epi.ready = ready;
+		v.args.epi.ready_scope = MK_GEMM_FLAG_SYS;
+		T_CHECK_CUDA(cudaMemsetAsync(ready, 0, tiles * 4, t_st));
+		rc = t_engine(&t, &v, c1);
+		rc |= t_engine(&t, &v, c1);
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
+		int twice = 1;
+
+		for (int i = 0; i < tiles; i++)
+			twice &= h_ready[i] == 2;
+		bad = rc == 0 ? t_check(&t, c1, NULL, 2.0f, 1.0f / 64, &worst) : 1;
+		t_report(rc == 0 && bad == 0 && twice,
+			 "epilogue atomic add (two runs, sys-scope flags == 2): %llu bad", bad);
+
+		/* Two destinations: local store + a second buffer standing in for a peer's. */
+		v = l;
+		t_poison(c1, cbytes);
+		t_poison(base, cbytes);
+		v.args.epi.out[0] = c1;
+		v.args.epi.out[1] = base;
+		v.args.epi.ld[1] = n;
+		rc = t_engine(&t, &v, c1);
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_report(rc == 0 && t_bitwise_equal(c0, c1, cbytes) &&
+				 t_bitwise_equal(c0, base, cbytes),
+			 "epilogue two outputs: both bitwise equal to the plain run");
+		cudaFree(base);
+	}
+
+	cudaFree(c0);
+	cudaFree(c1);
+	cudaFree(counter);
+	cudaFree(ready);
+	cudaFree(order);
+	cudaFree(active);
+	cudaFree(first_seen);
+	free(h_order);
+	free(h_ready);
+	t_free(&t);
+}
+
+static void t_api_errors(void)
+{
+	void *p = NULL;
+
+	T_CHECK_CUDA(cudaMalloc(&p, 4096));
+	t_report(mkGemm(NULL, p, p, 8, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, t_st) ==
+			 ncclInvalidArgument,
+		 "mkGemm NULL A -> ncclInvalidArgument");
+	t_report(mkGemm(p, p, p, 0, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, t_st) ==
+			 ncclInvalidArgument,
+		 "mkGemm M = 0 -> ncclInvalidArgument");
+	t_report(mkGemm(p, p, p, 8, 8, 8, ncclFloat32, mkLayoutRowMajorNK, t_st) ==
+			 ncclInvalidArgument,
+		 "mkGemm float32 -> ncclInvalidArgument");
+	t_report(mkGemm(p, p, p, 8, 8, 8, ncclBfloat16, (mkLayout_t)7, t_st) == ncclInvalidArgument,
+		 "mkGemm bad layout -> ncclInvalidArgument");
+	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	cudaFree(p);
+}
+
+int main(int argc, char **argv)
+{
+	static const int full_shapes[][3] = {
+		{ 1024, 1024, 1024 }, /* square */
+		{ 4096, 4096, 4096 }, /* square, large */
+		{ 8192, 128, 1024 },  /* tall */
+		{ 128, 8192, 1024 },  /* wide */
+		{ 1000, 1000, 1000 }, /* tails in M, N, K */
+		{ 1001, 999, 520 },	/* odd M and N */
+		{ 333, 517, 72 },     /* tails everywhere, K < one k-block + tail */
+		{ 300, 260, 8 },      /* smallest K the engine takes */
+		{ 256, 384, 1 },      /* K = 1: cuBLAS (TMA row stride rule) */
+		{ 1, 4096, 4096 },    /* tiny M */
+		{ 7, 300, 64 },	      /* tiny M, partial N */
+		{ 129, 257, 65 },     /* one past the tile in every dimension */
+	};
+	static const int quick_shapes[][3] = {
+		{ 333, 517, 72 }, { 129, 257, 136 }, { 7, 300, 64 }, { 256, 384, 1 },
+	};
+	int ndev = 0, sms = 0, engine_ok;
+	const int(*shapes)[3] = full_shapes;
+	size_t nshapes = sizeof(full_shapes) / sizeof(full_shapes[0]);
+
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--quick"))
+			t_quick = 1;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+		printf("SKIP: no CUDA device\n");
+		return 77;
+	}
+	if (t_quick) {
+		shapes = quick_shapes;
+		nshapes = sizeof(quick_shapes) / sizeof(quick_shapes[0]);
+	}
+	T_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+	T_CHECK_CUDA(cudaStreamCreate(&t_st));
+	if (cublasCreate(&t_blas) != CUBLAS_STATUS_SUCCESS)
+		return 1;
+	cublasSetStream(t_blas, t_st);
+	engine_ok = mk_gemm_device_ok();
+	printf("# device with %d SMs, engine %s\n", sms, engine_ok ? "runs" : "not supported");
+
+	t_api_errors();
+	for (size_t i = 0; i < nshapes; i++)
+		for (int b_nk = 0; b_nk < 2; b_nk++)
+			t_shape(shapes[i][0], shapes[i][1], shapes[i][2], b_nk, engine_ok);
+	if (engine_ok)
+		t_hooks(sms);
+	else
+		printf("# engine hooks not tested: device is not sm_90\n");
+
+	cublasDestroy(t_blas);
+	cudaStreamDestroy(t_st);
+	printf("%d passed, %d failed\n", t_passed, t_failed);
+	return t_failed ? 1 : 0;
+}
