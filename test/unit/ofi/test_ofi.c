@@ -579,6 +579,16 @@ static void test_local_mr_setup_buffers_registered(void **state)
 
 /* ---- data path ---- */
 
+/* Exactly one event of type is ready on c. */
+static struct mk_event poll_one(struct mk_conn *c, enum mk_event_type type)
+{
+	struct mk_event ev[4];
+
+	assert_int_equal(tp->poll(c, ev, 4), 1);
+	assert_int_equal(ev[0].type, type);
+	return ev[0];
+}
+
 static void test_write_offsets_app_keys_len_in_data(void **state)
 {
 	struct mk_rkey rk = { .base = 0x10000, .key = 42 };
@@ -614,8 +624,7 @@ static void test_write_virt_addr_and_4_byte_cq_data(void **state)
 	assert_int_equal(p.cb->last_rma.data, 7);		/* no room for the length */
 	/* the target's length then comes from the CQ entry */
 	mock_cq_push(p.la, NULL, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 100, 7);
-	assert_int_equal(tp->poll(p.a, ev, 4), 1);
-	assert_int_equal(ev[0].type, MK_EV_IMM);
+	ev[0] = poll_one(p.a, MK_EV_IMM);
 	assert_int_equal(ev[0].len, 100);
 	close_pair(&p);
 }
@@ -631,22 +640,19 @@ static void test_poll_imm_and_local_completion(void **state)
 	assert_int_equal(tp->poll(p.a, ev, 4), 0);
 	/* tcp;ofi_rxm reports len 0 at the target: the length rides in the data */
 	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, (4096ull << 32) | 9);
-	assert_int_equal(tp->poll(p.a, ev, 4), 1);
-	assert_int_equal(ev[0].type, MK_EV_IMM);
+	ev[0] = poll_one(p.a, MK_EV_IMM);
 	assert_int_equal(ev[0].imm, 9);
 	assert_int_equal(ev[0].len, 4096);
 	assert_int_equal(ev[0].status, 0);
 	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, false, 0, &ctx), 0);
 	/* sockets flags the initiator's completion with FI_REMOTE_CQ_DATA: still a WRITE_DONE */
 	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE | FI_REMOTE_CQ_DATA, 0, 0);
-	assert_int_equal(tp->poll(p.c, ev, 4), 1);
-	assert_int_equal(ev[0].type, MK_EV_WRITE_DONE);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
 	assert_ptr_equal(ev[0].ctx, &ctx);
 	assert_int_equal(ev[0].len, 64);
 	assert_int_equal(tp->read(p.c, 0, region, 32, NULL, 0, &rk, &ctx), 0);
 	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_READ, 32, 0);
-	assert_int_equal(tp->poll(p.c, ev, 4), 1);
-	assert_int_equal(ev[0].type, MK_EV_READ_DONE);
+	ev[0] = poll_one(p.c, MK_EV_READ_DONE);
 	close_pair(&p);
 }
 
@@ -660,8 +666,7 @@ static void test_poll_error_entry_is_error_event(void **state)
 	open_pair(&p, "tcp;ofi_rxm", 0, 8);
 	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, true, 1, &ctx), 0);
 	mock_cq_push_err(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, FI_ECONNRESET);
-	assert_int_equal(tp->poll(p.c, ev, 4), 1);
-	assert_int_equal(ev[0].type, MK_EV_WRITE_DONE);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
 	assert_int_equal(ev[0].status, -ECONNRESET);
 	assert_ptr_equal(ev[0].ctx, &ctx);
 	/* a target-side error has no op: the connection is broken from then on */
