@@ -17,10 +17,10 @@
 #include "mk/param.h"
 #include "mk/transport.h"
 
-#define MK_VERBS_MAX_DEVS   32
-#define MK_VERBS_POLL_BATCH 16		/* completions read per ibv_poll_cq call */
-#define MK_VERBS_FAST_MAX   64		/* host-memory flushes waiting to be reported */
-#define MK_VERBS_FLUSH_DEPTH 16		/* flush reads in flight per connection */
+#define MK_VERBS_MAX_DEVS    32
+#define MK_VERBS_POLL_BATCH  16 /* completions read per ibv_poll_cq call */
+#define MK_VERBS_FAST_MAX    64 /* host-memory flushes waiting to be reported */
+#define MK_VERBS_FLUSH_DEPTH 16 /* flush reads in flight per connection */
 
 /*
  * Entry points of libibverbs, resolved once by mk_verbs_lib_load(). The fast path does not go
@@ -71,15 +71,15 @@ struct mk_verbs_dev {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	uint8_t port;
-	uint8_t link_layer;		/* IBV_LINK_LAYER_INFINIBAND / _ETHERNET */
-	enum ibv_mtu mtu;		/* active MTU */
+	uint8_t link_layer; /* IBV_LINK_LAYER_INFINIBAND / _ETHERNET */
+	enum ibv_mtu mtu;   /* active MTU */
 	uint16_t lid;
-	int gid_index;			/* -1 for InfiniBand LID routing */
+	int gid_index; /* -1 for InfiniBand LID routing */
 	union ibv_gid gid;
 	int max_qp_wr;
 	int max_cqe;
-	bool dmabuf;			/* ibv_reg_dmabuf_mr works here (probed once) */
-	bool peermem;			/* nv_peer_mem / nvidia_peermem loaded */
+	bool dmabuf;  /* ibv_reg_dmabuf_mr works here (probed once) */
+	bool peermem; /* nv_peer_mem / nvidia_peermem loaded */
 	struct mk_dev_props props;
 };
 
@@ -88,7 +88,7 @@ struct mk_verbs_wire {
 	uint32_t magic;
 	uint16_t version;
 	uint16_t nqps;
-	uint64_t nonce;			/* the listener's, echoed by the connector */
+	uint64_t nonce; /* the listener's, echoed by the connector */
 	uint32_t qpn[MK_TP_MAX_LANES];
 	uint32_t psn;
 	uint16_t lid;
@@ -97,33 +97,33 @@ struct mk_verbs_wire {
 	uint8_t gid[16];
 	uint32_t blob_len;
 	uint8_t blob[MK_TP_BLOB_MAX];
-	uint32_t check;			/* FNV-1a over everything above */
+	uint32_t check; /* FNV-1a over everything above */
 };
 
 /* Listen handle, carried by the consumer to the connecting side. */
 struct mk_verbs_handle {
 	uint32_t magic;
 	uint16_t version;
-	uint16_t size;			/* sizeof(struct mk_verbs_handle) */
-	uint64_t nonce;			/* random per listener: a stale handle finds no match */
-	uint32_t ip;			/* IPv4, network order */
-	uint16_t port;			/* network order */
-	uint16_t reserved;		/* 0 */
-	uint32_t reserved2;		/* 0; keeps the struct free of padding */
-	uint32_t check;			/* FNV-1a over everything above */
+	uint16_t size;	    /* sizeof(struct mk_verbs_handle) */
+	uint64_t nonce;	    /* random per listener: a stale handle finds no match */
+	uint32_t ip;	    /* IPv4, network order */
+	uint16_t port;	    /* network order */
+	uint16_t reserved;  /* 0 */
+	uint32_t reserved2; /* 0; keeps the struct free of padding */
+	uint32_t check;	    /* FNV-1a over everything above */
 };
 
 _Static_assert(sizeof(struct mk_verbs_handle) <= MK_TP_HANDLE_MAX, "verbs handle too large");
 _Static_assert(sizeof(struct mk_verbs_handle) == offsetof(struct mk_verbs_handle, check) + 4,
 	       "every byte of the handle is covered by its checksum");
 
-#define MK_VERBS_HANDLE_MAGIC 0x4d4b5642u	/* "MKVB" */
-#define MK_VERBS_WIRE_MAGIC   0x4d4b5657u	/* "MKVW" */
-#define MK_VERBS_ACK_MAGIC    0x4d4b5641u	/* "MKVA" */
+#define MK_VERBS_HANDLE_MAGIC 0x4d4b5642u /* "MKVB" */
+#define MK_VERBS_WIRE_MAGIC   0x4d4b5657u /* "MKVW" */
+#define MK_VERBS_ACK_MAGIC    0x4d4b5641u /* "MKVA" */
 #define MK_VERBS_VERSION      1
 
 enum mk_verbs_conn_state {
-	MK_VC_CONNECTING = 1,	/* TCP connect in progress (or waiting to retry) */
+	MK_VC_CONNECTING = 1, /* TCP connect in progress (or waiting to retry) */
 	MK_VC_SEND_INFO,
 	MK_VC_RECV_INFO,
 	MK_VC_SEND_ACK,
@@ -136,63 +136,63 @@ enum mk_verbs_conn_state {
 struct mk_verbs_slot {
 	void *ctx;
 	size_t len;
-	uint8_t type;			/* MK_EV_WRITE_DONE / MK_EV_READ_DONE */
-	uint8_t lane;			/* MK_VERBS_FLUSH_LANE for the flush QP */
+	uint8_t type; /* MK_EV_WRITE_DONE / MK_EV_READ_DONE */
+	uint8_t lane; /* MK_VERBS_FLUSH_LANE for the flush QP */
 };
 
 #define MK_VERBS_FLUSH_LANE 0xff
-#define MK_VERBS_WR_RECV    (1ull << 63)	/* wr_id of a receive: flag | lane */
+#define MK_VERBS_WR_RECV    (1ull << 63) /* wr_id of a receive: flag | lane */
 
 struct mk_verbs_conn {
-	struct mk_conn base;		/* first: generic <-> verbs by container_of */
+	struct mk_conn base; /* first: generic <-> verbs by container_of */
 	struct mk_verbs_dev *vdev;
-	int fd;				/* bootstrap socket; kept open as a liveness signal */
+	int fd; /* bootstrap socket; kept open as a liveness signal */
 	enum mk_verbs_conn_state state;
 	bool acceptor;
-	uint64_t deadline_ns;		/* setup fails with -ETIMEDOUT after this */
-	uint64_t retry_ns;		/* connector: next TCP attempt after a refusal */
+	uint64_t deadline_ns; /* setup fails with -ETIMEDOUT after this */
+	uint64_t retry_ns;    /* connector: next TCP attempt after a refusal */
 	uint32_t retry_ms;
-	uint32_t peer_ip;		/* connector: listener address, network order */
+	uint32_t peer_ip; /* connector: listener address, network order */
 	uint16_t peer_port;
 	uint64_t nonce;
 	struct mk_verbs_wire local;
 	struct mk_verbs_wire remote;
 	uint32_t ack;
-	size_t io_done;			/* bytes of the current setup message moved so far */
+	size_t io_done; /* bytes of the current setup message moved so far */
 
-	struct ibv_cq *cq;		/* completions of every QP below */
+	struct ibv_cq *cq; /* completions of every QP below */
 	struct ibv_qp *qps[MK_TP_MAX_LANES];
 	int nqps;
 	uint32_t psn;
-	int sq_depth;			/* send WRs per QP */
-	int rq_depth;			/* receives kept posted per QP */
+	int sq_depth; /* send WRs per QP */
+	int rq_depth; /* receives kept posted per QP */
 	int sq_used[MK_TP_MAX_LANES];
-	struct mk_verbs_slot *slots;	/* sq_depth * nqps + flush slots */
-	uint32_t *free_slots;		/* stack of free slot indexes */
+	struct mk_verbs_slot *slots; /* sq_depth * nqps + flush slots */
+	uint32_t *free_slots;	     /* stack of free slot indexes */
 	int nfree;
-	int err;			/* sticky: 0 or the first error that broke the connection */
+	int err; /* sticky: 0 or the first error that broke the connection */
 	bool err_warned;
 	unsigned int idle_polls;
 
 	/* flush: RDMA READ over a QP connected to itself (GPU memory, or MKERNEL_IB_FORCE_FLUSH) */
 	struct ibv_qp *flush_qp;
 	struct ibv_mr *flush_mr;
-	int flush_used;			/* reads in flight on flush_qp */
-	uint32_t flush_buf[4];		/* landing zone of flush reads */
+	int flush_used;	       /* reads in flight on flush_qp */
+	uint32_t flush_buf[4]; /* landing zone of flush reads */
 	/* host-memory flushes: completed at once, reported by the next poll */
 	struct {
 		void *ctx;
 		size_t len;
 	} fast[MK_VERBS_FAST_MAX];
-	unsigned int fast_head, fast_tail;	/* free-running; head - tail = waiting */
+	unsigned int fast_head, fast_tail; /* free-running; head - tail = waiting */
 };
 
 struct mk_verbs_listener {
 	struct mk_listener base;
 	int fd;
 	uint64_t nonce;
-	struct mk_verbs_conn *pending;	/* a peer whose setup is in progress */
-	bool done;			/* accepted its one connection */
+	struct mk_verbs_conn *pending; /* a peer whose setup is in progress */
+	bool done;		       /* accepted its one connection */
 };
 
 struct mk_bmr {
@@ -226,8 +226,7 @@ int mk_verbs_listen(int dev, void *handle, struct mk_listener **out);
 int mk_verbs_connect(int dev, const void *handle, const void *blob, size_t blob_len,
 		     struct mk_conn **out);
 int mk_verbs_connected(struct mk_conn *c);
-int mk_verbs_accept(struct mk_listener *l, const void *blob, size_t blob_len,
-		    struct mk_conn **out);
+int mk_verbs_accept(struct mk_listener *l, const void *blob, size_t blob_len, struct mk_conn **out);
 int mk_verbs_close_listen(struct mk_listener *l);
 int mk_verbs_close(struct mk_conn *c);
 /* Objects of a connection (CQ, QPs in INIT, receives, slots, flush QP); setup tests use these. */

@@ -145,9 +145,8 @@ static int conn_qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp)
 	a.port_num = c->vdev->port;
 	a.qp_access_flags =
 		IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	rc = mk_verbs_ibv->modify_qp(qp, &a,
-				     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					     IBV_QP_ACCESS_FLAGS);
+	rc = mk_verbs_ibv->modify_qp(
+		qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 	if (rc) {
 		MK_WARN("verbs: %s: QP %u to INIT failed: %s", c->vdev->props.name, qp->qp_num,
 			strerror(rc));
@@ -203,9 +202,9 @@ static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, uint32_t 
 		a.ah_attr.dlid = peer->lid;
 	}
 	rc = mk_verbs_ibv->modify_qp(qp, &a,
-				     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-					     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+				     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					     IBV_QP_MIN_RNR_TIMER);
 	if (rc)
 		goto fail;
 	step = "RTS";
@@ -271,7 +270,6 @@ static void conn_objects_destroy(struct mk_verbs_conn *c)
 	c->slots = NULL;
 }
 
-
 /* CQ, nqps RC QPs in INIT with receives posted, slots, and the flush QP when needed. */
 static int conn_objects_create(struct mk_verbs_conn *c, int nqps)
 {
@@ -310,8 +308,8 @@ static int conn_objects_create(struct mk_verbs_conn *c, int nqps)
 		c->qps[i] = conn_qp_create(c, c->sq_depth, c->rq_depth);
 		if (c->qps[i] == NULL) {
 			rc = -(errno ? errno : ENOMEM);
-			MK_WARN("verbs: %s: create_qp (lane %d of %d) failed: %s", d->props.name,
-				i, nqps, mk_strerror(rc));
+			MK_WARN("verbs: %s: create_qp (lane %d of %d) failed: %s", d->props.name, i,
+				nqps, mk_strerror(rc));
 			goto undo_qps;
 		}
 		rc = conn_qp_init(c, c->qps[i]);
@@ -562,7 +560,7 @@ int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 		return -EINVAL;
 	*out = NULL;
 	if (l->done)
-		return -EINVAL;	/* a listener accepts exactly one connection */
+		return -EINVAL; /* a listener accepts exactly one connection */
 	if (l->pending == NULL) {
 		fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
@@ -787,7 +785,7 @@ int mk_verbs_connected(struct mk_conn *base)
 		case MK_VC_RECV_INFO:
 			rc = conn_io(c->fd, false, &c->remote, sizeof(c->remote), &c->io_done);
 			if (rc < 0)
-				conn_schedule_retry(c);	/* dropped: a stale or foreign listener */
+				conn_schedule_retry(c); /* dropped: a stale or foreign listener */
 			if (rc <= 0)
 				return 0;
 			rc = conn_check_remote(c, c->nonce);

@@ -14,7 +14,7 @@
 #include "mk/log.h"
 #include "verbs.h"
 
-#define DATA_LIVENESS_EVERY 64	/* idle polls between two peeks at the bootstrap socket */
+#define DATA_LIVENESS_EVERY 64 /* idle polls between two peeks at the bootstrap socket */
 
 int mk_verbs_wc_errno(enum ibv_wc_status status)
 {
@@ -22,9 +22,9 @@ int mk_verbs_wc_errno(enum ibv_wc_status status)
 	case IBV_WC_SUCCESS:
 		return 0;
 	case IBV_WC_RETRY_EXC_ERR:
-		return -ETIMEDOUT;	/* the peer stopped acknowledging */
+		return -ETIMEDOUT; /* the peer stopped acknowledging */
 	case IBV_WC_RNR_RETRY_EXC_ERR:
-		return -ECONNRESET;	/* the peer stopped posting receives */
+		return -ECONNRESET; /* the peer stopped posting receives */
 	case IBV_WC_REM_ACCESS_ERR:
 	case IBV_WC_REM_INV_REQ_ERR:
 	case IBV_WC_REM_OP_ERR:
@@ -32,13 +32,13 @@ int mk_verbs_wc_errno(enum ibv_wc_status status)
 	case IBV_WC_REM_ABORT_ERR:
 	case IBV_WC_INV_EECN_ERR:
 	case IBV_WC_INV_EEC_STATE_ERR:
-		return -EREMOTEIO;	/* the peer's NIC refused the operation */
+		return -EREMOTEIO; /* the peer's NIC refused the operation */
 	case IBV_WC_WR_FLUSH_ERR:
-		return -ECANCELED;	/* the QP went to error before this WR ran */
+		return -ECANCELED; /* the QP went to error before this WR ran */
 	case IBV_WC_LOC_PROT_ERR:
 	case IBV_WC_LOC_ACCESS_ERR:
 	case IBV_WC_MW_BIND_ERR:
-		return -EFAULT;		/* a local key or range is wrong */
+		return -EFAULT; /* a local key or range is wrong */
 	default:
 		return -EIO;
 	}
@@ -51,7 +51,7 @@ int mk_verbs_post_recvs(struct mk_verbs_conn *c, int lane, int n)
 
 	memset(&wr, 0, sizeof(wr));
 	wr.wr_id = MK_VERBS_WR_RECV | (uint64_t)lane;
-	wr.sg_list = NULL;	/* immediates only: the data lands by RDMA address */
+	wr.sg_list = NULL; /* immediates only: the data lands by RDMA address */
 	wr.num_sge = 0;
 	for (int i = 0; i < n; i++) {
 		rc = ibv_post_recv(c->qps[lane], &wr, &bad);
@@ -75,8 +75,8 @@ static void data_fail(struct mk_verbs_conn *c, const struct ibv_wc *wc, int err)
 }
 
 static int data_post(struct mk_verbs_conn *c, struct ibv_qp *qp, uint8_t lane,
-		     enum ibv_wr_opcode op, void *local, size_t len, uint32_t lkey,
-		     uint64_t remote, uint32_t rkey, uint32_t imm_be, uint8_t type, void *ctx)
+		     enum ibv_wr_opcode op, void *local, size_t len, uint32_t lkey, uint64_t remote,
+		     uint32_t rkey, uint32_t imm_be, uint8_t type, void *ctx)
 {
 	struct ibv_send_wr wr, *bad;
 	struct ibv_sge sge;
@@ -128,9 +128,8 @@ static int data_check(struct mk_verbs_conn *c, int lane, size_t len, struct mk_b
 	return 0;
 }
 
-int mk_verbs_write(struct mk_conn *base, int lane, const void *src, size_t len,
-		   struct mk_bmr *mr, uint64_t dst, const struct mk_rkey *rkey, bool has_imm,
-		   uint32_t imm, void *ctx)
+int mk_verbs_write(struct mk_conn *base, int lane, const void *src, size_t len, struct mk_bmr *mr,
+		   uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx)
 {
 	struct mk_verbs_conn *c = verbs_conn(base);
 	int rc = data_check(c, lane, len, mr, rkey);
@@ -236,7 +235,7 @@ static int data_complete(struct mk_verbs_conn *c, const struct ibv_wc *wc, struc
 	if (wc->status != IBV_WC_SUCCESS) {
 		err = mk_verbs_wc_errno(wc->status);
 		if (wc->status == IBV_WC_WR_FLUSH_ERR && c->err != 0)
-			err = c->err;	/* report the cause, not the flush */
+			err = c->err; /* report the cause, not the flush */
 		data_fail(c, wc, err);
 		ev->status = err;
 	}
@@ -286,7 +285,8 @@ int mk_verbs_poll(struct mk_conn *base, struct mk_event *ev, int max)
 		if (mk_unlikely(got < 0)) {
 			if (c->err == 0)
 				c->err = -EIO;
-			MK_WARN_ONCE("verbs: %s: ibv_poll_cq failed (%d)", c->vdev->props.name, got);
+			MK_WARN_ONCE("verbs: %s: ibv_poll_cq failed (%d)", c->vdev->props.name,
+				     got);
 			break;
 		}
 		for (int i = 0; i < got; i++)

@@ -36,32 +36,40 @@ struct mk_verbs_dev *mk_verbs_dev_get(int dev)
 	return &init_devs[dev];
 }
 
-/* Mbit/s from the port's active width (lane count) and per-lane speed codes of the IB spec. */
+struct init_code {
+	int code;
+	int value;
+};
+
+/* IB spec codes: active_width -> lanes, active_speed -> Mbit/s per lane. */
+static const struct init_code init_lanes[] = {
+	{ 1, 1 }, { 2, 4 }, { 4, 8 }, { 8, 12 }, { 16, 2 },
+};
+
+static const struct init_code init_rates[] = {
+	{ 1, 2500 },	 /* SDR */
+	{ 2, 5000 },	 /* DDR */
+	{ 4, 10000 },	 /* QDR */
+	{ 8, 10000 },	 /* FDR10 */
+	{ 16, 14000 },	 /* FDR */
+	{ 32, 25000 },	 /* EDR */
+	{ 64, 50000 },	 /* HDR */
+	{ 128, 100000 }, /* NDR */
+	{ 256, 200000 }, /* XDR */
+};
+
+static int init_lookup(const struct init_code *t, size_t n, int code, int dflt)
+{
+	for (size_t i = 0; i < n; i++)
+		if (t[i].code == code)
+			return t[i].value;
+	return dflt;
+}
+
 int mk_verbs_speed_mbps(int width, int speed)
 {
-	static const struct {
-		int code, value;
-	} lanes[] = { { 1, 1 }, { 2, 4 }, { 4, 8 }, { 8, 12 }, { 16, 2 } },
-	  rates[] = {
-		{ 1, 2500 },	/* SDR */
-		{ 2, 5000 },	/* DDR */
-		{ 4, 10000 },	/* QDR */
-		{ 8, 10000 },	/* FDR10 */
-		{ 16, 14000 },	/* FDR */
-		{ 32, 25000 },	/* EDR */
-		{ 64, 50000 },	/* HDR */
-		{ 128, 100000 },	/* NDR */
-		{ 256, 200000 },	/* XDR */
-	};
-	int n = 1, rate = 10000;
-
-	for (size_t i = 0; i < MK_ARRAY_SIZE(lanes); i++)
-		if (lanes[i].code == width)
-			n = lanes[i].value;
-	for (size_t i = 0; i < MK_ARRAY_SIZE(rates); i++)
-		if (rates[i].code == speed)
-			rate = rates[i].value;
-	return n * rate;
+	return init_lookup(init_lanes, MK_ARRAY_SIZE(init_lanes), width, 1) *
+	       init_lookup(init_rates, MK_ARRAY_SIZE(init_rates), speed, 10000);
 }
 
 static int init_read_line(const char *path, char *buf, size_t len)
@@ -160,20 +168,23 @@ static int init_pick_gid(struct mk_verbs_dev *d, const char *ibdev, int tbl_len)
 	int idx = (int)mk_param_ib_gid_index();
 
 	if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && idx < 0) {
-		d->gid_index = -1;	/* LID routing */
+		d->gid_index = -1; /* LID routing */
 		return 0;
 	}
 	if (idx < 0)
 		idx = mk_verbs_gid_autopick(ibdev, d->port, tbl_len);
 	if (idx < 0) {
 		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
-			"verbs: %s port %u has no IPv4-mapped RoCE v2 GID (set MKERNEL_IB_GID_INDEX): "
-			"skipped", ibdev, d->port);
+			"verbs: %s port %u has no IPv4-mapped RoCE v2 GID (set "
+			"MKERNEL_IB_GID_INDEX): "
+			"skipped",
+			ibdev, d->port);
 		return -ENOENT;
 	}
 	if (mk_verbs_ibv->query_gid(d->ctx, d->port, idx, &d->gid)) {
-		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "verbs: %s port %u: query_gid(%d) failed: %s",
-			ibdev, d->port, idx, strerror(errno));
+		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
+			"verbs: %s port %u: query_gid(%d) failed: %s", ibdev, d->port, idx,
+			strerror(errno));
 		return -ENOENT;
 	}
 	d->gid_index = idx;
@@ -190,8 +201,8 @@ static void init_fill_props(struct mk_verbs_dev *d, const char *ibdev,
 	snprintf(p->name, sizeof(p->name), "verbs:%s:%u", ibdev, d->port);
 	init_pci_path(ibdev, p->pci_path, sizeof(p->pci_path));
 	p->guid = be64toh(da->node_guid);
-	p->ptr_support = MK_PTR_HOST | (d->peermem ? MK_PTR_CUDA : 0) |
-			 (d->dmabuf ? MK_PTR_DMABUF : 0);
+	p->ptr_support =
+		MK_PTR_HOST | (d->peermem ? MK_PTR_CUDA : 0) | (d->dmabuf ? MK_PTR_DMABUF : 0);
 	p->speed_mbps = mk_verbs_speed_mbps(pa->active_width, pa->active_speed);
 	p->port = d->port;
 	p->latency_us = 0;
@@ -229,8 +240,8 @@ static int init_dev_open(struct ibv_device *ibd, uint8_t port, struct mk_verbs_d
 	memset(&pa, 0, sizeof(pa));
 	if (mk_verbs_ibv->query_port(d->ctx, port, &pa)) {
 		rc = -(errno ? errno : EIO);
-		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "verbs: query_port(%s, %u) failed: %s", name,
-			port, mk_strerror(rc));
+		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "verbs: query_port(%s, %u) failed: %s",
+			name, port, mk_strerror(rc));
 		goto undo_ctx;
 	}
 	if (pa.state != IBV_PORT_ACTIVE) {
@@ -298,7 +309,8 @@ static int init_scan_device(struct ibv_device *ibd)
 
 	if (ibd->transport_type != IBV_TRANSPORT_IB) {
 		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
-			"verbs: %s: transport %d cannot run RC queue pairs over verbs alone: skipped",
+			"verbs: %s: transport %d cannot run RC queue pairs over verbs alone: "
+			"skipped",
 			name, ibd->transport_type);
 		return 0;
 	}
@@ -331,7 +343,7 @@ static int verbs_init(void)
 	init_ndevs = 0;
 	rc = mk_verbs_lib_load();
 	if (rc)
-		return 0;	/* no library: no devices, already said why */
+		return 0; /* no library: no devices, already said why */
 	list = mk_verbs_ibv->get_device_list(&n);
 	if (list == NULL || n == 0) {
 		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "verbs: no RDMA device found%s%s",

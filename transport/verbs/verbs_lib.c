@@ -26,7 +26,10 @@ struct lib_sym {
 	bool optional;
 };
 
-#define LIB_SYM(field, ver, opt) { "ibv_" #field, (ver), offsetof(struct mk_ibv_lib, field), (opt) }
+#define LIB_SYM(field, ver, opt)                                                                   \
+	{                                                                                          \
+		"ibv_" #field, (ver), offsetof(struct mk_ibv_lib, field), (opt)                    \
+	}
 
 static const struct lib_sym lib_syms[] = {
 	LIB_SYM(get_device_list, LIB_BASE_VERSION, false),
@@ -72,8 +75,8 @@ int mk_verbs_lib_load(void)
 		path = "libibverbs.so.1";
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
-		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "verbs: cannot load %s (%s): no verbs devices",
-			path, dlerror());
+		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
+			"verbs: cannot load %s (%s): no verbs devices", path, dlerror());
 		return -ENOENT;
 	}
 	memset(&lib_table, 0, sizeof(lib_table));
@@ -93,7 +96,8 @@ int mk_verbs_lib_load(void)
 	lib_handle = h;
 	mk_verbs_ibv = &lib_table;
 	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "verbs: loaded %s (reg_mr_iova2 %s, dmabuf %s)",
-		path, lib_table.reg_mr_iova2 ? "yes" : "no", lib_table.reg_dmabuf_mr ? "yes" : "no");
+		path, lib_table.reg_mr_iova2 ? "yes" : "no",
+		lib_table.reg_dmabuf_mr ? "yes" : "no");
 	return 0;
 }
 

@@ -54,9 +54,9 @@ bool mk_verbs_peermem_present(void)
 static struct ibv_mr *mr_reg_va(struct mk_verbs_dev *d, void *addr, size_t len, bool strict)
 {
 	if (mk_verbs_ibv->reg_mr_iova2 != NULL)
-		return mk_verbs_ibv->reg_mr_iova2(d->pd, addr, len, (uint64_t)(uintptr_t)addr,
-						  MR_ACCESS |
-						  (strict ? 0 : IBV_ACCESS_RELAXED_ORDERING));
+		return mk_verbs_ibv->reg_mr_iova2(
+			d->pd, addr, len, (uint64_t)(uintptr_t)addr,
+			MR_ACCESS | (strict ? 0 : IBV_ACCESS_RELAXED_ORDERING));
 	return mk_verbs_ibv->reg_mr(d->pd, addr, len, MR_ACCESS);
 }
 
@@ -82,10 +82,9 @@ int mk_verbs_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *at
 			rc = -EOPNOTSUPP;
 			goto undo_alloc;
 		}
-		b->mr = mk_verbs_ibv->reg_dmabuf_mr(d->pd, attr->dmabuf_offset, len,
-						    (uint64_t)(uintptr_t)addr, attr->dmabuf_fd,
-						    MR_ACCESS |
-						    (strict ? 0 : IBV_ACCESS_RELAXED_ORDERING));
+		b->mr = mk_verbs_ibv->reg_dmabuf_mr(
+			d->pd, attr->dmabuf_offset, len, (uint64_t)(uintptr_t)addr, attr->dmabuf_fd,
+			MR_ACCESS | (strict ? 0 : IBV_ACCESS_RELAXED_ORDERING));
 	} else if (attr->type == MK_PTR_CUDA) {
 		path = "peermem";
 		if (!d->peermem) {

@@ -26,14 +26,14 @@
 #include "mk/param.h"
 #include "mk/transport.h"
 
-#define T_SETUP_MS  60000	/* connection setup under TCG emulation can be slow */
-#define T_EVENT_MS  60000
-#define T_CASE_S    180
-#define T_KILL_TIMEOUT_MS 4000	/* MKERNEL_TIMEOUT in the dead-peer cases */
+#define T_SETUP_MS	  60000 /* connection setup under TCG emulation can be slow */
+#define T_EVENT_MS	  60000
+#define T_CASE_S	  180
+#define T_KILL_TIMEOUT_MS 4000 /* MKERNEL_TIMEOUT in the dead-peer cases */
 
 struct t_ctx {
-	int role;		/* 0: listens and accepts, 1: connects */
-	int ctl;		/* socketpair to the other process */
+	int role; /* 0: listens and accepts, 1: connects */
+	int ctl;  /* socketpair to the other process */
 	const struct mk_transport_ops *ops;
 	const char *name;
 };
@@ -228,8 +228,8 @@ static int setup_conn(struct t_ctx *t, struct mk_conn **out)
 		if (ctl_send(t, &mine, sizeof(mine)) || ctl_recv(t, &theirs, sizeof(theirs)))
 			return -1;
 		snprintf(want, sizeof(want), "blob-of-role-%d-pid-%d", !t->role, theirs);
-		if (c->peer_blob_len != strlen(want) + 1 || memcmp(c->peer_blob, want,
-								   c->peer_blob_len)) {
+		if (c->peer_blob_len != strlen(want) + 1 ||
+		    memcmp(c->peer_blob, want, c->peer_blob_len)) {
 			t_err(t, "peer blob wrong (%zu bytes)", c->peer_blob_len);
 			t->ops->close(c);
 			return -1;
@@ -395,12 +395,13 @@ static int case_lanes(struct t_ctx *t)
 		fill(p.b.p, 4 * part, 5);
 		for (int lane = 0; lane < 4 && rc == 0; lane++) {
 			rc = t->ops->write(p.c, lane, p.b.p + lane * part, part, p.b.mr,
-					   p.peer.base + lane * part, &p.peer, true, 100u + lane, NULL);
+					   p.peer.base + lane * part, &p.peer, true, 100u + lane,
+					   NULL);
 			if (rc)
 				t_err(t, "write on lane %d: %s", lane, mk_strerror(rc));
 		}
-		if (rc == 0 && t->ops->write(p.c, 4, p.b.p, 1, p.b.mr, p.peer.base, &p.peer, true, 1,
-					     NULL) != -EINVAL) {
+		if (rc == 0 && t->ops->write(p.c, 4, p.b.p, 1, p.b.mr, p.peer.base, &p.peer, true,
+					     1, NULL) != -EINVAL) {
 			t_err(t, "write on lane 4 of 4 was not -EINVAL");
 			rc = -1;
 		}
@@ -478,16 +479,16 @@ static int case_sq_full(struct t_ctx *t)
 		return -1;
 	if (t->role == 0)
 		return pair_close(t, &p, 0);
-	while (posted < 64 && (rc = t->ops->write(p.c, 0, p.b.p, 4096, p.b.mr, p.peer.base,
-						  &p.peer, false, 0, NULL)) == 0)
+	while (posted < 64 && (rc = t->ops->write(p.c, 0, p.b.p, 4096, p.b.mr, p.peer.base, &p.peer,
+						  false, 0, NULL)) == 0)
 		posted++;
 	if (rc != -EAGAIN || posted != 4) {
 		t_err(t, "posted %d then %s; want 4 then EAGAIN", posted, mk_strerror(rc));
 		return pair_close(t, &p, -1);
 	}
 	rc = wait_ev(t, p.c, MK_EV_WRITE_DONE, NULL, T_EVENT_MS);
-	if (rc == 0 && t->ops->write(p.c, 0, p.b.p, 4096, p.b.mr, p.peer.base, &p.peer, false, 0,
-				     NULL)) {
+	if (rc == 0 &&
+	    t->ops->write(p.c, 0, p.b.p, 4096, p.b.mr, p.peer.base, &p.peer, false, 0, NULL)) {
 		t_err(t, "write after a completion still refused");
 		rc = -1;
 	}
@@ -552,7 +553,8 @@ static int case_close_inflight(struct t_ctx *t)
 	if (setup_conn(t, &p.c))
 		goto out;
 	if (t->role == 1)
-		rc = t->ops->write(p.c, 0, p.b.p, 8, p.b.mr, p.peer.base, &p.peer, true, 77, NULL) ||
+		rc = t->ops->write(p.c, 0, p.b.p, 8, p.b.mr, p.peer.base, &p.peer, true, 77,
+				   NULL) ||
 				     wait_ev(t, p.c, MK_EV_WRITE_DONE, NULL, T_EVENT_MS)
 			     ? -1
 			     : 0;
@@ -579,13 +581,13 @@ static int dead_peer(struct t_ctx *t, int victim)
 	end = t_now_ms() + T_EVENT_MS;
 	while (t_now_ms() < end) {
 		if (t->role == 1 && inflight < 8) {
-			n = t->ops->write(p.c, 0, p.b.p, 1 << 20, p.b.mr, p.peer.base, &p.peer, true,
-					  1, NULL);
+			n = t->ops->write(p.c, 0, p.b.p, 1 << 20, p.b.mr, p.peer.base, &p.peer,
+					  true, 1, NULL);
 			if (n == 0) {
 				inflight++;
 				posted++;
 			} else if (n != -EAGAIN) {
-				break;	/* the connection reports the failure here */
+				break; /* the connection reports the failure here */
 			}
 		}
 		n = t->ops->poll(p.c, &ev, 1);
@@ -605,14 +607,14 @@ static int dead_peer(struct t_ctx *t, int victim)
 		}
 	}
 	if (died == 0)
-		died = t_now_ms();	/* noticed through the transport before the socketpair */
+		died = t_now_ms(); /* noticed through the transport before the socketpair */
 	if (t_now_ms() >= end) {
 		t_err(t, "no error while the peer is dead");
 	} else if (t_now_ms() - died > T_KILL_TIMEOUT_MS + 1000) {
 		t_err(t, "error came %llu ms after the peer died (MKERNEL_TIMEOUT %d)",
 		      (unsigned long long)(t_now_ms() - died), T_KILL_TIMEOUT_MS);
 	} else if (t->ops->poll(p.c, &ev, 1) == 0) {
-		t_err(t, "poll returns 0 after the failure");	/* must keep failing, not hang */
+		t_err(t, "poll returns 0 after the failure"); /* must keep failing, not hang */
 	} else {
 		rc = 0;
 	}
@@ -749,8 +751,8 @@ static int case_props(struct t_ctx *t)
 struct t_case {
 	const char *name;
 	int (*fn)(struct t_ctx *t);
-	const char *env[4];	/* NAME=value set in both processes before init */
-	int victim;		/* role expected to die by SIGKILL, or -1 */
+	const char *env[4]; /* NAME=value set in both processes before init */
+	int victim;	    /* role expected to die by SIGKILL, or -1 */
 };
 
 static const struct t_case t_cases[] = {
@@ -764,12 +766,18 @@ static const struct t_case t_cases[] = {
 	{ "flush-host", case_flush, { NULL }, -1 },
 	{ "flush-loopback-read", case_flush, { "MKERNEL_IB_FORCE_FLUSH=1" }, -1 },
 	{ "close-with-writes-in-flight", case_close_inflight, { NULL }, -1 },
-	{ "bad-rkey-error-event", case_bad_rkey, { "MKERNEL_IB_TIMEOUT=12", "MKERNEL_IB_RETRY_CNT=3" },
+	{ "bad-rkey-error-event",
+	  case_bad_rkey,
+	  { "MKERNEL_IB_TIMEOUT=12", "MKERNEL_IB_RETRY_CNT=3" },
 	  -1 },
-	{ "peer-killed-receiver-dies", case_kill_receiver,
-	  { "MKERNEL_TIMEOUT=4000", "MKERNEL_IB_TIMEOUT=12", "MKERNEL_IB_RETRY_CNT=3" }, 0 },
-	{ "peer-killed-writer-dies", case_kill_writer,
-	  { "MKERNEL_TIMEOUT=4000", "MKERNEL_IB_TIMEOUT=12", "MKERNEL_IB_RETRY_CNT=3" }, 1 },
+	{ "peer-killed-receiver-dies",
+	  case_kill_receiver,
+	  { "MKERNEL_TIMEOUT=4000", "MKERNEL_IB_TIMEOUT=12", "MKERNEL_IB_RETRY_CNT=3" },
+	  0 },
+	{ "peer-killed-writer-dies",
+	  case_kill_writer,
+	  { "MKERNEL_TIMEOUT=4000", "MKERNEL_IB_TIMEOUT=12", "MKERNEL_IB_RETRY_CNT=3" },
+	  1 },
 	{ "stale-handle-timeout", case_stale_handle, { "MKERNEL_TIMEOUT=4000" }, -1 },
 	{ "bad-handle-einval", case_bad_handle, { NULL }, -1 },
 };
@@ -858,7 +866,7 @@ int main(int argc, char **argv)
 	const char *only = argc > 1 ? argv[1] : NULL;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	setenv("MKERNEL_DEBUG", "WARN", 0);	/* the backend's WARN lines explain a FAIL */
+	setenv("MKERNEL_DEBUG", "WARN", 0); /* the backend's WARN lines explain a FAIL */
 	mk_log_set_sink(NULL);
 	ndevs = t_ndevs();
 	if (ndevs <= 0) {

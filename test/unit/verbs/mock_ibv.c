@@ -293,8 +293,8 @@ void mock_reset(void)
 	mock.port_attr.active_mtu = IBV_MTU_4096;
 	mock.port_attr.gid_tbl_len = 4;
 	mock.port_attr.lid = 7;
-	mock.port_attr.active_width = 2;	/* 4x */
-	mock.port_attr.active_speed = 64;	/* HDR: 50 Gb/s per lane */
+	mock.port_attr.active_width = 2;  /* 4x */
+	mock.port_attr.active_speed = 64; /* HDR: 50 Gb/s per lane */
 	mock.port_attr.max_msg_sz = 1u << 30;
 	mock.dmabuf_errno = EOPNOTSUPP;
 	mock.lib.reg_dmabuf_mr = m_reg_dmabuf_mr;

@@ -32,7 +32,7 @@ struct mock_ibv {
 	int fail_open, fail_query_port, fail_alloc_pd, fail_create_cq, fail_create_qp;
 	int fail_modify_qp, fail_post_send, fail_post_recv, fail_reg_mr;
 	int fail_errno;
-	int dmabuf_errno;		/* errno from reg_dmabuf_mr with fd -1 */
+	int dmabuf_errno; /* errno from reg_dmabuf_mr with fd -1 */
 
 	/* call counts */
 	int n_open, n_query_port, n_alloc_pd, n_create_cq, n_create_qp, n_modify_qp;
@@ -52,7 +52,7 @@ struct mock_ibv {
 	/* completions poll_cq hands out, in order */
 	struct ibv_wc wcs[MOCK_MAX_WC];
 	int nwc, wc_pos;
-	int poll_error;			/* poll_cq returns this when non-zero */
+	int poll_error; /* poll_cq returns this when non-zero */
 
 	uint32_t next_qpn;
 	uint32_t next_key;

@@ -27,8 +27,8 @@ static char sysfs[256];
 static char last_warn[1024];
 static int nwarn;
 
-static void capture_log(int level, unsigned long flags, const char *file, int line,
-			const char *fmt, ...)
+static void capture_log(int level, unsigned long flags, const char *file, int line, const char *fmt,
+			...)
 {
 	va_list ap;
 
@@ -75,8 +75,7 @@ static int setup(void **state)
 {
 	char cmd[700];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/* && mkdir -p '%s'/class/infiniband", sysfs,
-		 sysfs);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/* && mkdir -p '%s'/class/infiniband", sysfs, sysfs);
 	assert_int_equal(system(cmd), 0);
 	mock_reset();
 	setenv("MKERNEL_IB_SYSFS_ROOT", sysfs, 1);
@@ -90,7 +89,7 @@ static int teardown(void **state)
 {
 	static const char *const knobs[] = {
 		"MKERNEL_IB_GID_INDEX", "MKERNEL_IB_QPS_PER_CONN", "MKERNEL_IB_SQ_DEPTH",
-		"MKERNEL_IB_RQ_DEPTH", "MKERNEL_IB_FORCE_FLUSH", "MKERNEL_TIMEOUT",
+		"MKERNEL_IB_RQ_DEPTH",	"MKERNEL_IB_FORCE_FLUSH",  "MKERNEL_TIMEOUT",
 		"MKERNEL_IBVERBS_LIB",
 	};
 
@@ -143,7 +142,7 @@ static void test_init_ib_port_reports_props(void **state)
 	assert_int_equal(p.ptr_support, MK_PTR_HOST);
 	assert_int_equal(p.max_lanes, MK_TP_MAX_LANES);
 	assert_true(p.max_msg == 1u << 30);
-	assert_int_equal(mk_verbs_dev_get(0)->gid_index, -1);	/* LID routing */
+	assert_int_equal(mk_verbs_dev_get(0)->gid_index, -1); /* LID routing */
 	assert_int_equal(mk_verbs_ops.dev_props(1, &p), -EINVAL);
 }
 
@@ -184,7 +183,7 @@ static void test_init_port_down_is_skipped(void **state)
 
 static void test_init_non_rc_device_is_skipped(void **state)
 {
-	mock.devices[0].transport_type = IBV_TRANSPORT_UNSPECIFIED;	/* EFA-like */
+	mock.devices[0].transport_type = IBV_TRANSPORT_UNSPECIFIED; /* EFA-like */
 	assert_int_equal(mk_verbs_ops.init(), 0);
 	assert_int_equal(mk_verbs_ops.ndevs(), 0);
 	assert_int_equal(mock.n_open, 0);
@@ -220,13 +219,17 @@ static void test_init_failures_unwind(void **state)
 
 static void roce_tree(void)
 {
-	put_file("class/infiniband/mlx5_0/ports/1/gids/0", "fe80:0000:0000:0000:0200:00ff:fe00:0000\n");
+	put_file("class/infiniband/mlx5_0/ports/1/gids/0",
+		 "fe80:0000:0000:0000:0200:00ff:fe00:0000\n");
 	put_file("class/infiniband/mlx5_0/ports/1/gid_attrs/types/0", "IB/RoCE v1\n");
-	put_file("class/infiniband/mlx5_0/ports/1/gids/1", "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
+	put_file("class/infiniband/mlx5_0/ports/1/gids/1",
+		 "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
 	put_file("class/infiniband/mlx5_0/ports/1/gid_attrs/types/1", "IB/RoCE v1\n");
-	put_file("class/infiniband/mlx5_0/ports/1/gids/2", "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
+	put_file("class/infiniband/mlx5_0/ports/1/gids/2",
+		 "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
 	put_file("class/infiniband/mlx5_0/ports/1/gid_attrs/types/2", "RoCE v2\n");
-	put_file("class/infiniband/mlx5_0/ports/1/gids/3", "0000:0000:0000:0000:0000:0000:0000:0001\n");
+	put_file("class/infiniband/mlx5_0/ports/1/gids/3",
+		 "0000:0000:0000:0000:0000:0000:0000:0001\n");
 	put_file("class/infiniband/mlx5_0/ports/1/gid_attrs/types/3", "RoCE v2\n");
 	mock.port_attr.link_layer = IBV_LINK_LAYER_ETHERNET;
 	for (int i = 0; i < 4; i++)
@@ -255,7 +258,8 @@ static void test_gid_index_knob_overrides_autopick(void **state)
 
 static void test_gid_none_skips_roce_port(void **state)
 {
-	put_file("class/infiniband/mlx5_0/ports/1/gids/0", "fe80:0000:0000:0000:0200:00ff:fe00:0000\n");
+	put_file("class/infiniband/mlx5_0/ports/1/gids/0",
+		 "fe80:0000:0000:0000:0200:00ff:fe00:0000\n");
 	put_file("class/infiniband/mlx5_0/ports/1/gid_attrs/types/0", "RoCE v2\n");
 	put_file("class/infiniband/mlx5_0/ports/1/gids/1", "garbage\n");
 	put_file("class/infiniband/mlx5_0/ports/1/gid_attrs/types/1", "RoCE v2\n");
@@ -271,8 +275,9 @@ static void test_dmabuf_probe_outcomes(void **state)
 	static const struct {
 		int err;
 		bool want;
-	} cases[] = { { EOPNOTSUPP, false }, { EPROTONOSUPPORT, false }, { EBADF, true },
-		      { EINVAL, true } };
+	} cases[] = {
+		{ EOPNOTSUPP, false }, { EPROTONOSUPPORT, false }, { EBADF, true }, { EINVAL, true }
+	};
 	struct mk_dev_props p;
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -281,11 +286,11 @@ static void test_dmabuf_probe_outcomes(void **state)
 		assert_int_equal(mk_verbs_ops.init(), 0);
 		assert_int_equal(mk_verbs_ops.dev_props(0, &p), 0);
 		assert_int_equal(!!(p.ptr_support & MK_PTR_DMABUF), cases[i].want);
-		assert_int_equal(mock.n_reg_dmabuf, 1);	/* probed once per device */
+		assert_int_equal(mock.n_reg_dmabuf, 1); /* probed once per device */
 		mk_verbs_ops.fini();
 	}
 	mock_reset();
-	mock.lib.reg_dmabuf_mr = NULL;	/* library older than IBVERBS_1.12 */
+	mock.lib.reg_dmabuf_mr = NULL; /* library older than IBVERBS_1.12 */
 	assert_int_equal(mk_verbs_ops.init(), 0);
 	assert_int_equal(mk_verbs_ops.dev_props(0, &p), 0);
 	assert_int_equal(p.ptr_support, MK_PTR_HOST);
@@ -324,7 +329,7 @@ static void test_reg_mr_paths(void **state)
 	assert_false(mock.last_access & IBV_ACCESS_RELAXED_ORDERING);
 	assert_int_equal(mk_verbs_dereg_mr(0, b), 0);
 
-	mock.lib.reg_mr_iova2 = NULL;	/* library older than IBVERBS_1.8 */
+	mock.lib.reg_mr_iova2 = NULL; /* library older than IBVERBS_1.8 */
 	assert_int_equal(mk_verbs_reg_mr(0, buf, 4096, &host, &b, &rk), 0);
 	assert_int_equal(mock.n_reg_iova2, 2);
 	assert_int_equal(mk_verbs_dereg_mr(0, b), 0);
@@ -392,14 +397,14 @@ static void test_conn_create_failures_unwind(void **state)
 		int *field;
 		int at;
 	} steps[] = {
-		{ &mock.fail_create_cq, 1 },	/* undo_slots */
-		{ &mock.fail_create_qp, 1 },	/* undo_qps, nothing created yet */
-		{ &mock.fail_create_qp, 2 },	/* undo_qps with lane 0 alive */
-		{ &mock.fail_modify_qp, 2 },	/* lane 1 INIT */
-		{ &mock.fail_post_recv, 5 },	/* lane 1's receives (rq depth 4) */
-		{ &mock.fail_reg_mr, 1 },	/* flush buffer: undo_qps */
-		{ &mock.fail_create_qp, 3 },	/* flush QP: undo_flush_mr */
-		{ &mock.fail_modify_qp, 3 },	/* flush QP INIT: undo_flush_qp */
+		{ &mock.fail_create_cq, 1 }, /* undo_slots */
+		{ &mock.fail_create_qp, 1 }, /* undo_qps, nothing created yet */
+		{ &mock.fail_create_qp, 2 }, /* undo_qps with lane 0 alive */
+		{ &mock.fail_modify_qp, 2 }, /* lane 1 INIT */
+		{ &mock.fail_post_recv, 5 }, /* lane 1's receives (rq depth 4) */
+		{ &mock.fail_reg_mr, 1 },    /* flush buffer: undo_qps */
+		{ &mock.fail_create_qp, 3 }, /* flush QP: undo_flush_mr */
+		{ &mock.fail_modify_qp, 3 }, /* flush QP INIT: undo_flush_qp */
 	};
 	struct mk_verbs_conn *c;
 
@@ -441,7 +446,7 @@ static void test_qps_connect_roce_uses_grh(void **state)
 	peer.psn = 0x123;
 	peer.mtu = IBV_MTU_1024;
 	peer.gid[15] = 0x99;
-	mock.fail_modify_qp = mock.n_modify_qp + 2;	/* RTS fails */
+	mock.fail_modify_qp = mock.n_modify_qp + 2; /* RTS fails */
 	assert_int_equal(mk_verbs_qps_connect(c, &peer), -EINVAL);
 	assert_int_equal(mock.last_qp_attr.qp_state, IBV_QPS_RTR);
 	assert_int_equal(mock.last_qp_attr.ah_attr.is_global, 1);
@@ -469,7 +474,7 @@ static void test_qps_connect_ib_uses_lid(void **state)
 	memset(&peer, 0, sizeof(peer));
 	peer.lid = 42;
 	peer.mtu = IBV_MTU_4096;
-	mock.fail_modify_qp = mock.n_modify_qp + 1;	/* RTR fails */
+	mock.fail_modify_qp = mock.n_modify_qp + 1; /* RTR fails */
 	mock.fail_errno = EPERM;
 	assert_int_equal(mk_verbs_qps_connect(c, &peer), -EPERM);
 	assert_int_equal(mock.last_qp_attr.qp_state, IBV_QPS_INIT);
@@ -517,7 +522,7 @@ static void test_handshake_in_process(void **state)
 	assert_int_equal(mock.live_qp, 6);
 	assert_int_equal(mock.n_modify_qp, 18);
 	assert_int_equal(mk_verbs_ops.connected(c), 1);
-	assert_int_equal(mk_verbs_ops.accept(l, NULL, 0, &again), -EINVAL);	/* one per listener */
+	assert_int_equal(mk_verbs_ops.accept(l, NULL, 0, &again), -EINVAL); /* one per listener */
 	assert_null(again);
 	assert_int_equal(mk_verbs_ops.close(c), 0);
 	assert_int_equal(mk_verbs_ops.close(a), 0);
@@ -578,13 +583,13 @@ static void test_connect_and_accept_object_failures_unwind(void **state)
 
 	assert_int_equal(mk_verbs_ops.init(), 0);
 	assert_int_equal(mk_verbs_ops.listen(0, h, &l), 0);
-	mock.fail_create_cq = 1;	/* the connector's CQ */
+	mock.fail_create_cq = 1; /* the connector's CQ */
 	assert_int_equal(mk_verbs_ops.connect(0, h, NULL, 0, &c), -ENOMEM);
 	assert_null(c);
 	assert_int_equal(mock.live_qp + mock.live_cq, 0);
 
 	mock.fail_create_cq = 0;
-	mock.fail_create_qp = mock.n_create_qp + 2;	/* the acceptor's first QP */
+	mock.fail_create_qp = mock.n_create_qp + 2; /* the acceptor's first QP */
 	assert_int_equal(mk_verbs_ops.connect(0, h, NULL, 0, &c), 0);
 	for (int i = 0; i < 200000 && rc == 0; i++) {
 		rc = mk_verbs_ops.accept(l, NULL, 0, &a);
@@ -593,7 +598,7 @@ static void test_connect_and_accept_object_failures_unwind(void **state)
 	}
 	assert_int_equal(rc, -ENOMEM);
 	assert_null(a);
-	assert_int_equal(mock.live_qp, 1);	/* only the connector's QP is left */
+	assert_int_equal(mock.live_qp, 1); /* only the connector's QP is left */
 	assert_int_equal(mk_verbs_ops.close(c), 0);
 	assert_int_equal(mk_verbs_ops.close_listen(l), 0);
 }
@@ -627,8 +632,9 @@ static void test_write_builds_the_right_wr(void **state)
 	struct mk_rkey rk;
 	struct mk_bmr *b = host_mr(buf, sizeof(buf), &rk);
 
-	assert_int_equal(mk_verbs_write(&c->base, 1, buf + 8, 100, b, 0x5000, &rk, true,
-					0xdeadbeef, (void *)0x42), 0);
+	assert_int_equal(mk_verbs_write(&c->base, 1, buf + 8, 100, b, 0x5000, &rk, true, 0xdeadbeef,
+					(void *)0x42),
+			 0);
 	assert_int_equal(mock.last_wr.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
 	assert_true(mock.last_wr.imm_data == htonl(0xdeadbeef));
 	assert_true(mock.last_wr.send_flags & IBV_SEND_SIGNALED);
@@ -639,9 +645,8 @@ static void test_write_builds_the_right_wr(void **state)
 	assert_int_equal(mock.last_sge.lkey, b->mr->lkey);
 	assert_int_equal(c->sq_used[1], 1);
 
-	assert_int_equal(mk_verbs_write(&c->base, 0, NULL, 0, NULL, 0x5000, &rk, true, 1, NULL),
-			 0);
-	assert_int_equal(mock.last_wr.num_sge, 0);	/* 0-byte write with immediate */
+	assert_int_equal(mk_verbs_write(&c->base, 0, NULL, 0, NULL, 0x5000, &rk, true, 1, NULL), 0);
+	assert_int_equal(mock.last_wr.num_sge, 0); /* 0-byte write with immediate */
 	assert_int_equal(mk_verbs_write(&c->base, 0, NULL, 0, NULL, 0x5000, &rk, false, 0, NULL),
 			 -EINVAL);
 	assert_int_equal(mk_verbs_write(&c->base, 0, buf, 8, b, 0x5000, &rk, false, 0, NULL), 0);
@@ -696,7 +701,7 @@ static void test_post_send_failure_releases_slot(void **state)
 	assert_int_equal(c->nfree, nfree);
 	assert_int_equal(c->sq_used[0], 0);
 	mock.fail_post_send = 2;
-	mock.fail_errno = ENOMEM;	/* provider's "queue full" */
+	mock.fail_errno = ENOMEM; /* provider's "queue full" */
 	assert_int_equal(mk_verbs_write(&c->base, 0, buf, 8, b, 0, &rk, false, 0, NULL), -EAGAIN);
 	assert_int_equal(c->nfree, nfree);
 	assert_int_equal(mk_verbs_dereg_mr(0, b), 0);
@@ -720,7 +725,7 @@ static void test_poll_immediate_and_repost(void **state)
 	assert_null(ev[0].ctx);
 	assert_true(ev[1].imm == 7);
 	assert_int_equal(ev[1].len, 0);
-	assert_int_equal(mock.n_post_recv, recvs + 2);	/* the receive queue stays full */
+	assert_int_equal(mock.n_post_recv, recvs + 2); /* the receive queue stays full */
 	assert_int_equal(mk_verbs_poll(&c->base, ev, 2), 0);
 	mk_verbs_conn_destroy(c);
 }
@@ -746,7 +751,7 @@ static void test_poll_error_completions(void **state)
 	assert_int_equal(ev[0].type, MK_EV_WRITE_DONE);
 	assert_int_equal(ev[0].status, -ETIMEDOUT);
 	assert_ptr_equal(ev[0].ctx, (void *)11);
-	assert_int_equal(ev[1].status, -ETIMEDOUT);	/* flushed: reports the cause */
+	assert_int_equal(ev[1].status, -ETIMEDOUT); /* flushed: reports the cause */
 	assert_ptr_equal(ev[1].ctx, (void *)12);
 	/* one WARN naming device, QP and the verbs status text */
 	assert_int_equal(nwarn, 1);
@@ -756,8 +761,7 @@ static void test_poll_error_completions(void **state)
 	assert_non_null(strstr(last_warn, "transport retry counter exceeded"));
 	/* afterwards: poll and write report the broken connection, never hang */
 	assert_int_equal(mk_verbs_poll(&c->base, ev, 4), -ETIMEDOUT);
-	assert_int_equal(mk_verbs_write(&c->base, 0, buf, 8, b, 0, &rk, true, 3, NULL),
-			 -ETIMEDOUT);
+	assert_int_equal(mk_verbs_write(&c->base, 0, buf, 8, b, 0, &rk, true, 3, NULL), -ETIMEDOUT);
 	assert_int_equal(mk_verbs_dereg_mr(0, b), 0);
 	mk_verbs_conn_destroy(c);
 }
@@ -862,12 +866,14 @@ static void test_flush_forced_reads_last_bytes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_lib_absent_reports_no_devices, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lib_absent_reports_no_devices, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_init_ib_port_reports_props, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_init_pci_path_from_sysfs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_speed_table, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_init_port_down_is_skipped, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_init_non_rc_device_is_skipped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_init_non_rc_device_is_skipped, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_init_two_ports_two_devices, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_init_failures_unwind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gid_autopick_first_ipv4_roce_v2, setup,
@@ -878,9 +884,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dmabuf_probe_outcomes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peermem_module_reports_cuda, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reg_mr_paths, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_handle_roundtrip_and_every_corrupted_byte, setup,
+		cmocka_unit_test_setup_teardown(test_handle_roundtrip_and_every_corrupted_byte,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connect_foreign_handle_einval, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_connect_foreign_handle_einval, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conn_create_failures_unwind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qps_connect_roce_uses_grh, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qps_connect_ib_uses_lid, setup, teardown),
@@ -903,7 +910,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_poll_cq_failure_breaks_connection, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_flush_host_completes_at_once, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_flush_forced_reads_last_bytes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flush_forced_reads_last_bytes, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("verbs", tests, group_setup, group_teardown);
