@@ -1,0 +1,44 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Runs mkernel-rawbench-ofi briefly on tcp;ofi_rxm over lo in both modes and checks that the
+# client printed one JSON record per size with a positive figure. Exit 77: provider absent.
+set -u
+bench=$1
+prov='tcp;ofi_rxm'
+dir=$(mktemp -d)
+trap 'kill "$srv" 2>/dev/null; rm -rf "$dir"' EXIT
+
+run_mode() {
+    mode=$1 key=$2
+    timeout 60 "$bench" --provider "$prov" --iface lo --server 0 >"$dir/srv" 2>&1 &
+    srv=$!
+    port=''
+    for _ in $(seq 100); do
+        port=$(awk '/^listening/ {print $2}' "$dir/srv")
+        [ -n "$port" ] && break
+        if ! kill -0 "$srv" 2>/dev/null; then
+            wait "$srv"
+            rc=$?
+            [ "$rc" -eq 77 ] && exit 77
+            echo "server exited with $rc: $(cat "$dir/srv")"
+            exit 1
+        fi
+        sleep 0.1
+    done
+    [ -n "$port" ] || { echo "server never listened"; exit 1; }
+    timeout 60 "$bench" --provider "$prov" --iface lo --client "127.0.0.1:$port" --mode "$mode" \
+        --sizes 4096,65536 --window 8 --iters 200 --warmup 20 --reps 3 >"$dir/out" || {
+        echo "client failed in $mode mode"; exit 1; }
+    wait "$srv" || { echo "server failed in $mode mode"; exit 1; }
+    cat "$dir/out"
+    n=$(grep -c "\"tool\":\"rawbench-ofi\",\"provider\":\"$prov\",\"mode\":\"$mode\"" "$dir/out")
+    [ "$n" -eq 2 ] || { echo "expected 2 $mode records, got $n"; exit 1; }
+    # every median must be a positive number
+    if grep -o "\"${key}_median\":[0-9.]*" "$dir/out" | awk -F: '$2 <= 0 {bad=1} END {exit !bad}'; then
+        echo "non-positive $key"; exit 1
+    fi
+}
+
+run_mode bw gbps
+run_mode lat lat_us
+echo "ok - rawbench bw and lat on $prov"

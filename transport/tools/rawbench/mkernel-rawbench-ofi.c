@@ -1,0 +1,505 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * mkernel-rawbench-ofi: what libfabric itself achieves between two processes, the ceiling the
+ * plugin is compared against. Plain RDM endpoint, tagged messages, busy-polled CQ, addresses
+ * exchanged over a TCP socket. The client sends its parameters to the server, drives the run
+ * and prints one JSON line per size.
+ *
+ *   server: mkernel-rawbench-ofi --provider P [--iface IF] --server PORT
+ *   client: mkernel-rawbench-ofi --provider P [--iface IF] --client HOST:PORT --mode bw|lat
+ *           --sizes 4096,65536 --window W --iters N --warmup N --reps R
+ *
+ * bw:  the server pre-posts W receives and keeps them posted; the client keeps W sends in
+ *      flight, N messages per rep, and stops the clock at the server's 0-byte ack.
+ * lat: ping-pong; one-way latency = half the round trip, averaged over N per rep.
+ * Statistics are over reps. GB/s = 1e9 bytes/s. Exit 77: the provider is absent here.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#define MAX_SIZES  32
+#define MAX_WINDOW 256
+#define TAG_DATA   1
+#define TAG_ACK	   2
+#define SLOT_CAP   (256u << 20)	/* above window x size, all slots share one buffer */
+
+/* What the client tells the server (same build on both sides). */
+struct config {
+	char mode[4];
+	uint32_t nsizes;
+	uint64_t sizes[MAX_SIZES];
+	uint32_t window, iters, warmup, reps;
+};
+
+struct bench {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	struct fid_mr *mr;
+	void *desc;
+	fi_addr_t peer;
+	uint8_t *buf;
+	size_t slot;		/* bytes between slots; 0: all share */
+	struct fi_context2 ctx[MAX_WINDOW + 1];	/* last one: the ack */
+	int sock;
+};
+
+static void die(const char *what, long rc)
+{
+	fprintf(stderr, "mkernel-rawbench-ofi: %s: %s\n", what,
+		rc < 0 ? fi_strerror((int)-rc) : strerror(errno));
+	exit(1);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void xsend(int fd, const void *b, size_t n)
+{
+	if (send(fd, b, n, MSG_NOSIGNAL) != (ssize_t)n)
+		die("control socket send", 0);
+}
+
+static void xrecv(int fd, void *b, size_t n)
+{
+	if (recv(fd, b, n, MSG_WAITALL) != (ssize_t)n)
+		die("control socket recv", 0);
+}
+
+static void barrier(struct bench *b)
+{
+	char c = 'b';
+
+	xsend(b->sock, &c, 1);
+	xrecv(b->sock, &c, 1);
+}
+
+/* Server: bind (PORT 0 = any), print the port, accept one client. */
+static int tcp_serve(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	socklen_t len = sizeof(sa);
+	int one = 1, ls, fd;
+
+	ls = socket(AF_INET, SOCK_STREAM, 0);
+	if (ls < 0)
+		die("socket", 0);
+	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 1))
+		die("bind/listen", 0);
+	getsockname(ls, (struct sockaddr *)&sa, &len);
+	printf("listening %d\n", ntohs(sa.sin_port));
+	fflush(stdout);
+	fd = accept(ls, NULL, NULL);
+	if (fd < 0)
+		die("accept", 0);
+	close(ls);
+	return fd;
+}
+
+static int tcp_connect(const char *hostport)
+{
+	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai;
+	char host[256];
+	const char *colon = strrchr(hostport, ':');
+	int fd, one = 1;
+
+	if (colon == NULL || (size_t)(colon - hostport) >= sizeof(host)) {
+		fprintf(stderr, "mkernel-rawbench-ofi: --client wants HOST:PORT\n");
+		exit(2);
+	}
+	memcpy(host, hostport, (size_t)(colon - hostport));
+	host[colon - hostport] = '\0';
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		die("getaddrinfo", 0);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	for (int tries = 0; connect(fd, ai->ai_addr, ai->ai_addrlen) != 0; tries++) {
+		if (tries == 100)
+			die("connect to the server", 0);
+		usleep(50 * 1000);	/* the server may still be starting */
+	}
+	freeaddrinfo(ai);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static void fabric_open(struct bench *b, const char *prov, const char *iface)
+{
+	struct fi_info *hints = fi_allocinfo();
+	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .size = 4 * MAX_WINDOW };
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 1 };
+	bool lo = iface != NULL && strcmp(iface, "lo") == 0;
+	int rc;
+
+	hints->caps = FI_TAGGED | FI_MSG | FI_RMA;
+	hints->mode = FI_CONTEXT | FI_CONTEXT2;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				      FI_MR_PROV_KEY;
+	hints->domain_attr->av_type = FI_AV_TABLE;
+	hints->fabric_attr->prov_name = strdup(prov);
+	if (iface != NULL && !lo)
+		hints->domain_attr->name = strdup(iface);
+	/* stay on loopback: without a source address some providers pick another NIC */
+	rc = fi_getinfo(FI_VERSION(1, 11), lo ? "127.0.0.1" : NULL, NULL, lo ? FI_SOURCE : 0, hints,
+			&b->info);
+	fi_freeinfo(hints);
+	if (rc == -FI_ENODATA) {
+		fprintf(stderr, "mkernel-rawbench-ofi: provider %s not available\n", prov);
+		exit(77);
+	}
+	if (rc)
+		die("fi_getinfo", rc);
+	if ((rc = fi_fabric(b->info->fabric_attr, &b->fabric, NULL)) ||
+	    (rc = fi_domain(b->fabric, b->info, &b->domain, NULL)) ||
+	    (rc = fi_cq_open(b->domain, &cq_attr, &b->cq, NULL)) ||
+	    (rc = fi_av_open(b->domain, &av_attr, &b->av, NULL)) ||
+	    (rc = fi_endpoint(b->domain, b->info, &b->ep, NULL)) ||
+	    (rc = fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV)) ||
+	    (rc = fi_ep_bind(b->ep, &b->av->fid, 0)) || (rc = fi_enable(b->ep)))
+		die("opening the endpoint", rc);
+}
+
+static void exchange_addrs(struct bench *b)
+{
+	uint8_t mine[64], theirs[64];
+	size_t len = sizeof(mine);
+	uint32_t n, tl;
+	int rc = fi_getname(&b->ep->fid, mine, &len);
+
+	if (rc)
+		die("fi_getname", rc);
+	n = (uint32_t)len;
+	xsend(b->sock, &n, sizeof(n));
+	xsend(b->sock, mine, len);
+	xrecv(b->sock, &tl, sizeof(tl));
+	if (tl > sizeof(theirs))
+		die("peer address too long", -FI_EINVAL);
+	xrecv(b->sock, theirs, tl);
+	if (fi_av_insert(b->av, theirs, 1, &b->peer, 0, NULL) != 1)
+		die("fi_av_insert", -FI_EINVAL);
+}
+
+static void buffers_open(struct bench *b, const struct config *c)
+{
+	size_t max = 1;
+	size_t total;
+	int rc;
+
+	for (uint32_t i = 0; i < c->nsizes; i++)
+		max = c->sizes[i] > max ? c->sizes[i] : max;
+	b->slot = max * c->window <= SLOT_CAP ? max : 0;
+	total = b->slot ? max * c->window : max;
+	b->buf = aligned_alloc(4096, (total + 4095) & ~(size_t)4095);
+	if (b->buf == NULL)
+		die("buffer allocation", 0);
+	memset(b->buf, 0xa5, total);
+	if (b->info->domain_attr->mr_mode & FI_MR_LOCAL) {
+		rc = fi_mr_reg(b->domain, b->buf, total, FI_SEND | FI_RECV, 0, 1, 0, &b->mr, NULL);
+		if (rc)
+			die("fi_mr_reg", rc);
+		b->desc = fi_mr_desc(b->mr);
+	}
+}
+
+static void *slot(struct bench *b, uint32_t i)
+{
+	return b->buf + (size_t)i * b->slot;
+}
+
+/* Read completions; returns how many, and the slot of each in idx (MAX_WINDOW = the ack). */
+static int cq_wait(struct bench *b, int *idx, int max)
+{
+	struct fi_cq_data_entry ent[16];
+	struct fi_cq_err_entry err = { 0 };
+	ssize_t n;
+
+	do {
+		n = fi_cq_read(b->cq, ent, (size_t)(max < 16 ? max : 16));
+	} while (n == -FI_EAGAIN);
+	if (n == -FI_EAVAIL) {
+		fi_cq_readerr(b->cq, &err, 0);
+		die("completion error", -err.err);
+	}
+	if (n < 0)
+		die("fi_cq_read", n);
+	for (ssize_t i = 0; i < n; i++)
+		idx[i] = (int)((struct fi_context2 *)ent[i].op_context - b->ctx);
+	return (int)n;
+}
+
+static void post(struct bench *b, bool send, void *buf, size_t len, uint64_t tag, int ctx)
+{
+	ssize_t rc;
+
+	for (;;) {
+		if (send)
+			rc = fi_tsend(b->ep, buf, len, b->desc, b->peer, tag, &b->ctx[ctx]);
+		else
+			rc = fi_trecv(b->ep, buf, len, b->desc, b->peer, tag, 0, &b->ctx[ctx]);
+		if (rc != -FI_EAGAIN)
+			break;
+		fi_cq_read(b->cq, NULL, 0);	/* progress, then try again */
+	}
+	if (rc)
+		die(send ? "fi_tsend" : "fi_trecv", rc);
+}
+
+/* Receiver side of one bw run of n messages: keep the window posted, ack at the end. */
+static void bw_recv(struct bench *b, size_t size, uint32_t n, uint32_t window)
+{
+	uint32_t posted = 0, got = 0;
+	int idx[16];
+
+	while (posted < n && posted < window) {
+		post(b, false, slot(b, posted), size, TAG_DATA, (int)posted);
+		posted++;
+	}
+	barrier(b);
+	while (got < n) {
+		int k = cq_wait(b, idx, 16);
+
+		for (int i = 0; i < k; i++, got++) {
+			if (posted < n) {
+				post(b, false, slot(b, (uint32_t)idx[i]), size, TAG_DATA, idx[i]);
+				posted++;
+			}
+		}
+	}
+	post(b, true, b->buf, 0, TAG_ACK, MAX_WINDOW);
+	cq_wait(b, idx, 1);
+}
+
+/* Sender side: returns seconds from the first send to the receiver's ack. */
+static double bw_send(struct bench *b, size_t size, uint32_t n, uint32_t window)
+{
+	uint32_t posted = 0, done = 0;
+	bool acked = false;
+	double t0;
+	int idx[16];
+
+	post(b, false, b->buf, 0, TAG_ACK, MAX_WINDOW);
+	barrier(b);
+	t0 = now_s();
+	while (posted < n && posted < window) {
+		post(b, true, slot(b, posted), size, TAG_DATA, (int)posted);
+		posted++;
+	}
+	while (done < n || !acked) {
+		int k = cq_wait(b, idx, 16);
+
+		for (int i = 0; i < k; i++) {
+			if (idx[i] == MAX_WINDOW) {
+				acked = true;
+				continue;
+			}
+			done++;
+			if (posted < n) {
+				post(b, true, slot(b, (uint32_t)idx[i]), size, TAG_DATA, idx[i]);
+				posted++;
+			}
+		}
+	}
+	return now_s() - t0;
+}
+
+/* One ping-pong round trip; the client pings. */
+static void pingpong(struct bench *b, size_t size, bool client)
+{
+	int idx[2], got = 0;
+
+	post(b, false, slot(b, 1), size, TAG_DATA, 1);
+	if (client)
+		post(b, true, slot(b, 0), size, TAG_DATA, 0);
+	while (got < (client ? 2 : 1))
+		got += cq_wait(b, idx, 2 - got);
+	if (!client) {
+		post(b, true, slot(b, 0), size, TAG_DATA, 0);
+		cq_wait(b, idx, 1);
+	}
+}
+
+static double lat_run(struct bench *b, size_t size, uint32_t n, bool client)
+{
+	double t0;
+
+	barrier(b);
+	t0 = now_s();
+	for (uint32_t i = 0; i < n; i++)
+		pingpong(b, size, client);
+	return (now_s() - t0) / n / 2 * 1e6;	/* one-way, microseconds */
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, uint32_t n, double p)
+{
+	double pos = p * (n - 1);
+	uint32_t lo = (uint32_t)pos;
+
+	if (lo + 1 >= n)
+		return sorted[n - 1];
+	return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * (pos - lo);
+}
+
+static void run(struct bench *b, const struct config *c, bool client)
+{
+	bool bw = strcmp(c->mode, "bw") == 0;
+	double *v = calloc(c->reps, sizeof(*v));
+	char host[64] = "";
+
+	gethostname(host, sizeof(host) - 1);
+	for (uint32_t s = 0; s < c->nsizes; s++) {
+		size_t size = c->sizes[s];
+
+		for (uint32_t r = 0; r <= c->reps; r++) {
+			/* rep 0 is the warmup, not recorded */
+			uint32_t n = r == 0 ? c->warmup : c->iters;
+			double x;
+
+			if (n == 0)
+				continue;
+			if (bw && client) {
+				x = size * (double)n / bw_send(b, size, n, c->window) / 1e9;
+			} else if (bw) {
+				bw_recv(b, size, n, c->window);
+				x = 0;	/* the client reports */
+			} else {
+				x = lat_run(b, size, n, client);
+			}
+			if (r > 0)
+				v[r - 1] = x;
+		}
+		if (!client)
+			continue;
+		qsort(v, c->reps, sizeof(*v), cmp_double);
+		printf("{\"tool\":\"rawbench-ofi\",\"provider\":\"%s\",\"mode\":\"%s\",\"size\":%zu,"
+		       "\"window\":%u,\"iters\":%u,\"reps\":%u,\"%s_median\":%.4f,\"%s_p10\":%.4f,"
+		       "\"%s_p90\":%.4f,\"host\":\"%s\"}\n",
+		       b->info->fabric_attr->prov_name, c->mode, size, bw ? c->window : 1, c->iters,
+		       c->reps, bw ? "gbps" : "lat_us", pct(v, c->reps, 0.5), bw ? "gbps" : "lat_us",
+		       pct(v, c->reps, 0.1), bw ? "gbps" : "lat_us", pct(v, c->reps, 0.9), host);
+		fflush(stdout);
+	}
+	free(v);
+}
+
+static void parse_sizes(const char *s, struct config *c)
+{
+	char *end;
+
+	c->nsizes = 0;
+	while (*s != '\0' && c->nsizes < MAX_SIZES) {
+		unsigned long long v = strtoull(s, &end, 0);
+
+		if (end == s)
+			break;
+		if (*end == 'K' || *end == 'k')
+			v <<= 10, end++;
+		else if (*end == 'M' || *end == 'm')
+			v <<= 20, end++;
+		c->sizes[c->nsizes++] = v;
+		s = *end == ',' ? end + 1 : end;
+	}
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: mkernel-rawbench-ofi --provider P [--iface IF] (--server PORT | "
+			"--client HOST:PORT) --mode bw|lat --sizes 4096,65536 --window W --iters N "
+			"--warmup N --reps R\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "provider", required_argument, NULL, 'p' }, { "iface", required_argument, NULL, 'i' },
+		{ "server", required_argument, NULL, 's' },   { "client", required_argument, NULL, 'c' },
+		{ "mode", required_argument, NULL, 'm' },     { "sizes", required_argument, NULL, 'z' },
+		{ "window", required_argument, NULL, 'w' },   { "iters", required_argument, NULL, 'n' },
+		{ "warmup", required_argument, NULL, 'u' },   { "reps", required_argument, NULL, 'r' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct config c = { .mode = "bw", .window = 64, .iters = 1000, .warmup = 100, .reps = 5 };
+	const char *prov = NULL, *iface = NULL, *server = NULL, *client = NULL;
+	struct bench b = { 0 };
+	int o;
+
+	parse_sizes("4096,65536,1048576", &c);
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'p': prov = optarg; break;
+		case 'i': iface = optarg; break;
+		case 's': server = optarg; break;
+		case 'c': client = optarg; break;
+		case 'm': snprintf(c.mode, sizeof(c.mode), "%s", optarg); break;
+		case 'z': parse_sizes(optarg, &c); break;
+		case 'w': c.window = (uint32_t)atoi(optarg); break;
+		case 'n': c.iters = (uint32_t)atoi(optarg); break;
+		case 'u': c.warmup = (uint32_t)atoi(optarg); break;
+		case 'r': c.reps = (uint32_t)atoi(optarg); break;
+		default: usage();
+		}
+	}
+	if (prov == NULL || (server == NULL) == (client == NULL) || c.nsizes == 0 ||
+	    c.window < 1 || c.window > MAX_WINDOW || c.iters < 1 || c.reps < 1 ||
+	    (strcmp(c.mode, "bw") != 0 && strcmp(c.mode, "lat") != 0))
+		usage();
+	if (strcmp(c.mode, "lat") == 0)
+		c.window = 2;	/* ping and pong slots */
+	fabric_open(&b, prov, iface);
+	b.sock = server != NULL ? tcp_serve(atoi(server)) : tcp_connect(client);
+	if (client != NULL)
+		xsend(b.sock, &c, sizeof(c));
+	else
+		xrecv(b.sock, &c, sizeof(c));
+	buffers_open(&b, &c);
+	exchange_addrs(&b);
+	run(&b, &c, client != NULL);
+	barrier(&b);	/* nobody tears down while the other still has traffic in flight */
+	if (b.mr != NULL)
+		fi_close(&b.mr->fid);
+	fi_close(&b.ep->fid);
+	fi_close(&b.av->fid);
+	fi_close(&b.cq->fid);
+	fi_close(&b.domain->fid);
+	fi_close(&b.fabric->fid);
+	fi_freeinfo(b.info);
+	close(b.sock);
+	free(b.buf);
+	return 0;
+}
