@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "mk/log.h"
@@ -124,6 +125,32 @@ static void test_lib_absent_reports_no_devices(void **state)
 	assert_int_equal(mk_verbs_ops.ndevs(), 0);
 	assert_null(mk_verbs_ibv);
 	assert_int_equal(mock.n_open, 0);
+}
+
+static void test_lib_without_symbols_reports_no_devices(void **state)
+{
+	mk_verbs_lib_override(NULL);
+	set_env("MKERNEL_IBVERBS_LIB", "libc.so.6"); /* loads, but has no ibv_* */
+	assert_int_equal(mk_verbs_lib_load(), -ENOSYS);
+	assert_null(mk_verbs_ibv);
+	assert_int_equal(mk_verbs_ops.init(), 0);
+	assert_int_equal(mk_verbs_ops.ndevs(), 0);
+}
+
+static void test_lib_real_resolves_every_symbol(void **state)
+{
+	mk_verbs_lib_override(NULL);
+	if (mk_verbs_lib_load() == -ENOENT)
+		return; /* no rdma-core on this host: covered by the absent-library test */
+	assert_non_null(mk_verbs_ibv);
+	assert_non_null(mk_verbs_ibv->get_device_list);
+	assert_non_null(mk_verbs_ibv->query_port);
+	assert_non_null(mk_verbs_ibv->wc_status_str);
+	assert_non_null(mk_verbs_ibv->reg_mr_iova2); /* rdma-core >= 20 */
+	assert_string_equal(mk_verbs_ibv->wc_status_str(IBV_WC_RETRY_EXC_ERR),
+			    "transport retry counter exceeded");
+	mk_verbs_lib_unload();
+	assert_null(mk_verbs_ibv);
 }
 
 static void test_init_ib_port_reports_props(void **state)
@@ -529,6 +556,36 @@ static void test_handshake_in_process(void **state)
 	assert_int_equal(mk_verbs_ops.close_listen(l), 0);
 }
 
+static void test_out_of_descriptors_fails_cleanly(void **state)
+{
+	uint8_t h[MK_TP_HANDLE_MAX], h2[MK_TP_HANDLE_MAX];
+	struct rlimit old, low;
+	struct mk_listener *l, *l2;
+	struct mk_conn *c;
+	int fds[64], n = 0, rc;
+
+	assert_int_equal(mk_verbs_ops.init(), 0);
+	assert_int_equal(mk_verbs_ops.listen(0, h, &l), 0);
+	assert_int_equal(mk_verbs_ops.connect(0, h, NULL, 0, &c), 0);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < 64 && (fds[n] = dup(0)) >= 0)
+		n++;
+	rc = mk_verbs_ops.listen(0, h2, &l2); /* socket() fails: undo_alloc */
+	assert_int_equal(rc, -EMFILE);
+	rc = mk_verbs_ops.connected(c); /* the TCP connect cannot start */
+	assert_int_equal(rc, -EMFILE);
+	assert_non_null(strstr(last_warn, "connection setup"));
+	while (n > 0)
+		close(fds[--n]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(mk_verbs_ops.connected(c), -EMFILE); /* failure is final */
+	assert_int_equal(mk_verbs_ops.close(c), 0);
+	assert_int_equal(mk_verbs_ops.close_listen(l), 0);
+}
+
 static void test_stale_handle_times_out(void **state)
 {
 	uint8_t h[MK_TP_HANDLE_MAX];
@@ -868,6 +925,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_lib_absent_reports_no_devices, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_lib_without_symbols_reports_no_devices, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_lib_real_resolves_every_symbol, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_init_ib_port_reports_props, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_init_pci_path_from_sysfs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_speed_table, setup, teardown),
@@ -892,6 +953,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_qps_connect_roce_uses_grh, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_qps_connect_ib_uses_lid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_handshake_in_process, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_descriptors_fails_cleanly, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_stale_handle_times_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_nonce_is_dropped_then_times_out, setup,
 						teardown),
