@@ -92,7 +92,10 @@ int mk_verbs_handle_decode(const void *buf, struct mk_verbs_handle *out)
 	return 0;
 }
 
-/* IPv4 of MKERNEL_SOCKET_IFNAME, else of the first non-loopback interface, else 127.0.0.1. */
+/*
+ * IPv4 of MKERNEL_SOCKET_IFNAME, else of the first interface that is up and neither loopback nor a
+ * docker/virbr bridge, else 127.0.0.1.
+ */
 static uint32_t conn_local_ip(void)
 {
 	const char *want = mk_param_ib_socket_ifname();
@@ -108,8 +111,10 @@ static uint32_t conn_local_ip(void)
 		if (want != NULL && *want != '\0') {
 			if (strcmp(i->ifa_name, want) != 0)
 				continue;
-		} else if (i->ifa_flags & IFF_LOOPBACK) {
-			continue;
+		} else if ((i->ifa_flags & IFF_LOOPBACK) ||
+			   strncmp(i->ifa_name, "docker", 6) == 0 ||
+			   strncmp(i->ifa_name, "virbr", 5) == 0) {
+			continue; /* host-local bridges do not reach other nodes */
 		}
 		ip = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
 		break;

@@ -21,7 +21,7 @@ MK_PARAM_INT(ib_rq_depth, "verbs", "MKERNEL_IB_RQ_DEPTH", 256,
 MK_PARAM_INT(ib_force_flush, "verbs", "MKERNEL_IB_FORCE_FLUSH", 0,
 	     "1: flush by loopback RDMA READ even for host memory (normally GPU memory only)")
 MK_PARAM_STR(ib_socket_ifname, "verbs", "MKERNEL_SOCKET_IFNAME", "",
-	     "interface whose IPv4 address goes into listen handles; empty = first non-loopback "
-	     "IPv4 interface, else 127.0.0.1")
+	     "interface whose IPv4 address goes into listen handles; empty = first one that is up "
+	     "and not loopback, docker* or virbr*, else 127.0.0.1")
 MK_PARAM_STR(ib_sysfs_root, "verbs", "MKERNEL_IB_SYSFS_ROOT", "/sys",
 	     "sysfs mount the device scan reads (GID types, PCI paths, peer-memory modules)")

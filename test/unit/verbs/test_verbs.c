@@ -91,7 +91,7 @@ static int teardown(void **state)
 	static const char *const knobs[] = {
 		"MKERNEL_IB_GID_INDEX", "MKERNEL_IB_QPS_PER_CONN", "MKERNEL_IB_SQ_DEPTH",
 		"MKERNEL_IB_RQ_DEPTH",	"MKERNEL_IB_FORCE_FLUSH",  "MKERNEL_TIMEOUT",
-		"MKERNEL_IBVERBS_LIB",
+		"MKERNEL_IBVERBS_LIB",	"MKERNEL_SOCKET_IFNAME",
 	};
 
 	mk_verbs_ops.fini();
@@ -401,6 +401,30 @@ static void test_handle_roundtrip_and_every_corrupted_byte(void **state)
 	assert_int_equal(mk_verbs_handle_decode(bad, &out), -EINVAL);
 	assert_int_equal(mk_verbs_handle_decode(NULL, &out), -EINVAL);
 	assert_non_null(strstr(last_warn, "handle"));
+}
+
+static void test_listen_address_follows_socket_ifname(void **state)
+{
+	uint8_t h[MK_TP_HANDLE_MAX];
+	struct mk_verbs_handle dec;
+	struct mk_listener *l;
+
+	assert_int_equal(mk_verbs_ops.init(), 0);
+	set_env("MKERNEL_SOCKET_IFNAME", "lo");
+	assert_int_equal(mk_verbs_ops.listen(0, h, &l), 0);
+	assert_int_equal(mk_verbs_handle_decode(h, &dec), 0);
+	assert_true(dec.ip == htonl(INADDR_LOOPBACK));
+	assert_true(dec.port != 0);
+	assert_int_equal(nwarn, 0);
+	assert_int_equal(mk_verbs_ops.close_listen(l), 0);
+
+	set_env("MKERNEL_SOCKET_IFNAME", "no-such-if0");
+	assert_int_equal(mk_verbs_ops.listen(0, h, &l), 0);
+	assert_int_equal(mk_verbs_handle_decode(h, &dec), 0);
+	assert_true(dec.ip == htonl(INADDR_LOOPBACK));
+	assert_non_null(strstr(last_warn, "no-such-if0"));
+	assert_int_equal(mk_verbs_ops.close_listen(l), 0);
+	assert_int_equal(mk_verbs_ops.listen(3, h, &l), -EINVAL); /* no such device */
 }
 
 static void test_connect_foreign_handle_einval(void **state)
@@ -947,6 +971,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reg_mr_paths, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_handle_roundtrip_and_every_corrupted_byte,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_listen_address_follows_socket_ifname, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_connect_foreign_handle_einval, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_conn_create_failures_unwind, setup, teardown),
