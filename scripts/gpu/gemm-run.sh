@@ -4,7 +4,8 @@
 # (memcheck, racecheck) on the quick test, and an Nsight Compute profile of the engine and of
 # cuBLAS at 8192^3. Binaries come prebuilt in BIN (test-gemm-gpu, mkernel-gemm-bench,
 # libmkernel.so.0); logs go to OUTDIR.
-# Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]   steps: test bench sanitize ncu (default all)
+# Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]
+#   steps: test bench bench2 (a second, for run-to-run spread) sanitize ncu (default: all but bench2)
 set -u
 bin=$(cd "$1" && pwd)
 out=$2
@@ -36,9 +37,9 @@ for s in $steps; do
 		echo "test (no TMA store) exit: $?" | tee -a "$out/test-notma.log"
 		grep -E "FAIL|passed" "$out/test-notma.log"
 		;;
-	bench)
-		echo "== mkernel-gemm-bench"
-		timeout 200 "$bin/mkernel-gemm-bench" --reps 50 --warmup 10 2>&1 | tee "$out/bench.log" | grep -v '^{'
+	bench | bench2)
+		echo "== mkernel-gemm-bench ($s)"
+		timeout 200 "$bin/mkernel-gemm-bench" --reps 50 --warmup 10 2>&1 | tee "$out/$s.log" | grep -v '^{'
 		;;
 	sanitize)
 		for tool in memcheck racecheck; do
@@ -50,13 +51,19 @@ for s in $steps; do
 		done
 		;;
 	ncu)
-		echo "== ncu 8192^3 NK: engine, cublasGemmEx, cublasLt"
-		timeout 240 ncu --clock-control none --launch-skip 2 --launch-count 3 \
-			--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-			--section Occupancy --section LaunchStats --section WarpStateStats \
-			"$bin/mkernel-gemm-bench" --shape 8192 8192 8192 NK --reps 1 --warmup 1 >"$out/ncu.txt" 2>&1
-		echo "ncu exit: $?"
-		grep -E "^  [a-zA-Z_].*\(|Duration|SM Throughput|Compute \(SM\)|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Stall|Issue Slots|Executed Ipc|L2 Hit|Warp Cycles Per Issued" "$out/ncu.txt" | head -80
+		# One engine launch and the two cuBLAS launches per shape (after the 2 fill kernels).
+		i=0
+		for shape in "8192 8192 8192 NK" "8192 8192 512 NK"; do
+			i=$((i + 1))
+			echo "== ncu $shape: engine, cublasGemmEx, cublasLt"
+			timeout 200 ncu --clock-control none --launch-skip 2 --launch-count 3 \
+				--section SpeedOfLight --section ComputeWorkloadAnalysis \
+				--section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+				--section WarpStateStats --section SchedulerStats \
+				"$bin/mkernel-gemm-bench" --shape $shape --reps 1 --warmup 1 >"$out/ncu$i.txt" 2>&1
+			echo "ncu exit: $?"
+			grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Hit Rate |Issue Slots Busy|No Eligible" "$out/ncu$i.txt" | head -40
+		done
 		;;
 	esac
 done

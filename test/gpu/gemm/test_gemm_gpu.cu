@@ -35,6 +35,7 @@
 #include "mkernel.h"
 #include "fused/bench/fill.cuh"
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/gemm_engine.cuh"
 
 static int t_failed, t_passed, t_quick;
 static cublasHandle_t t_blas;
@@ -306,6 +307,38 @@ __global__ void t_consumer(const unsigned int *ready, const __nv_bfloat16 *c,
 	}
 }
 
+/*
+ * One kernel, two roles, no second launch: CTAs below `late` first act as another role (here:
+ * wait until a quarter of the tiles are published), then join the compute role; the others
+ * compute from the start. With dynamic tickets the late CTAs take whatever tiles are left.
+ */
+extern "C" __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
+	t_two_role_kernel(const __grid_constant__ struct mk_gemm_tmaps maps,
+			  const __grid_constant__ struct mk_gemm_args args, int late,
+			  unsigned int *joined)
+{
+	extern __shared__ unsigned char t_dyn_smem[];
+	const int tiles = args.tiles_m * args.tiles_n;
+
+	if ((int)blockIdx.x < late) {
+		if (threadIdx.x == 0) {
+			long long start = clock64();
+			int done = 0;
+
+			while (done < tiles / 4 && clock64() - start < 20000000000ll) {
+				done = 0;
+				for (int i = 0; i < tiles; i++)
+					done += mk_ld_acquire_gpu_u32(&args.epi.ready[i]) != 0;
+			}
+			atomicAdd(joined, 1u);
+		}
+		__syncthreads();
+		mk_gemm_role(&args, &maps, gridDim.x - late + blockIdx.x, gridDim.x, t_dyn_smem, 1);
+	} else {
+		mk_gemm_role(&args, &maps, blockIdx.x - late, gridDim.x, t_dyn_smem, 1);
+	}
+}
+
 static void t_hooks(int sms)
 {
 	const int m = t_quick ? 700 : 2000, n = t_quick ? 900 : 3000, k = t_quick ? 192 : 520;
@@ -472,6 +505,43 @@ static void t_hooks(int sms)
 		cudaFree(wrong);
 		cudaFree(stats);
 		cudaStreamDestroy(side);
+	}
+
+	/* The compute role inside another kernel, joined late by CTAs that had another role. */
+	{
+		struct mk_gemm_args args = l.args;
+		struct mk_gemm_tmaps maps;
+		unsigned int *joined, h_joined = 0;
+		const int late = 8;
+
+		T_CHECK_CUDA(cudaMalloc((void **)&joined, sizeof(*joined)));
+		T_CHECK_CUDA(cudaMemset(joined, 0, sizeof(*joined)));
+		T_CHECK_CUDA(cudaMemset(counter, 0, 4));
+		T_CHECK_CUDA(cudaMemset(ready, 0, tiles * 4));
+		T_CHECK_CUDA(cudaMemset(c1, 0xFF, cbytes));
+		args.sched.counter = counter;
+		args.epi.out[0] = c1;
+		args.epi.ready = ready;
+		rc = mk_gemm_make_tensor_maps(t.a, t.b, &args, &maps);
+		T_CHECK_CUDA(cudaFuncSetAttribute((const void *)t_two_role_kernel,
+						  cudaFuncAttributeMaxDynamicSharedMemorySize,
+						  MK_GEMM_SMEM_BYTES));
+		if (rc == 0)
+			t_two_role_kernel<<<sms, MK_GEMM_THREADS, MK_GEMM_SMEM_BYTES, t_st>>>(
+				maps, args, late, joined);
+		T_CHECK_CUDA(cudaGetLastError());
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		T_CHECK_CUDA(cudaMemcpy(&h_joined, joined, 4, cudaMemcpyDeviceToHost));
+		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
+		int once = 1;
+
+		for (int i = 0; i < tiles; i++)
+			once &= h_ready[i] == 1;
+		t_report(rc == 0 && h_joined == (unsigned)late && once &&
+				 t_bitwise_equal(c0, c1, cbytes),
+			 "compute role in a two-role kernel (%d CTAs join late): bitwise equal, "
+			 "flags once", late);
+		cudaFree(joined);
 	}
 
 	/* Epilogue modes. */
