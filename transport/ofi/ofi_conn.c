@@ -178,8 +178,12 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	if (d->mr_mode & FI_MR_LOCAL) {
 		rc = mk_ofi_mr_raw(d, &conn->ctrl_tx, sizeof(conn->ctrl_tx) * 2, FI_SEND | FI_RECV,
 				   &conn->ctrl_mr);
-		if (rc)
+		if (rc) {
+			MK_WARN("ofi: registering setup buffers on %s failed: %s", d->props.name,
+				mk_ofi.lib->strerror(-rc));
+			rc = ofi_errno(rc);
 			goto undo_ep;
+		}
 		conn->ctrl_desc = fi_mr_desc(conn->ctrl_mr);
 	}
 	for (int i = conn->nops - 1; i >= 0; i--) {

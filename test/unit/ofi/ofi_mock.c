@@ -51,7 +51,11 @@ static char *dup_or_null(const char *s)
 
 static struct fi_info *m_dupinfo(const struct fi_info *src)
 {
-	struct fi_info *i = info_alloc();
+	struct fi_info *i;
+
+	if (++mock.dupinfo_calls == mock.dupinfo_fail_at)
+		return NULL;
+	i = info_alloc();
 
 	if (src == NULL)
 		return i;
@@ -108,6 +112,7 @@ static int m_getinfo(uint32_t version, const char *node, const char *service, ui
 			continue;
 		if ((hints->caps & FI_HMEM) && !(i->caps & FI_HMEM))
 			continue;
+		mock.dupinfo_calls--;	/* the library's own copies are not the caller's */
 		c = m_dupinfo(i);
 		c->next = NULL;
 		*tail = c;

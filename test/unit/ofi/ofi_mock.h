@@ -48,6 +48,8 @@ struct mock_ofi {
 	int fail_fabric, fail_domain, fail_cq_open, fail_av_open, fail_endpoint, fail_bind;
 	int fail_enable, fail_getname, fail_mr_reg, fail_recv, fail_send, fail_av_insert;
 	ssize_t write_rc;		/* returned by writemsg/readmsg */
+	int dupinfo_fail_at;		/* dupinfo call number (1-based) that returns NULL */
+	int dupinfo_calls;
 
 	/* live fake objects */
 	int fabric_live, domain_live, cq_live, av_live, ep_live, mr_live;

@@ -568,6 +568,33 @@ static void test_connect_unwinds_every_failure(void **state)
 	live_all_zero();
 }
 
+static void test_init_allocation_failures_unwind(void **state)
+{
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	mock.dupinfo_fail_at = 1;	/* the hints */
+	assert_int_equal(tp->init(), -ENOMEM);
+	assert_int_equal(tp->ndevs(), 0);
+	mock.dupinfo_calls = 0;
+	mock.dupinfo_fail_at = 2;	/* the device's own copy */
+	assert_int_equal(tp->init(), -ENOMEM);
+	assert_int_equal(tp->ndevs(), 0);
+	mock.dupinfo_fail_at = 0;
+	init_ok(1);
+}
+
+static void test_local_mr_setup_buffer_failure_unwinds(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l = (void *)1;
+
+	mock_info_add("efa", "rdmap0", FI_MR_LOCAL | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, 4);
+	init_ok(1);
+	mock.fail_mr_reg = -FI_EIO;
+	assert_int_equal(tp->listen(0, handle, &l), -EIO);
+	assert_null(l);
+	live_all_zero();
+}
+
 static void test_local_mr_setup_buffers_registered(void **state)
 {
 	struct pair p;
@@ -822,6 +849,8 @@ int main(void)
 		T(test_connect_resends_after_send_error),
 		T(test_listen_unwinds_every_failure),
 		T(test_connect_unwinds_every_failure),
+		T(test_init_allocation_failures_unwind),
+		T(test_local_mr_setup_buffer_failure_unwinds),
 		T(test_local_mr_setup_buffers_registered),
 		T(test_write_offsets_app_keys_len_in_data),
 		T(test_write_virt_addr_and_4_byte_cq_data),
