@@ -13,9 +13,12 @@
 #include <cmocka.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fake_tp.h"
+#include "mk/log.h"
 #include "mk/param.h"
 #include "mk/rdv.h"
 #include "mk_nccl/net_v10.h"
@@ -716,6 +719,96 @@ static void test_net_finalize_null_stale_and_hints(void **state)
 	(void)f;
 }
 
+static void test_net_iflush_dmabuf_and_stale_mhandle(void **state)
+{
+	static char dbuf[64];
+	struct fixture *f = *state;
+	char buf[256];
+	void *mh, *dmh = (void *)0x4, *req = (void *)0x4, *data = buf;
+	int sizes[1] = { 64 }, fd;
+	ncclResult_t (*iflush)(void *, int, void **, int *, void **, void **);
+	ncclResult_t (*dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
+
+	iflush = f->d->version == 11	 ? ncclNetPlugin_v11.iflush
+		 : f->d->version == 10 ? ncclNetPlugin_v10.iflush
+		 : f->d->version == 9  ? ncclNetPlugin_v9.iflush
+				       : ncclNetPlugin_v8.iflush;
+	dmabuf = f->d->version == 11	 ? ncclNetPlugin_v11.regMrDmaBuf
+		 : f->d->version == 10 ? ncclNetPlugin_v10.regMrDmaBuf
+		 : f->d->version == 9  ? ncclNetPlugin_v9.regMrDmaBuf
+				       : ncclNetPlugin_v8.regMrDmaBuf;
+	open_pair(f, 0);
+	mh = reg(f, f->rc, buf, sizeof(buf));
+	/* host memory needs no flush: the request completes, test is called with NULL sizes */
+	assert_int_equal(iflush(f->rc, 1, &data, sizes, &mh, &req), ncclSuccess);
+	assert_non_null(req);
+	assert_int_equal(wait_req(f, req, NULL), ncclSuccess);
+	assert_int_equal(iflush(f->rc, 0, &data, sizes, &mh, &req), ncclInternalError);
+	assert_null(req);
+	sizes[0] = -1;
+	assert_int_equal(iflush(f->rc, 1, &data, sizes, &mh, &req), ncclInternalError);
+	assert_int_equal(iflush(f->sc, 1, &data, sizes, &mh, &req), ncclInternalError);
+	/* DMA-BUF: an fd is required; the fake backend registers any fd it is given */
+	assert_int_equal(dmabuf(f->rc, dbuf, 64, MK_NCCL_PTR_HOST, 0, -1, &dmh), ncclInternalError);
+	assert_null(dmh);
+	fd = dup(0);
+	assert_true(fd >= 0);
+	/* a region no other registration covers, so the handle is its own */
+	assert_int_equal(dmabuf(f->rc, dbuf, 64, MK_NCCL_PTR_HOST, 0, fd, &dmh), ncclSuccess);
+	close(fd);
+	assert_non_null(dmh);
+	assert_int_equal(f->d->deregMr(f->rc, dmh), ncclSuccess);
+	assert_int_equal(f->d->deregMr(f->rc, dmh), ncclInternalError);	/* stale mhandle */
+	close_pair(f);
+}
+
+static struct {
+	int level;
+	unsigned long flags;
+	char line[512];
+	int lines;
+} logged;
+
+static void capture(int level, unsigned long flags, const char *file, int line, const char *fmt,
+		    ...)
+{
+	va_list ap;
+
+	logged.level = level;
+	logged.flags = flags;
+	logged.lines++;
+	va_start(ap, fmt);
+	vsnprintf(logged.line, sizeof(logged.line), fmt, ap);
+	va_end(ap);
+}
+
+static void test_net_warn_names_call_arguments_and_reason(void **state)
+{
+	void *ctx = NULL, *req;
+	char buf[8];
+
+	memset(&logged, 0, sizeof(logged));
+	assert_int_equal(ncclNetPlugin_v11.init(&ctx, 0xabc, NULL, capture, NULL), ncclSuccess);
+	assert_int_equal(logged.level, 3);	/* INFO lines at init */
+	assert_non_null(strstr(logged.line, "NET/mkernel"));
+	logged.lines = 0;
+	assert_int_equal(ncclNetPlugin_v11.isend(NULL, buf, 8, 5, buf, NULL, &req),
+			 ncclInternalError);
+	assert_int_equal(logged.lines, 1);
+	assert_int_equal(logged.level, 2);	/* WARN, all subsystems */
+	assert_true(logged.flags == ~0UL);
+	assert_non_null(strstr(logged.line, "NET/mkernel isend("));
+	assert_non_null(strstr(logged.line, "8 bytes, tag 5"));
+	assert_non_null(strstr(logged.line, "Bad file descriptor"));
+	logged.lines = 0;
+	assert_int_equal(ncclNetPlugin_v11.regMr(NULL, buf, 8, MK_NCCL_PTR_HOST, &req),
+			 ncclInternalError);
+	assert_int_equal(logged.lines, 1);
+	assert_non_null(strstr(logged.line, "regMr("));
+	assert_int_equal(ncclNetPlugin_v11.finalize(ctx), ncclSuccess);
+	mk_log_set_sink(NULL);
+}
+
 #define PER_VERSION(fn)                                                                         \
 	{ #fn "/v11", fn, setup, teardown, &drv11 }, { #fn "/v10", fn, setup, teardown, &drv10 }, \
 		{ #fn "/v9", fn, setup, teardown, &drv9 }, { #fn "/v8", fn, setup, teardown, &drv8 }
@@ -734,6 +827,9 @@ int main(void)
 		PER_VERSION(test_net_size_limits_rejected),
 		PER_VERSION(test_net_send_larger_than_recv_is_invalid_usage),
 		PER_VERSION(test_net_backend_faults_map_to_nccl_codes),
+		PER_VERSION(test_net_iflush_dmabuf_and_stale_mhandle),
+		{ "test_net_warn_names_call_arguments_and_reason",
+		  test_net_warn_names_call_arguments_and_reason, setup, teardown, &drv11 },
 		{ "test_net_v8_negative_int_sizes_rejected", test_net_v8_negative_int_sizes_rejected,
 		  setup, teardown, &drv8 },
 		{ "test_net_finalize_null_stale_and_hints", test_net_finalize_null_stale_and_hints,
