@@ -7,7 +7,7 @@
 # MKERNEL_TRANSPORT=verbs, PEER, BUILD, SRC, RXE_VM_LIB.
 # Binaries whose libraries the initramfs must carry (paths under the build dir):
 # rxe-vm-needs: test/rdma/verbs/test-verbs-loopback test/loopback/net/test-net-loopback
-# rxe-vm-needs: nccl_plugin/tools/mkernel-netbench transport/tools/mkernel-netbench
+# rxe-vm-needs: nccl_plugin/tools/mkernel-netbench nccl_plugin/libnccl-net-mkernel.so
 
 # shellcheck source=../../scripts/rxe-vm/guest-lib.sh
 . "$RXE_VM_LIB"
@@ -30,13 +30,13 @@ run_built() {
 }
 
 run_built verbs-loopback test/rdma/verbs/test-verbs-loopback
-run_built net-loopback test/loopback/net/test-net-loopback --all
+run_built net-loopback test/loopback/net/test-net-loopback --all --transport verbs "$BUILD/nccl_plugin/libnccl-net-mkernel.so"
 
 # Benchmark: the same sizes through ib_write_bw and through our plugin, alternating in this run.
 bench=$BUILD/rdma-bench.jsonl
 : >"$bench"
 netbench=
-for nb in nccl_plugin/tools/mkernel-netbench transport/tools/mkernel-netbench; do
+for nb in nccl_plugin/tools/mkernel-netbench; do
 	[ -x "$BUILD/$nb" ] && netbench=$BUILD/$nb && break
 done
 if [ -z "$netbench" ]; then
