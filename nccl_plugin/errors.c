@@ -15,15 +15,15 @@ ncclResult_t mk_err_to_nccl(int rc)
 	case 0:
 		return ncclSuccess;
 	case -EINVAL:
-	case -EBADF:		/* NULL, stale or foreign comm / request / handle */
-	case -ENOSPC:		/* more outstanding requests than NCCL may issue */
+	case -EBADF:  /* NULL, stale or foreign comm / request / handle */
+	case -ENOSPC: /* more outstanding requests than NCCL may issue */
 		return ncclInternalError;
-	case -ENODEV:		/* no backend with a device */
-	case -EOPNOTSUPP:	/* the device cannot register this pointer type */
-	case -EPROTONOSUPPORT:	/* MKERNEL_TRANSPORT names no backend built in */
-	case -EMSGSIZE:		/* send larger than the posted receive */
+	case -ENODEV:	       /* no backend with a device */
+	case -EOPNOTSUPP:      /* the device cannot register this pointer type */
+	case -EPROTONOSUPPORT: /* MKERNEL_TRANSPORT names no backend built in */
+	case -EMSGSIZE:	       /* send larger than the posted receive */
 		return ncclInvalidUsage;
-	case -ETIMEDOUT:	/* the peer stopped answering within MKERNEL_TIMEOUT */
+	case -ETIMEDOUT: /* the peer stopped answering within MKERNEL_TIMEOUT */
 	case -ECONNRESET:
 	case -EPIPE:
 		return ncclRemoteError;

@@ -25,8 +25,8 @@
 #include "mk_git.h"
 #include "net.h"
 
-#define MK_NET_CTX_MAGIC 0x6d6b6e78u	/* "mknx" */
-#define MK_NET_MAX_DEVS	 32		/* devices reported to NCCL */
+#define MK_NET_CTX_MAGIC 0x6d6b6e78u /* "mknx" */
+#define MK_NET_MAX_DEVS	 32	     /* devices reported to NCCL */
 
 _Static_assert(MK_PTR_HOST == MK_NCCL_PTR_HOST && MK_PTR_CUDA == MK_NCCL_PTR_CUDA &&
 		       MK_PTR_DMABUF == MK_NCCL_PTR_DMABUF,
@@ -36,12 +36,12 @@ _Static_assert(MK_NET_MAX_BYTES <= INT_MAX, "test() reports sizes as int");
 
 /* Per-communicator context (v11 init); one shared context serves the older versions. */
 struct mk_net_ctx {
-	uint32_t magic;				/* MK_NET_CTX_MAGIC while in use, else 0 */
-	uint64_t comm_id;			/* NCCL's comm hash, for logs */
-	struct mk_nccl_net_comm_config config;	/* traffic class of this comm */
-	struct mk_nccl_net_attr attr;		/* last setNetAttr hints; kept, not acted on */
-	const struct mk_transport_ops *ops;	/* backend reference taken by init */
-	struct mk_net_ctx *next_free;		/* on net_free_ctxs after finalize */
+	uint32_t magic;			       /* MK_NET_CTX_MAGIC while in use, else 0 */
+	uint64_t comm_id;		       /* NCCL's comm hash, for logs */
+	struct mk_nccl_net_comm_config config; /* traffic class of this comm */
+	struct mk_nccl_net_attr attr;	       /* last setNetAttr hints; kept, not acted on */
+	const struct mk_transport_ops *ops;    /* backend reference taken by init */
+	struct mk_net_ctx *next_free;	       /* on net_free_ctxs after finalize */
 };
 
 /* Control-path state, under net_lock. The data path reads none of it. */
@@ -134,7 +134,7 @@ static int net_ctx_create(uint64_t comm_id, const struct mk_nccl_net_comm_config
 
 	rc = mk_transport_get(&ops);
 	if (rc == -EINVAL)
-		rc = -EPROTONOSUPPORT;	/* MKERNEL_TRANSPORT names no built backend (WARNed) */
+		rc = -EPROTONOSUPPORT; /* MKERNEL_TRANSPORT names no built backend (WARNed) */
 	if (rc)
 		return rc;
 	if (ops != net_devs_ops) {
@@ -156,7 +156,7 @@ static int net_ctx_create(uint64_t comm_id, const struct mk_nccl_net_comm_config
 	c->comm_id = comm_id;
 	c->config.trafficClass =
 		config != NULL ? config->trafficClass : MK_NCCL_NET_TRAFFIC_CLASS_UNDEF;
-	memset(&c->attr, 0xff, sizeof(c->attr));	/* NCCL_NET_ATTR_UNDEF everywhere */
+	memset(&c->attr, 0xff, sizeof(c->attr)); /* NCCL_NET_ATTR_UNDEF everywhere */
 	c->ops = ops;
 	__atomic_store_n(&c->magic, MK_NET_CTX_MAGIC, __ATOMIC_RELEASE);
 	*out = c;
@@ -174,7 +174,7 @@ ncclResult_t mk_net11_init(void **ctx, uint64_t commId, struct mk_nccl_net_comm_
 	bool dump = false;
 	int rc = -EINVAL;
 
-	(void)profFunction;	/* no profiler events yet */
+	(void)profFunction; /* no profiler events yet */
 	mk_log_set_sink(logFunction);
 	if (ctx == NULL)
 		goto fail;
@@ -239,7 +239,7 @@ ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props
 	props->pciPath = d->pci_path[0] != '\0' ? (char *)d->pci_path : NULL;
 	props->guid = d->guid;
 	props->ptrSupport = d->ptr_support;
-	props->regIsGlobal = 1;		/* one MR cache per process, keyed by device */
+	props->regIsGlobal = 1; /* one MR cache per process, keyed by device */
 	props->forceFlush = d->force_flush;
 	props->speed = d->speed_mbps;
 	props->port = d->port;
@@ -293,7 +293,7 @@ ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_com
 	struct mk_rdv_comm *s = NULL;
 	int rc = -EINVAL;
 
-	(void)sendDevComm;	/* HOST device type: device offload requests are ignored */
+	(void)sendDevComm; /* HOST device type: device offload requests are ignored */
 	if (sendComm == NULL || handle == NULL)
 		goto fail;
 	*sendComm = NULL;
@@ -332,7 +332,7 @@ ncclResult_t mk_net11_accept(void *listenComm, void **recvComm,
 	struct mk_rdv_comm *r = NULL;
 	int rc = -EINVAL;
 
-	(void)recvDevComm;	/* HOST device type */
+	(void)recvDevComm; /* HOST device type */
 	if (recvComm == NULL)
 		goto fail;
 	*recvComm = NULL;
@@ -417,7 +417,7 @@ ncclResult_t mk_net11_isend(void *sendComm, void *data, size_t size, int tag, vo
 	struct mk_rdv_req *r = NULL;
 	int rc = -EINVAL;
 
-	(void)phandle;	/* profiler handles are not used */
+	(void)phandle; /* profiler handles are not used */
 	if (request == NULL)
 		goto fail;
 	*request = NULL;
@@ -435,8 +435,8 @@ ncclResult_t mk_net11_isend(void *sendComm, void *data, size_t size, int tag, vo
 	return ncclSuccess;
 
 fail:
-	MK_WARN("isend(comm %p, %p, %zu bytes, tag %d, mhandle %p) failed: %s", sendComm, data, size,
-		tag, mhandle, mk_strerror(rc));
+	MK_WARN("isend(comm %p, %p, %zu bytes, tag %d, mhandle %p) failed: %s", sendComm, data,
+		size, tag, mhandle, mk_strerror(rc));
 	return mk_err_to_nccl(rc);
 }
 
@@ -672,9 +672,9 @@ MK_EXPORT struct mk_nccl_net_v11 ncclNetPlugin_v11 = {
 	.closeSend = mk_net11_closeSend,
 	.closeRecv = mk_net11_closeRecv,
 	.closeListen = mk_net11_closeListen,
-	.getDeviceMr = NULL,	/* HOST device type: no device offload */
+	.getDeviceMr = NULL, /* HOST device type: no device offload */
 	.irecvConsumed = NULL,
-	.makeVDevice = NULL,	/* physical devices only */
+	.makeVDevice = NULL, /* physical devices only */
 	.finalize = mk_net11_finalize,
 	.setNetAttr = mk_net11_setNetAttr,
 };

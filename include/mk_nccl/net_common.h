@@ -12,20 +12,20 @@
 
 #include "mk_nccl/common.h"
 
-#define MK_NCCL_NET_HANDLE_MAXSIZE	    128		/* bytes listen may write into handle */
-#define MK_NCCL_NET_MAX_REQUESTS	    32		/* outstanding requests per comm */
-#define MK_NCCL_PTR_HOST		    0x1
-#define MK_NCCL_PTR_CUDA		    0x2
-#define MK_NCCL_PTR_DMABUF		    0x4
-#define MK_NCCL_NET_OPTIONAL_RECV_COMPLETION 0x1		/* NCCL pre-stores this in *request */
-#define MK_NCCL_NET_MULTI_REQUEST	    0x2
-#define MK_NCCL_MAX_NET_SIZE_BYTES	    (1ULL << 40) /* upper bound of maxP2pBytes */
-#define MK_NCCL_MAX_NET_SIZE_V8		    (1ULL << 30) /* what NCCL assumes for v8 plugins */
-#define MK_NCCL_NET_MAX_DEVS_PER_NIC	    4
-#define MK_NCCL_NET_TRAFFIC_CLASS_UNDEF	    (-1)
-#define MK_NCCL_NET_ATTR_UNDEF		    (-1)
-#define MK_NCCL_NET_DEVICE_INVALID_VERSION  0x0
-#define MK_NCCL_NET_DEVICE_UNPACK_VERSION   0x7
+#define MK_NCCL_NET_HANDLE_MAXSIZE	     128 /* bytes listen may write into handle */
+#define MK_NCCL_NET_MAX_REQUESTS	     32	 /* outstanding requests per comm */
+#define MK_NCCL_PTR_HOST		     0x1
+#define MK_NCCL_PTR_CUDA		     0x2
+#define MK_NCCL_PTR_DMABUF		     0x4
+#define MK_NCCL_NET_OPTIONAL_RECV_COMPLETION 0x1 /* NCCL pre-stores this in *request */
+#define MK_NCCL_NET_MULTI_REQUEST	     0x2
+#define MK_NCCL_MAX_NET_SIZE_BYTES	     (1ULL << 40) /* upper bound of maxP2pBytes */
+#define MK_NCCL_MAX_NET_SIZE_V8		     (1ULL << 30) /* what NCCL assumes for v8 plugins */
+#define MK_NCCL_NET_MAX_DEVS_PER_NIC	     4
+#define MK_NCCL_NET_TRAFFIC_CLASS_UNDEF	     (-1)
+#define MK_NCCL_NET_ATTR_UNDEF		     (-1)
+#define MK_NCCL_NET_DEVICE_INVALID_VERSION   0x0
+#define MK_NCCL_NET_DEVICE_UNPACK_VERSION    0x7
 
 /* ncclNetDeviceType: a C enum, 4 bytes. */
 enum mk_nccl_dev_type {
@@ -61,7 +61,7 @@ _Static_assert(offsetof(struct mk_nccl_vdev_props, devs) == 4, "virtual device p
 
 /* ncclNetCommConfig_v10_t / _v11_t: per-communicator settings. */
 struct mk_nccl_net_comm_config {
-	int trafficClass;	/* MK_NCCL_NET_TRAFFIC_CLASS_UNDEF when unset */
+	int trafficClass; /* MK_NCCL_NET_TRAFFIC_CLASS_UNDEF when unset */
 };
 
 _Static_assert(sizeof(struct mk_nccl_net_comm_config) == 4, "net comm config layout");
@@ -80,16 +80,16 @@ _Static_assert(sizeof(struct mk_nccl_net_comm_attr) == 16, "net comm attr layout
 struct mk_nccl_net_attr {
 	struct mk_nccl_net_comm_attr sendCommAttr;
 	struct mk_nccl_net_comm_attr recvCommAttr;
-	uint32_t op;		/* 1 << ncclFunc_t */
-	uint32_t algo;		/* 1 << NCCL_ALGO_* */
-	uint32_t proto;		/* 1 << NCCL_PROTO_* */
+	uint32_t op;	/* 1 << ncclFunc_t */
+	uint32_t algo;	/* 1 << NCCL_ALGO_* */
+	uint32_t proto; /* 1 << NCCL_PROTO_* */
 };
 
 _Static_assert(sizeof(struct mk_nccl_net_attr) == 44, "net attr layout");
 _Static_assert(offsetof(struct mk_nccl_net_attr, proto) == 40, "net attr layout");
 
 /* ncclProfilerCallback_t (v10+ init): NCCL's profiler hook; plugins may ignore it. */
-typedef ncclResult_t (*mk_nccl_prof_cb_t)(void **eHandle, int type, void *pHandle,
-					  int64_t pluginId, void *extData);
+typedef ncclResult_t (*mk_nccl_prof_cb_t)(void **eHandle, int type, void *pHandle, int64_t pluginId,
+					  void *extData);
 
 #endif /* MK_NCCL_NET_COMMON_H */

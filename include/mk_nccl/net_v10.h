@@ -62,9 +62,9 @@ struct mk_nccl_net_v10 {
 	ncclResult_t (*closeSend)(void *sendComm);
 	ncclResult_t (*closeRecv)(void *recvComm);
 	ncclResult_t (*closeListen)(void *listenComm);
-	ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle);	/* optional */
-	ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);	/* optional */
-	ncclResult_t (*makeVDevice)(int *d, struct mk_nccl_vdev_props *props);	/* optional */
+	ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle); /* optional */
+	ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);	     /* optional */
+	ncclResult_t (*makeVDevice)(int *d, struct mk_nccl_vdev_props *props);	     /* optional */
 };
 
 _Static_assert(sizeof(struct mk_nccl_net_v10) == 160, "ncclNet_v10 has 20 slots");

@@ -12,23 +12,23 @@
 #include "mk_nccl/net_common.h"
 
 struct mk_nccl_net_props_v11 {
-	char *name;			/* unique per device: NCCL keys its topology by it */
-	char *pciPath;			/* NULL: attached to the first CPU */
-	uint64_t guid;			/* equal GUID = same physical port */
-	int ptrSupport;			/* MK_NCCL_PTR_* */
-	int regIsGlobal;		/* 1: registrations are not tied to a comm */
-	int forceFlush;			/* 1: always iflush GPU receives */
-	int speed;			/* Mbit/s */
+	char *name;	 /* unique per device: NCCL keys its topology by it */
+	char *pciPath;	 /* NULL: attached to the first CPU */
+	uint64_t guid;	 /* equal GUID = same physical port */
+	int ptrSupport;	 /* MK_NCCL_PTR_* */
+	int regIsGlobal; /* 1: registrations are not tied to a comm */
+	int forceFlush;	 /* 1: always iflush GPU receives */
+	int speed;	 /* Mbit/s */
 	int port;
-	float latency;			/* us, 0 = default */
+	float latency; /* us, 0 = default */
 	int maxComms;
-	int maxRecvs;			/* largest n of irecv */
+	int maxRecvs; /* largest n of irecv */
 	enum mk_nccl_dev_type netDeviceType;
 	int netDeviceVersion;
 	struct mk_nccl_vdev_props vProps;
 	size_t maxP2pBytes;
 	size_t maxCollBytes;
-	int maxMultiRequestSize;	/* new in v11 */
+	int maxMultiRequestSize; /* new in v11 */
 };
 
 _Static_assert(sizeof(struct mk_nccl_net_props_v11) == 112, "net properties v11 layout");

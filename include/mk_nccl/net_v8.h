@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * NCCL net plugin ABI v8 (ncclNetProperties_v8_t, ncclNet_v8_t), declared from the documented
- * member lists. int sizes in isend/irecv, no profiler handles, no makeVDevice; properties lack forceFlush,
- * vProps, maxP2pBytes and maxCollBytes (64 B).
+ * member lists. int sizes in isend/irecv, no profiler handles, no makeVDevice; properties lack
+ * forceFlush, vProps, maxP2pBytes and maxCollBytes (64 B).
  */
 #ifndef MK_NCCL_NET_V8_H
 #define MK_NCCL_NET_V8_H
@@ -58,8 +58,8 @@ struct mk_nccl_net_v8 {
 	ncclResult_t (*closeSend)(void *sendComm);
 	ncclResult_t (*closeRecv)(void *recvComm);
 	ncclResult_t (*closeListen)(void *listenComm);
-	ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle);	/* optional */
-	ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);	/* optional */
+	ncclResult_t (*getDeviceMr)(void *comm, void *mhandle, void **dptr_mhandle); /* optional */
+	ncclResult_t (*irecvConsumed)(void *recvComm, int n, void *request);	     /* optional */
 };
 
 _Static_assert(sizeof(struct mk_nccl_net_v8) == 152, "ncclNet_v8 has 19 slots");

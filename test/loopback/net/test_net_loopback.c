@@ -31,12 +31,12 @@
 #include "mk_nccl/net_v8.h"
 #include "mk_nccl/net_v9.h"
 
-#define HANDLE_SIZE	MK_NCCL_NET_HANDLE_MAXSIZE
-#define SPIN_SECONDS	30	/* a loop that makes no progress for this long fails */
-#define CASE_SECONDS	90	/* watchdog for one case (both peers) */
-#define SHORT_TIMEOUT	"2000"	/* MKERNEL_TIMEOUT (ms) for the dead-peer cases */
-#define SEND_TAG	1	/* NCCL's meaning: the sender's rank */
-#define EXIT_SKIP	77
+#define HANDLE_SIZE   MK_NCCL_NET_HANDLE_MAXSIZE
+#define SPIN_SECONDS  30     /* a loop that makes no progress for this long fails */
+#define CASE_SECONDS  90     /* watchdog for one case (both peers) */
+#define SHORT_TIMEOUT "2000" /* MKERNEL_TIMEOUT (ms) for the dead-peer cases */
+#define SEND_TAG      1	     /* NCCL's meaning: the sender's rank */
+#define EXIT_SKIP     77
 
 /* ---- the module's tables seen through one shape ---- */
 
@@ -45,7 +45,7 @@ static struct mk_nccl_net_v10 *t10;
 static struct mk_nccl_net_v9 *t9;
 static struct mk_nccl_net_v8 *t8;
 static int ver;
-static void *ctx;	/* v11 only */
+static void *ctx; /* v11 only */
 static const char *role = "?";
 static const char *case_name = "?";
 
@@ -136,8 +136,11 @@ static ncclResult_t n_irecv(void *rc, int n, void **data, size_t *sizes, int *ta
 }
 
 /* Members with one signature in every version: v8's table has them at the same offsets. */
-#define SAME(member) (ver == 11 ? (void *)t11->member : ver == 10 ? (void *)t10->member : \
-		      ver == 9 ? (void *)t9->member : (void *)t8->member)
+#define SAME(member)                                                                               \
+	(ver == 11   ? (void *)t11->member                                                         \
+	 : ver == 10 ? (void *)t10->member                                                         \
+	 : ver == 9  ? (void *)t9->member                                                          \
+		     : (void *)t8->member)
 
 static ncclResult_t n_accept(void *lc, void **rc)
 {
@@ -192,7 +195,7 @@ static ncclResult_t n_closeListen(void *c)
 /* ---- one peer ---- */
 
 struct peer {
-	int rx, tx;		/* pipes from / to the other peer */
+	int rx, tx; /* pipes from / to the other peer */
 	int max_recvs;
 	void *lib;
 };
@@ -279,7 +282,7 @@ static int peer_init(struct peer *p, const char *path)
 		break;
 	}
 	if (ret == ncclInvalidUsage)
-		return EXIT_SKIP;	/* no backend with a device here */
+		return EXIT_SKIP; /* no backend with a device here */
 	if (ret != ncclSuccess)
 		return fail("init: %d", ret);
 	if (((ncclResult_t(*)(int *))SAME(devices))(&ndev) != ncclSuccess)
@@ -354,7 +357,7 @@ static int connect_loop(const uint8_t *handle, void **sc)
 
 	*sc = NULL;
 	while (*sc == NULL) {
-		memcpy(h, handle, sizeof(h));	/* the same handle every call, as NCCL does */
+		memcpy(h, handle, sizeof(h)); /* the same handle every call, as NCCL does */
 		if (n_connect(0, h, sc) != ncclSuccess)
 			return fail("connect failed");
 		if (now_s() - t0 > SPIN_SECONDS)
@@ -619,7 +622,7 @@ static int s_connect_first(struct peer *p)
 		return fail("no handle");
 	if (n_connect(0, handle, &sc) != ncclSuccess)
 		return fail("first connect failed");
-	token_put(p, 'c');	/* the receiver accepts only now */
+	token_put(p, 'c'); /* the receiver accepts only now */
 	if (sc == NULL && connect_loop(handle, &sc))
 		return 1;
 	if (send_simple(sc, 3000, 1))
@@ -682,7 +685,7 @@ static int r_inflight(struct peer *p, int m)
 		if (post_recv(rc, m, data, caps, tags, mhs, &req[g]) != ncclSuccess)
 			return fail("irecv %d of %d failed", g, INFLIGHT);
 	}
-	token_put(p, 'r');	/* all receives are posted before any send is tested */
+	token_put(p, 'r'); /* all receives are posted before any send is tested */
 	for (int g = 0; g < INFLIGHT; g++) {
 		if (wait_req(req[g], sizes, SPIN_SECONDS) != ncclSuccess)
 			return fail("test(recv %d) failed", g);
@@ -941,11 +944,12 @@ static int order_loop(void *comm, bool recv, void *mh)
 			if (n_test(req[done % ORDER_WIN], &fin, &size) != ncclSuccess)
 				return fail("test %d failed", done);
 			if (fin) {
-				char *buf = (recv ? bufa : bufb) + (size_t)(done % ORDER_WIN) * 1024;
+				char *buf =
+					(recv ? bufa : bufb) + (size_t)(done % ORDER_WIN) * 1024;
 
 				if ((size_t)size != order_len(done))
-					return fail("message %d: %d bytes, expected %zu", done, size,
-						    order_len(done));
+					return fail("message %d: %d bytes, expected %zu", done,
+						    size, order_len(done));
 				if (recv && check(buf, order_len(done), (uint32_t)done))
 					return 1;
 				done++;
@@ -1071,9 +1075,8 @@ static int s_many_comms(struct peer *p)
 
 		fill(buf, (size_t)(100 + i), (uint32_t)i);
 		mh[i] = reg(sc[i], buf, 1024);
-		if (mh[i] == NULL ||
-		    post_send(sc[i], buf, (size_t)(100 + i), SEND_TAG, mh[i], &req[i]) !=
-			    ncclSuccess)
+		if (mh[i] == NULL || post_send(sc[i], buf, (size_t)(100 + i), SEND_TAG, mh[i],
+					       &req[i]) != ncclSuccess)
 			return fail("isend on comm %d failed", i);
 	}
 	for (int i = 0; i < COMMS; i++) {
@@ -1103,7 +1106,7 @@ static int r_close_pending(struct peer *p)
 		if (post_recv(rc, 1, &data, &cap, &tag, &mh, &req[i]) != ncclSuccess)
 			return fail("irecv %d failed", i);
 	}
-	if (token_get(p, 's'))	/* the sender has a send posted and is closing */
+	if (token_get(p, 's')) /* the sender has a send posted and is closing */
 		return 1;
 	if (n_deregMr(rc, mh) != ncclSuccess)
 		return fail("deregMr failed");
@@ -1145,7 +1148,7 @@ static int s_close_pending(struct peer *p)
  */
 #define KILL_LEN    (1 << 20)
 #define KILL_BEFORE 5
-#define KILL_LIMIT  (2.0 * 3 + 5)	/* 3 x MKERNEL_TIMEOUT + slack, seconds */
+#define KILL_LIMIT  (2.0 * 3 + 5) /* 3 x MKERNEL_TIMEOUT + slack, seconds */
 
 static int survive(void *comm, bool recv, void *mh)
 {
@@ -1203,7 +1206,7 @@ static int r_recv_killed(struct peer *p)
 	}
 	post_recv(rc, 1, &data, &cap, &tag, &mh, &req);
 	n_test(req, &size, NULL);
-	raise(SIGKILL);	/* mid-transfer: the sender's write may be in flight */
+	raise(SIGKILL); /* mid-transfer: the sender's write may be in flight */
 	return fail("still alive after SIGKILL");
 }
 
@@ -1216,7 +1219,7 @@ static int s_recv_killed(struct peer *p)
 	mh = reg(sc, bufb, KILL_LEN);
 	if (mh == NULL || survive(sc, false, mh))
 		return 1;
-	n_closeSend(sc);	/* after an error: must not hang, result not checked */
+	n_closeSend(sc); /* after an error: must not hang, result not checked */
 	return 0;
 }
 
@@ -1292,12 +1295,12 @@ static int r_bad_handles(struct peer *p)
 		return fail("irecv retry failed");
 	if (wait_req(req, NULL, SPIN_SECONDS) != ncclSuccess)
 		return fail("optional receive failed");
-	if (token_get(p, 'd'))	/* data landing after an optional receive: optional_recv */
+	if (token_get(p, 'd')) /* data landing after an optional receive: optional_recv */
 		return 1;
 	if (n_deregMr(rc, mh) != ncclSuccess || recv_close(lc, rc))
 		return 1;
-	if (n_closeRecv(rc) == ncclSuccess || n_irecv(rc, 1, &data, &cap, &tag, &mh, &req) ==
-							ncclSuccess)
+	if (n_closeRecv(rc) == ncclSuccess ||
+	    n_irecv(rc, 1, &data, &cap, &tag, &mh, &req) == ncclSuccess)
 		return fail("stale receive comm accepted");
 	return 0;
 }
@@ -1323,8 +1326,8 @@ static int s_bad_handles(struct peer *p)
 	token_put(p, 'd');
 	if (n_deregMr(sc, mh) != ncclSuccess || n_closeSend(sc) != ncclSuccess)
 		return fail("close failed");
-	if (n_closeSend(sc) == ncclSuccess || n_isend(sc, bufb, 1, SEND_TAG, mh, &req) ==
-							 ncclSuccess)
+	if (n_closeSend(sc) == ncclSuccess ||
+	    n_isend(sc, bufb, 1, SEND_TAG, mh, &req) == ncclSuccess)
 		return fail("stale send comm accepted");
 	if (ver == 11 && t11->finalize(NULL) != ncclSuccess)
 		return fail("finalize(NULL) failed");
@@ -1360,8 +1363,9 @@ static int s_corrupt_handle(struct peer *p)
 	if (sc != NULL)
 		return fail("connected with a corrupted handle");
 	if (ret == ncclSuccess)
-		return fail("connect with a corrupted handle neither failed nor connected in %.0f s",
-			    KILL_LIMIT);
+		return fail(
+			"connect with a corrupted handle neither failed nor connected in %.0f s",
+			KILL_LIMIT);
 	fprintf(stderr, "[%s %s v%d] corrupted handle rejected with %d after %.1f s\n", case_name,
 		role, ver, ret, now_s() - t0);
 	return 0;
@@ -1385,7 +1389,7 @@ static int r_optional_recv(struct peer *p)
 	if (req == (void *)MK_NCCL_NET_OPTIONAL_RECV_COMPLETION)
 		return fail("*request still holds the 0x1 marker");
 	if (req == NULL &&
-	    post_recv(rc, 1, &data, &cap, &tag, &mh, &req) != ncclSuccess)	/* plain retry */
+	    post_recv(rc, 1, &data, &cap, &tag, &mh, &req) != ncclSuccess) /* plain retry */
 		return fail("irecv retry failed");
 	if (wait_req(req, NULL, SPIN_SECONDS) != ncclSuccess)
 		return fail("optional receive failed");
@@ -1410,8 +1414,8 @@ struct lcase {
 	const char *name;
 	int (*recv)(struct peer *p);
 	int (*send)(struct peer *p);
-	bool short_timeout;	/* MKERNEL_TIMEOUT = SHORT_TIMEOUT for both peers */
-	int dies;		/* 1: the receiver kills itself, 2: the sender does */
+	bool short_timeout; /* MKERNEL_TIMEOUT = SHORT_TIMEOUT for both peers */
+	int dies;	    /* 1: the receiver kills itself, 2: the sender does */
 };
 
 static const struct lcase cases[] = {
@@ -1447,8 +1451,8 @@ static void on_alarm(int sig)
 	}
 }
 
-static pid_t spawn(const struct lcase *c, bool recv, const char *path, int rx, int tx,
-		   int close1, int close2)
+static pid_t spawn(const struct lcase *c, bool recv, const char *path, int rx, int tx, int close1,
+		   int close2)
 {
 	pid_t pid = fork();
 	struct peer p = { .rx = rx, .tx = tx };
@@ -1458,8 +1462,8 @@ static pid_t spawn(const struct lcase *c, bool recv, const char *path, int rx, i
 		return pid;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	signal(SIGALRM, SIG_DFL);
-	signal(SIGPIPE, SIG_IGN);	/* a dead peer's pipe must not kill the survivor */
-	alarm(CASE_SECONDS + 5);	/* dies on its own if the parent is gone */
+	signal(SIGPIPE, SIG_IGN); /* a dead peer's pipe must not kill the survivor */
+	alarm(CASE_SECONDS + 5);  /* dies on its own if the parent is gone */
 	close(close1);
 	close(close2);
 	role = recv ? "recv" : "send";
@@ -1572,8 +1576,8 @@ int main(int argc, char **argv)
 		}
 	}
 	path = optind < argc ? argv[optind] : getenv("MKERNEL_TEST_PLUGIN");
-	if (path == NULL || (want_ver != 0 && want_ver != 8 && want_ver != 9 && want_ver != 10 &&
-			     want_ver != 11)) {
+	if (path == NULL ||
+	    (want_ver != 0 && want_ver != 8 && want_ver != 9 && want_ver != 10 && want_ver != 11)) {
 		usage(argv[0]);
 		return 2;
 	}
@@ -1588,7 +1592,10 @@ int main(int argc, char **argv)
 			if (only != NULL && strcmp(only, cases[i].name) != 0)
 				continue;
 			r = run_case(&cases[i], path);
-			printf("%s %s v%d\n", r == 0 ? "PASS" : r == EXIT_SKIP ? "SKIP" : "FAIL",
+			printf("%s %s v%d\n",
+			       r == 0		? "PASS"
+			       : r == EXIT_SKIP ? "SKIP"
+						: "FAIL",
 			       cases[i].name, ver);
 			fflush(stdout);
 			npass += r == 0;

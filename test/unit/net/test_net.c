@@ -64,7 +64,7 @@ struct fixture {
 	uint8_t handle[MK_NCCL_NET_HANDLE_MAXSIZE];
 	struct {
 		void *comm, *mh;
-	} regs[16];			/* registrations still to undo */
+	} regs[16]; /* registrations still to undo */
 	int nregs;
 };
 
@@ -171,26 +171,42 @@ static ncclResult_t d8_irecv(void *rc, int n, void **data, size_t *sizes, int *t
 	return ncclNetPlugin_v8.irecv(rc, n, data, isz, tags, mhs, req);
 }
 
-#define DRV_COMMON(t)                                                                           \
-	.accept = t.accept, .regMr = t.regMr, .deregMr = t.deregMr, .test = t.test,             \
-	.closeSend = t.closeSend, .closeRecv = t.closeRecv, .closeListen = t.closeListen,       \
+#define DRV_COMMON(t)                                                                              \
+	.accept = t.accept, .regMr = t.regMr, .deregMr = t.deregMr, .test = t.test,                \
+	.closeSend = t.closeSend, .closeRecv = t.closeRecv, .closeListen = t.closeListen,          \
 	.devices = t.devices
 
 static struct drv drv11, drv10, drv9, drv8;
 
 static void drv_fill(void)
 {
-	drv11 = (struct drv){ .version = 11, .init = d11_init, .listen = ncclNetPlugin_v11.listen,
-			      .connect = d11_connect, .isend = d11_isend, .irecv = d11_irecv,
+	drv11 = (struct drv){ .version = 11,
+			      .init = d11_init,
+			      .listen = ncclNetPlugin_v11.listen,
+			      .connect = d11_connect,
+			      .isend = d11_isend,
+			      .irecv = d11_irecv,
 			      DRV_COMMON(ncclNetPlugin_v11) };
-	drv10 = (struct drv){ .version = 10, .init = d10_init, .listen = d10_listen,
-			      .connect = d10_connect, .isend = d10_isend, .irecv = d10_irecv,
+	drv10 = (struct drv){ .version = 10,
+			      .init = d10_init,
+			      .listen = d10_listen,
+			      .connect = d10_connect,
+			      .isend = d10_isend,
+			      .irecv = d10_irecv,
 			      DRV_COMMON(ncclNetPlugin_v10) };
-	drv9 = (struct drv){ .version = 9, .init = d9_init, .listen = d9_listen,
-			     .connect = d9_connect, .isend = ncclNetPlugin_v9.isend,
-			     .irecv = ncclNetPlugin_v9.irecv, DRV_COMMON(ncclNetPlugin_v9) };
-	drv8 = (struct drv){ .version = 8, .init = d8_init, .listen = d8_listen,
-			     .connect = d8_connect, .isend = d8_isend, .irecv = d8_irecv,
+	drv9 = (struct drv){ .version = 9,
+			     .init = d9_init,
+			     .listen = d9_listen,
+			     .connect = d9_connect,
+			     .isend = ncclNetPlugin_v9.isend,
+			     .irecv = ncclNetPlugin_v9.irecv,
+			     DRV_COMMON(ncclNetPlugin_v9) };
+	drv8 = (struct drv){ .version = 8,
+			     .init = d8_init,
+			     .listen = d8_listen,
+			     .connect = d8_connect,
+			     .isend = d8_isend,
+			     .irecv = d8_irecv,
 			     DRV_COMMON(ncclNetPlugin_v8) };
 }
 
@@ -244,7 +260,7 @@ static void open_pair(struct fixture *f, int accept_first)
 	assert_non_null(f->lc);
 	if (accept_first) {
 		assert_int_equal(d->accept(f->lc, &f->rc, NULL), ncclSuccess);
-		assert_null(f->rc);	/* nobody connected yet: must not block */
+		assert_null(f->rc); /* nobody connected yet: must not block */
 	}
 	while (f->sc == NULL || f->rc == NULL) {
 		if (f->sc == NULL)
@@ -340,7 +356,7 @@ static void test_net_devices_and_properties_filled(void **state)
 		assert_int_equal(p->maxRecvs, mk_rdv_max_recvs());
 		assert_int_equal(p->netDeviceType, MK_NCCL_NET_DEVICE_HOST);
 		assert_int_equal(p->netDeviceVersion, 0);
-		assert_int_equal(raw[sizeof(*p)], 0xa5);	/* nothing past the 64-B layout */
+		assert_int_equal(raw[sizeof(*p)], 0xa5); /* nothing past the 64-B layout */
 		assert_int_equal(ncclNetPlugin_v8.getProperties(1, p), ncclInternalError);
 		return;
 	}
@@ -357,7 +373,7 @@ static void test_net_devices_and_properties_filled(void **state)
 			assert_int_equal(ncclNetPlugin_v10.getProperties(0, p), ncclSuccess);
 		else
 			assert_int_equal(ncclNetPlugin_v9.getProperties(0, (void *)p), ncclSuccess);
-		assert_int_equal(raw[sizeof(*p)], 0xa5);	/* nothing past the 104-B layout */
+		assert_int_equal(raw[sizeof(*p)], 0xa5); /* nothing past the 104-B layout */
 	}
 	/* the v11 prefix is the same in v11, v10 and v9 */
 	struct mk_nccl_net_props_v10 *p = (void *)raw;
@@ -395,7 +411,7 @@ static void send_recv_once(struct fixture *f)
 	assert_int_equal(wait_req(f, sreq, &ssize), ncclSuccess);
 	assert_int_equal(wait_req(f, rreq, &rsize), ncclSuccess);
 	assert_int_equal(ssize, sizeof(sbuf));
-	assert_int_equal(rsize, sizeof(sbuf));	/* receive larger than send: the sent size */
+	assert_int_equal(rsize, sizeof(sbuf)); /* receive larger than send: the sent size */
 	assert_memory_equal(rbuf, sbuf, sizeof(sbuf));
 	assert_int_equal(rbuf[sizeof(sbuf)], 0);
 	unreg(f, smh);
@@ -430,7 +446,7 @@ static void test_net_multi_recv_routes_by_tag_and_reports_sizes(void **state)
 	int sizes[MK_RDV_MAX_RECVS + 1], ssize;
 
 	if (mk_rdv_max_recvs() < 3)
-		return;	/* built with MKERNEL_MAX_RECVS < 3: nothing to group */
+		return; /* built with MKERNEL_MAX_RECVS < 3: nothing to group */
 	open_pair(f, 0);
 	smh = reg(f, f->sc, sbuf, sizeof(sbuf));
 	for (int i = 0; i < 3; i++)
@@ -454,10 +470,10 @@ static void test_net_multi_recv_routes_by_tag_and_reports_sizes(void **state)
 	assert_int_equal(sizes[2], len[0]);
 	assert_int_equal(sizes[0], len[1]);
 	assert_int_equal(sizes[1], len[2]);
-	assert_int_equal(sizes[3], -7);	/* only n sizes are written */
+	assert_int_equal(sizes[3], -7); /* only n sizes are written */
 	assert_memory_equal(rbuf[2], sbuf[0], (size_t)len[0]);
 	assert_memory_equal(rbuf[1], sbuf[2], (size_t)len[2]);
-	assert_int_equal((unsigned char)rbuf[0][0], 0xee);	/* 0-byte send wrote nothing */
+	assert_int_equal((unsigned char)rbuf[0][0], 0xee); /* 0-byte send wrote nothing */
 	close_pair(f);
 }
 
@@ -489,7 +505,7 @@ static void test_net_32_in_flight_complete_in_order(void **state)
 		assert_int_equal(wait_req(f, sreq[i], &size), ncclSuccess);
 		assert_int_equal(wait_req(f, rreq[i], &size), ncclSuccess);
 		assert_int_equal(size, i + 1);
-		assert_int_equal(rbuf[i][0], i + 1);	/* n-th send went to the n-th receive */
+		assert_int_equal(rbuf[i][0], i + 1); /* n-th send went to the n-th receive */
 	}
 	close_pair(f);
 }
@@ -512,7 +528,7 @@ static void test_net_optional_request_always_overwritten(void **state)
 	sreq = post_send(f, sbuf, 6, tag, smh);
 	assert_int_equal(wait_req(f, sreq, &size), ncclSuccess);
 	assert_int_equal(wait_req(f, rreq, NULL), ncclSuccess);
-	assert_string_equal(rbuf, "flags");	/* data landed before the send completed */
+	assert_string_equal(rbuf, "flags"); /* data landed before the send completed */
 	/* even a rejected call overwrites the marker */
 	rreq = (void *)MK_NCCL_NET_OPTIONAL_RECV_COMPLETION;
 	assert_int_equal(f->d->irecv(NULL, 1, &data, &cap, &tag, &rmh, &rreq), ncclInternalError);
@@ -534,7 +550,7 @@ static void test_net_bad_handles_are_errors_not_crashes(void **state)
 	assert_int_equal(f->d->isend(NULL, buf, 1, 0, mh, &req), ncclInternalError);
 	assert_null(req);
 	assert_int_equal(f->d->isend(junk, buf, 1, 0, mh, &req), ncclInternalError);
-	assert_int_equal(f->d->isend(f->rc, buf, 1, 0, mh, &req), ncclInternalError);	/* kind */
+	assert_int_equal(f->d->isend(f->rc, buf, 1, 0, mh, &req), ncclInternalError); /* kind */
 	assert_int_equal(f->d->isend(f->sc, buf, 1, 0, NULL, &req), ncclInternalError);
 	assert_int_equal(f->d->irecv(f->sc, 1, &data, &cap, &tag, &mh, &req), ncclInternalError);
 	assert_int_equal(f->d->irecv(f->rc, 1, &data, &cap, &tag, &nothing, &req),
@@ -550,7 +566,7 @@ static void test_net_bad_handles_are_errors_not_crashes(void **state)
 	assert_int_equal(f->d->closeListen(junk), ncclInternalError);
 	assert_int_equal(ncclNetPlugin_v11.listen(NULL, 0, f->handle, &req), ncclInternalError);
 	assert_int_equal(ncclNetPlugin_v11.listen(junk, 0, f->handle, &req), ncclInternalError);
-	assert_int_equal(f->d->listen(f->ctx, 7, f->handle, &req), ncclInternalError);	/* dev */
+	assert_int_equal(f->d->listen(f->ctx, 7, f->handle, &req), ncclInternalError); /* dev */
 	unreg(f, mh);
 	stale_s = f->sc;
 	assert_int_equal(f->d->closeSend(f->sc), ncclSuccess);
@@ -686,7 +702,7 @@ static void test_net_backend_faults_map_to_nccl_codes(void **state)
 		ret = wait_req(f, sreq, &size);
 	assert_int_equal(ret, ncclRemoteError);
 	close_pair(f);
-	assert_int_equal(f->d->deregMr(f->rc, rmh), ncclInternalError);	/* comm gone */
+	assert_int_equal(f->d->deregMr(f->rc, rmh), ncclInternalError); /* comm gone */
 }
 
 static void test_net_finalize_null_stale_and_hints(void **state)
@@ -706,7 +722,7 @@ static void test_net_finalize_null_stale_and_hints(void **state)
 	assert_int_equal(ncclNetPlugin_v11.setNetAttr(ctx, NULL), ncclSuccess);
 	assert_int_equal(ncclNetPlugin_v11.setNetAttr(NULL, &attr), ncclInternalError);
 	assert_int_equal(ncclNetPlugin_v11.finalize(ctx), ncclSuccess);
-	assert_int_equal(ncclNetPlugin_v11.finalize(ctx), ncclInternalError);	/* stale */
+	assert_int_equal(ncclNetPlugin_v11.finalize(ctx), ncclInternalError); /* stale */
 	assert_int_equal(ncclNetPlugin_v11.setNetAttr(ctx, &attr), ncclInternalError);
 	assert_int_equal(ncclNetPlugin_v11.init(NULL, 1, NULL, NULL, NULL), ncclInternalError);
 	/* old-style init is idempotent: the shared context stays the same */
@@ -729,11 +745,11 @@ static void test_net_iflush_dmabuf_and_stale_mhandle(void **state)
 	ncclResult_t (*iflush)(void *, int, void **, int *, void **, void **);
 	ncclResult_t (*dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
 
-	iflush = f->d->version == 11	 ? ncclNetPlugin_v11.iflush
+	iflush = f->d->version == 11   ? ncclNetPlugin_v11.iflush
 		 : f->d->version == 10 ? ncclNetPlugin_v10.iflush
 		 : f->d->version == 9  ? ncclNetPlugin_v9.iflush
 				       : ncclNetPlugin_v8.iflush;
-	dmabuf = f->d->version == 11	 ? ncclNetPlugin_v11.regMrDmaBuf
+	dmabuf = f->d->version == 11   ? ncclNetPlugin_v11.regMrDmaBuf
 		 : f->d->version == 10 ? ncclNetPlugin_v10.regMrDmaBuf
 		 : f->d->version == 9  ? ncclNetPlugin_v9.regMrDmaBuf
 				       : ncclNetPlugin_v8.regMrDmaBuf;
@@ -758,7 +774,7 @@ static void test_net_iflush_dmabuf_and_stale_mhandle(void **state)
 	close(fd);
 	assert_non_null(dmh);
 	assert_int_equal(f->d->deregMr(f->rc, dmh), ncclSuccess);
-	assert_int_equal(f->d->deregMr(f->rc, dmh), ncclInternalError);	/* stale mhandle */
+	assert_int_equal(f->d->deregMr(f->rc, dmh), ncclInternalError); /* stale mhandle */
 	close_pair(f);
 }
 
@@ -789,13 +805,13 @@ static void test_net_warn_names_call_arguments_and_reason(void **state)
 
 	memset(&logged, 0, sizeof(logged));
 	assert_int_equal(ncclNetPlugin_v11.init(&ctx, 0xabc, NULL, capture, NULL), ncclSuccess);
-	assert_int_equal(logged.level, 3);	/* INFO lines at init */
+	assert_int_equal(logged.level, 3); /* INFO lines at init */
 	assert_non_null(strstr(logged.line, "NET/mkernel"));
 	logged.lines = 0;
 	assert_int_equal(ncclNetPlugin_v11.isend(NULL, buf, 8, 5, buf, NULL, &req),
 			 ncclInternalError);
 	assert_int_equal(logged.lines, 1);
-	assert_int_equal(logged.level, 2);	/* WARN, all subsystems */
+	assert_int_equal(logged.level, 2); /* WARN, all subsystems */
 	assert_true(logged.flags == ~0UL);
 	assert_non_null(strstr(logged.line, "NET/mkernel isend("));
 	assert_non_null(strstr(logged.line, "8 bytes, tag 5"));
@@ -809,9 +825,12 @@ static void test_net_warn_names_call_arguments_and_reason(void **state)
 	mk_log_set_sink(NULL);
 }
 
-#define PER_VERSION(fn)                                                                         \
-	{ #fn "/v11", fn, setup, teardown, &drv11 }, { #fn "/v10", fn, setup, teardown, &drv10 }, \
-		{ #fn "/v9", fn, setup, teardown, &drv9 }, { #fn "/v8", fn, setup, teardown, &drv8 }
+#define PER_VERSION(fn)                                                                            \
+	{ #fn "/v11", fn, setup, teardown, &drv11 }, { #fn "/v10", fn, setup, teardown, &drv10 },  \
+		{ #fn "/v9", fn, setup, teardown, &drv9 },                                         \
+	{                                                                                          \
+#fn "/v8", fn, setup, teardown, &drv8                                              \
+	}
 
 int main(void)
 {
@@ -830,8 +849,8 @@ int main(void)
 		PER_VERSION(test_net_iflush_dmabuf_and_stale_mhandle),
 		{ "test_net_warn_names_call_arguments_and_reason",
 		  test_net_warn_names_call_arguments_and_reason, setup, teardown, &drv11 },
-		{ "test_net_v8_negative_int_sizes_rejected", test_net_v8_negative_int_sizes_rejected,
-		  setup, teardown, &drv8 },
+		{ "test_net_v8_negative_int_sizes_rejected",
+		  test_net_v8_negative_int_sizes_rejected, setup, teardown, &drv8 },
 		{ "test_net_finalize_null_stale_and_hints", test_net_finalize_null_stale_and_hints,
 		  setup, teardown, &drv11 },
 	};

@@ -56,27 +56,27 @@ static void *table(const char *sym, size_t size)
 }
 
 /* The members every version has, in the same order from name to closeListen. */
-#define CHECK_COMMON(t)                                                                         \
-	do {                                                                                    \
-		assert_string_equal((t)->name, "mkernel");                                     \
-		assert_non_null((t)->init);                                                     \
-		assert_non_null((t)->devices);                                                  \
-		assert_non_null((t)->getProperties);                                            \
-		assert_non_null((t)->listen);                                                   \
-		assert_non_null((t)->connect);                                                  \
-		assert_non_null((t)->accept);                                                   \
-		assert_non_null((t)->regMr);                                                    \
-		assert_non_null((t)->regMrDmaBuf);                                              \
-		assert_non_null((t)->deregMr);                                                  \
-		assert_non_null((t)->isend);                                                    \
-		assert_non_null((t)->irecv);                                                    \
-		assert_non_null((t)->iflush);                                                   \
-		assert_non_null((t)->test);                                                     \
-		assert_non_null((t)->closeSend);                                                \
-		assert_non_null((t)->closeRecv);                                                \
-		assert_non_null((t)->closeListen);                                              \
-		assert_null((t)->getDeviceMr);	/* HOST device type: no offload */            \
-		assert_null((t)->irecvConsumed);                                                \
+#define CHECK_COMMON(t)                                                                            \
+	do {                                                                                       \
+		assert_string_equal((t)->name, "mkernel");                                         \
+		assert_non_null((t)->init);                                                        \
+		assert_non_null((t)->devices);                                                     \
+		assert_non_null((t)->getProperties);                                               \
+		assert_non_null((t)->listen);                                                      \
+		assert_non_null((t)->connect);                                                     \
+		assert_non_null((t)->accept);                                                      \
+		assert_non_null((t)->regMr);                                                       \
+		assert_non_null((t)->regMrDmaBuf);                                                 \
+		assert_non_null((t)->deregMr);                                                     \
+		assert_non_null((t)->isend);                                                       \
+		assert_non_null((t)->irecv);                                                       \
+		assert_non_null((t)->iflush);                                                      \
+		assert_non_null((t)->test);                                                        \
+		assert_non_null((t)->closeSend);                                                   \
+		assert_non_null((t)->closeRecv);                                                   \
+		assert_non_null((t)->closeListen);                                                 \
+		assert_null((t)->getDeviceMr); /* HOST device type: no offload */                  \
+		assert_null((t)->irecvConsumed);                                                   \
 	} while (0)
 
 static void test_abi_v11_table_wired(void **state)
@@ -84,7 +84,7 @@ static void test_abi_v11_table_wired(void **state)
 	struct mk_nccl_net_v11 *t = table("ncclNetPlugin_v11", 176);
 
 	CHECK_COMMON(t);
-	assert_null(t->makeVDevice);	/* physical devices only */
+	assert_null(t->makeVDevice); /* physical devices only */
 	assert_non_null(t->finalize);
 	assert_non_null(t->setNetAttr);
 }
@@ -155,7 +155,7 @@ static void test_abi_calls_before_and_without_backend_fail_cleanly(void **state)
 	int n = -1;
 
 	assert_non_null(t);
-	assert_int_equal(t->devices(&n), ncclInternalError);	/* before any init */
+	assert_int_equal(t->devices(&n), ncclInternalError); /* before any init */
 	assert_int_equal(n, -1);
 	assert_int_equal(t->getProperties(0, &props), ncclInternalError);
 	/* MKERNEL_TRANSPORT names no backend: configuration error, ctx left NULL */
