@@ -863,9 +863,10 @@ static int r_send_larger(struct peer *p)
 		return fail("receive of a too-large send returned %d, expected %d", ret,
 			    ncclInvalidUsage);
 	token_put(p, 'e');
-	n_closeRecv(rc);
-	n_closeListen(lc);
-	return 0;
+	/* after a failed transfer NCCL still deregisters and closes: both must work */
+	if (n_deregMr(rc, mh) != ncclSuccess)
+		return fail("deregMr after the error failed");
+	return recv_close(lc, rc);
 }
 
 static int s_send_larger(struct peer *p)
@@ -888,8 +889,9 @@ static int s_send_larger(struct peer *p)
 			    ncclInvalidUsage);
 	if (token_get(p, 'e'))
 		return 1;
-	n_closeSend(sc);
-	return 0;
+	if (n_deregMr(sc, mh) != ncclSuccess)
+		return fail("deregMr after the error failed");
+	return n_closeSend(sc) == ncclSuccess ? 0 : fail("closeSend after the error failed");
 }
 
 /* 0-byte messages between non-empty ones. */
@@ -1219,7 +1221,9 @@ static int s_recv_killed(struct peer *p)
 	mh = reg(sc, bufb, KILL_LEN);
 	if (mh == NULL || survive(sc, false, mh))
 		return 1;
-	n_closeSend(sc); /* after an error: must not hang, result not checked */
+	if (n_deregMr(sc, mh) != ncclSuccess)
+		return fail("deregMr after the peer died failed");
+	n_closeSend(sc); /* to a dead peer: must not hang; the result is not checked */
 	return 0;
 }
 
@@ -1232,7 +1236,9 @@ static int r_send_killed(struct peer *p)
 	mh = reg(rc, bufa, KILL_LEN);
 	if (mh == NULL || survive(rc, true, mh))
 		return 1;
-	n_closeRecv(rc);
+	if (n_deregMr(rc, mh) != ncclSuccess)
+		return fail("deregMr after the peer died failed");
+	n_closeRecv(rc); /* from a dead peer: must not hang; the result is not checked */
 	n_closeListen(lc);
 	return 0;
 }
