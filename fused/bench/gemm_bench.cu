@@ -2,14 +2,16 @@
 /*
  * mkernel-gemm-bench: mkernel's GEMM engine against cuBLAS in one process and one run. Per shape:
  * random bf16 inputs, warm-ups, then repetitions that alternate engine and baseline, each timed
- * with its own CUDA event pair; medians (and p10/p90) become TFLOP/s and the ratio
- * engine / baseline. The baseline at full SMs is the faster of cublasGemmEx and cublasLtMatmul
- * (heuristic's first algorithm, 32 MiB workspace); with an SM limit it is cublasLtMatmul with
+ * with its own CUDA event pair; medians (and p10/p90) become TFLOP/s and the ratio baseline time /
+ * engine time (above 1: the engine is faster). The baseline at full SMs is the faster of
+ * cublasGemmEx and cublasLtMatmul (heuristic's first algorithm, 32 MiB workspace); with an SM
+ * limit it is cublasLtMatmul with
  * CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET set to the engine's CTA count. Each shape also reports the
  * engine's relative error against the baseline's output. One JSON line per measurement, then a
  * table.
  *
- * Usage: mkernel-gemm-bench [--reps N] [--warmup N] [--quick] [--shape M N K NK|KN [--sms S]]
+ * Usage: mkernel-gemm-bench [--reps N] [--warmup N] [--quick] [--dist uniform|normal]
+ *                           [--shape M N K NK|KN [--sms S]]
  */
 #include <math.h>
 #include <stdint.h>
@@ -44,6 +46,7 @@ struct bench_row {
 
 static struct bench_row bench_rows[BENCH_MAX_ROWS];
 static int bench_nrows;
+static int bench_normal; /* --dist normal: N(0, 1) inputs instead of uniform [-1, 1) */
 
 static int bench_cuda(cudaError_t e, const char *what)
 {
@@ -261,8 +264,13 @@ static int bench_one(const struct bench_case *c, int warmup, int reps, cublasHan
 	    bench_cuda(cudaMalloc(&ce, ec * 2), "alloc C") ||
 	    bench_cuda(cudaMalloc(&cb, ec * 2), "alloc C"))
 		goto out;
-	mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)a, ea, 0x1234u + c->m);
-	mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)b, eb, 0x9876u + c->n);
+	if (bench_normal) {
+		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)a, ea, 0x1234u + c->m);
+		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)b, eb, 0x9876u + c->n);
+	} else {
+		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)a, ea, 0x1234u + c->m);
+		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)b, eb, 0x9876u + c->n);
+	}
 	x.c = c;
 	x.a = a;
 	x.b = b;
@@ -298,12 +306,13 @@ static int bench_one(const struct bench_case *c, int warmup, int reps, cublasHan
 	       "\"engine_tflops\":%.1f,\"baseline\":\"%s\",\"baseline_ms\":%.5f,"
 	       "\"baseline_p10_ms\":%.5f,\"baseline_p90_ms\":%.5f,\"baseline_tflops\":%.1f,"
 	       "\"cublas_gemmex_ms\":%.5f,\"cublaslt_ms\":%.5f,\"ratio\":%.3f,\"rel_err\":%.2e,"
-	       "\"baseline_rms\":%.3f,"
+	       "\"baseline_rms\":%.3f,\"dist\":\"%s\","
 	       "\"reps\":%d,\"warmup\":%d,\"gpu\":\"%s\",\"git\":\"%s\"}\n",
 	       c->group, c->m, c->n, c->k, c->b_layout == MK_GEMM_B_NK ? "NK" : "KN", c->sms,
 	       med[IMPL_ENGINE], p10[IMPL_ENGINE], p90[IMPL_ENGINE], row->eng_tf, row->base_name,
 	       med[base], p10[base], p90[base], row->base_tf, med[IMPL_GEMMEX], med[IMPL_LT],
-	       row->ratio, row->err, row->rms, reps, warmup, gpu, MK_GIT_HASH);
+	       row->ratio, row->err, row->rms, bench_normal ? "normal" : "uniform", reps, warmup, gpu,
+	       MK_GIT_HASH);
 	fflush(stdout);
 	rc = 0;
 out_lt:
@@ -353,6 +362,8 @@ int main(int argc, char **argv)
 			warmup = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
+		else if (!strcmp(argv[i], "--dist") && i + 1 < argc)
+			bench_normal = !strcmp(argv[++i], "normal");
 		else if (!strcmp(argv[i], "--shape") && i + 4 < argc) {
 			one.m = atoi(argv[i + 1]);
 			one.n = atoi(argv[i + 2]);

@@ -5,7 +5,9 @@
 # cuBLAS at 8192^3. Binaries come prebuilt in BIN (test-gemm-gpu, mkernel-gemm-bench,
 # libmkernel.so.0); logs go to OUTDIR.
 # Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]
-#   steps: test bench bench2 (a second, for run-to-run spread) sanitize ncu (default: all but bench2)
+#   steps: test bench bench2 (a second, for run-to-run spread) bench-normal (N(0,1) inputs)
+#          prev (an earlier benchmark build, for A/B) torch (cuBLAS through PyTorch) sanitize ncu
+#   (default: test bench sanitize ncu)
 set -u
 bin=$(cd "$1" && pwd)
 out=$2
@@ -40,6 +42,35 @@ for s in $steps; do
 	bench | bench2)
 		echo "== mkernel-gemm-bench ($s)"
 		timeout 200 "$bin/mkernel-gemm-bench" --reps 50 --warmup 10 2>&1 | tee "$out/$s.log" | grep -v '^{'
+		;;
+	bench-normal)
+		echo "== mkernel-gemm-bench --dist normal"
+		timeout 200 "$bin/mkernel-gemm-bench" --reps 50 --warmup 10 --dist normal 2>&1 | tee "$out/$s.log" | grep -v '^{'
+		;;
+	prev)
+		# An earlier build of the benchmark (BIN/mkernel-gemm-bench-prev), same run, for A/B.
+		echo "== mkernel-gemm-bench-prev"
+		timeout 200 "$bin/mkernel-gemm-bench-prev" --reps 50 --warmup 10 2>&1 | tee "$out/bench-prev.log" | grep -v '^{'
+		;;
+	torch)
+		# Cross-check of the absolute cuBLAS rate through PyTorch, timed the same way (medians of
+		# back-to-back event-timed runs after warm-ups).
+		echo "== torch.matmul 8192^3 bf16"
+		python3 - <<'PY' 2>&1 | tee "$out/torch.log"
+import torch
+def run(name, a, b):
+    for _ in range(10):
+        a @ b
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(50)]
+    for s, e in ev:
+        s.record(); a @ b; e.record()
+    torch.cuda.synchronize()
+    t = sorted(s.elapsed_time(e) for s, e in ev)
+    print("torch %s %-8s median %.4f ms = %.1f TFLOP/s" % (torch.__version__, name, t[25], 2 * 8192**3 / t[25] / 1e9))
+n = 8192
+run("normal", torch.randn(n, n, dtype=torch.bfloat16, device="cuda"), torch.randn(n, n, dtype=torch.bfloat16, device="cuda"))
+run("uniform", torch.rand(n, n, device="cuda").mul(2).sub(1).bfloat16(), torch.rand(n, n, device="cuda").mul(2).sub(1).bfloat16())
+PY
 		;;
 	sanitize)
 		for tool in memcheck racecheck; do
