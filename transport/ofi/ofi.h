@@ -197,6 +197,7 @@ struct mk_ofi_conn {
 	uint64_t tx_not_before_ns;	/* resend pace after a failed setup send */
 	bool len_in_data;
 	bool virt_addr;			/* FI_MR_VIRT_ADDR: remote addresses are VAs */
+	bool blocked;			/* the last post was refused with -FI_EAGAIN */
 	int cq_batch;			/* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	int inflight;
 	struct fi_context2 tx_ctx;	/* setup message contexts, told apart in poll */

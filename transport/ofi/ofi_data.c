@@ -38,6 +38,23 @@ static int ofi_check_post(struct mk_ofi_conn *conn, int lane)
 	return 0;
 }
 
+/*
+ * The provider refused new work. A live peer frees the queue soon; one that died can leave it
+ * refusing forever without an error completion (net on 1.17 after the peer was killed), so a
+ * refusal that lasts MKERNEL_TIMEOUT with nothing completing breaks the connection.
+ */
+static int ofi_refused(struct mk_ofi_conn *conn)
+{
+	uint64_t now = mk_ofi_now_ns();
+
+	conn->blocked = true;
+	if (conn->stall_since_ns == 0)
+		conn->stall_since_ns = now;
+	else if (conn->timeout_ns != 0 && now - conn->stall_since_ns >= conn->timeout_ns)
+		conn->err = -ETIMEDOUT;
+	return conn->err ? conn->err : -EAGAIN;
+}
+
 /* Posts one RMA op; on any failure the op goes back to the pool. */
 static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void *buf,
 			size_t len, struct mk_bmr *mr, uint64_t raddr, const struct mk_rkey *rkey,
@@ -72,8 +89,9 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 		rc = fi_readmsg(conn->ep, &msg, flags);
 	if (mk_unlikely(rc)) {
 		ofi_op_put(conn, op);
-		return rc == -FI_EAGAIN ? -EAGAIN : ofi_errno(rc);
+		return rc == -FI_EAGAIN ? ofi_refused(conn) : ofi_errno(rc);
 	}
+	conn->blocked = false;
 	op->kind = (uint8_t)kind;
 	op->user = ctx;
 	op->len = len;
@@ -178,7 +196,8 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
 
 	if (rc != 1)
 		return;
-	status = err.err > 0 ? -err.err : -EIO;
+	/* shm on 1.17 reports some errors already negated */
+	status = err.err > 0 ? -err.err : err.err < 0 ? err.err : -EIO;
 	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
 		     mk_ofi.lib->strerror(err.err),
 		     fi_cq_strerror(conn->cq, err.prov_errno, err.err_data, buf, sizeof(buf)));
@@ -194,14 +213,15 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
 }
 
 /*
- * Ops in flight and no completion for MKERNEL_TIMEOUT: the peer is gone without the provider
- * noticing. Report each as -ETIMEDOUT; their slots stay taken until the provider returns them.
+ * Ops in flight (or posts refused) and no completion for MKERNEL_TIMEOUT: the peer is gone
+ * without the provider noticing. Report each op as -ETIMEDOUT; their slots stay taken until the
+ * provider returns them.
  */
 static void ofi_check_stall(struct mk_ofi_conn *conn, struct ofi_sink *s)
 {
 	uint64_t now;
 
-	if (conn->inflight == 0 || conn->timeout_ns == 0)
+	if ((conn->inflight == 0 && !conn->blocked) || conn->timeout_ns == 0)
 		return;
 	now = mk_ofi_now_ns();
 	if (conn->stall_since_ns == 0) {

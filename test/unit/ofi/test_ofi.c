@@ -766,6 +766,43 @@ static void test_stalled_writes_time_out(void **state)
 	close_pair(&p);
 }
 
+static void test_refused_posts_time_out(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct pair p;
+
+	set_env("MKERNEL_TIMEOUT", "20");
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	mock.write_rc = -FI_EAGAIN;	/* a queue that never drains */
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	usleep(30 * 1000);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -ETIMEDOUT);
+	assert_int_equal(tp->poll(p.c, ev, 4), -ETIMEDOUT);
+	close_pair(&p);
+}
+
+static void test_refusal_cleared_by_progress(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct pair p;
+
+	set_env("MKERNEL_TIMEOUT", "20");
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	mock.write_rc = -FI_EAGAIN;
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	mock.write_rc = 0;
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
+	usleep(30 * 1000);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);	/* idle, not stalled */
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
+	close_pair(&p);
+}
+
 static void test_write_before_connected_is_enotconn(void **state)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
@@ -859,6 +896,8 @@ int main(void)
 		T(test_write_eagain_returns_slot),
 		T(test_pool_exhaustion_then_recovery),
 		T(test_stalled_writes_time_out),
+		T(test_refused_posts_time_out),
+		T(test_refusal_cleared_by_progress),
 		T(test_write_before_connected_is_enotconn),
 		T(test_event_during_setup_is_kept),
 	};
