@@ -198,6 +198,11 @@ struct mk_ofi_conn {
 	bool len_in_data;
 	bool virt_addr;			/* FI_MR_VIRT_ADDR: remote addresses are VAs */
 	bool blocked;			/* the last post was refused with -FI_EAGAIN */
+	/*
+	 * shm only: the peer's process. A peer killed while it holds a lock in the shared region
+	 * makes every later post and poll spin inside libfabric, so both check it is alive first.
+	 */
+	int peer_pid;
 	int cq_batch;			/* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	int inflight;
 	struct fi_context2 tx_ctx;	/* setup message contexts, told apart in poll */
@@ -267,6 +272,9 @@ int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max);
 int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max);
 
 uint64_t mk_ofi_now_ns(void);
+
+/* shm peers only: 0 while the peer process exists, else -ECONNRESET (latched). */
+int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
 
 extern const struct mk_transport_ops mk_ofi_ops;
 

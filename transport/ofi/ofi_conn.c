@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -342,12 +343,40 @@ static void ofi_fill_ctrl(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind, 
 	conn->tx_due = true;
 }
 
-static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr)
+/* shm names an endpoint "fi_shm://<pid>:..." (1.17); other forms leave the check off. */
+static int ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len)
+{
+	char s[MK_OFI_ADDR_MAX + 1];
+	int pid = 0;
+
+	if (strcmp(conn->dev->props.provider, "shm") != 0 || len > MK_OFI_ADDR_MAX)
+		return 0;
+	memcpy(s, addr, len);
+	s[len] = '\0';
+	if (sscanf(s, "fi_shm://%d", &pid) != 1 || pid <= 0)
+		return 0;
+	return pid;
+}
+
+int mk_ofi_peer_gone(struct mk_ofi_conn *conn)
+{
+	if (kill(conn->peer_pid, 0) == 0 || errno != ESRCH)
+		return 0;
+	if (conn->err == 0) {
+		MK_WARN("ofi: %s: peer process %d is gone", conn->dev->props.name, conn->peer_pid);
+		conn->err = -ECONNRESET;
+	}
+	return conn->err;
+}
+
+static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr, size_t len)
 {
 	int n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
 
-	if (n == 1)
+	if (n == 1) {
+		conn->peer_pid = ofi_shm_pid(conn, addr, len);
 		return 0;
+	}
 	MK_WARN("ofi: %s could not insert the peer address (%d)", conn->dev->props.name, n);
 	return n < 0 ? ofi_errno(n) : -EINVAL;
 }
@@ -404,7 +433,7 @@ int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_le
 	rc = ofi_conn_create(dev, &conn);
 	if (rc)
 		return rc;
-	rc = ofi_insert_peer(conn, h.addr);
+	rc = ofi_insert_peer(conn, h.addr, h.addrlen);
 	if (rc)
 		goto undo_conn;
 	conn->state = MK_OFI_CONNECTING;
@@ -469,7 +498,7 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len,
 		rc = ofi_drive(conn, MK_OFI_CTRL_CONNECT);
 		if (rc || !conn->rx_full)
 			return rc;
-		rc = ofi_insert_peer(conn, conn->ctrl_rx.addr);
+		rc = ofi_insert_peer(conn, conn->ctrl_rx.addr, conn->ctrl_rx.addrlen);
 		if (rc)
 			return rc;
 		conn->base.peer_blob_len = conn->ctrl_rx.bloblen;

@@ -35,6 +35,8 @@ static int ofi_check_post(struct mk_ofi_conn *conn, int lane)
 		return -ENOTCONN;
 	if (mk_unlikely(lane != 0))
 		return -EINVAL;
+	if (conn->peer_pid != 0)
+		return mk_ofi_peer_gone(conn);
 	return 0;
 }
 
@@ -259,6 +261,8 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 		want = conn->cq_batch;
 	if (want <= 0)
 		return 0;
+	if (conn->peer_pid != 0 && mk_ofi_peer_gone(conn))
+		return conn->err;
 	got = fi_cq_read(conn->cq, ent, (size_t)want);
 	if (got > 0) {
 		conn->stall_since_ns = 0;

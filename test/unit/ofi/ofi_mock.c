@@ -263,12 +263,12 @@ static int m_getname(fid_t fid, void *addr, size_t *addrlen)
 
 	if (mock.fail_getname)
 		return mock.fail_getname;
-	if (*addrlen < sizeof(ep->addr)) {
-		*addrlen = sizeof(ep->addr);
+	if (*addrlen < ep->addrlen) {
+		*addrlen = ep->addrlen;
 		return -FI_ETOOSMALL;
 	}
-	memcpy(addr, ep->addr, sizeof(ep->addr));
-	*addrlen = sizeof(ep->addr);
+	memcpy(addr, ep->addr, ep->addrlen);
+	*addrlen = ep->addrlen;
 	return 0;
 }
 
@@ -366,7 +366,12 @@ static int m_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_ep 
 	ep->ep.cm = &m_cm_ops;
 	ep->ep.msg = &m_msg_ops;
 	ep->ep.rma = &m_rma_ops;
-	memset(ep->addr, 0x10 + mock.neps, sizeof(ep->addr));
+	ep->addrlen = 16;
+	memset(ep->addr, 0x10 + mock.neps, ep->addrlen);
+	if (mock.next_addr != NULL) {
+		ep->addrlen = strlen(mock.next_addr);
+		memcpy(ep->addr, mock.next_addr, ep->addrlen);
+	}
 	if (mock.neps < (int)MK_ARRAY_SIZE(mock.eps))
 		mock.eps[mock.neps++] = ep;
 	*out = &ep->ep;

@@ -24,7 +24,8 @@ struct mock_cq {
 struct mock_ep {
 	struct fid_ep ep;
 	struct mock_cq *cq;
-	uint8_t addr[16];
+	uint8_t addr[32];
+	size_t addrlen;
 	void *rx_buf;			/* last posted receive */
 	size_t rx_len;
 	void *rx_ctx;
@@ -60,6 +61,7 @@ struct mock_ofi {
 	uint64_t prov_key_next;		/* keys handed out when FI_MR_PROV_KEY is in use */
 	uint64_t mr_mode;		/* of the domain opened last */
 
+	const char *next_addr;		/* name of the endpoints created next (default: 16 bytes) */
 	struct mock_ep *eps[64];	/* in creation order */
 	int neps;
 };

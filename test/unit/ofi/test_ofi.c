@@ -12,6 +12,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mk/log.h"
@@ -803,6 +805,30 @@ static void test_refusal_cleared_by_progress(void **state)
 	close_pair(&p);
 }
 
+/* shm: a dead peer process may hold a lock we would spin on; posts and polls check first. */
+static void test_shm_dead_peer_process_detected(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[2];
+	char name[32];
+	pid_t dead = fork();
+	struct pair p;
+
+	if (dead == 0)
+		_exit(0);
+	assert_int_equal(waitpid(dead, NULL, 0), dead);
+	snprintf(name, sizeof(name), "fi_shm://%d:0:0", (int)getpid());
+	mock.next_addr = name;	/* the listener: this live process */
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	open_pair(&p, "shm", FI_MR_VIRT_ADDR, 8);
+	assert_int_equal(ofi_conn(p.c)->peer_pid, getpid());	/* parsed from the name */
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
+	ofi_conn(p.c)->peer_pid = (int)dead;	/* the peer process exits */
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -ECONNRESET);
+	assert_int_equal(tp->poll(p.c, ev, 2), -ECONNRESET);
+	close_pair(&p);
+}
+
 static void test_write_before_connected_is_enotconn(void **state)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
@@ -898,6 +924,7 @@ int main(void)
 		T(test_stalled_writes_time_out),
 		T(test_refused_posts_time_out),
 		T(test_refusal_cleared_by_progress),
+		T(test_shm_dead_peer_process_detected),
 		T(test_write_before_connected_is_enotconn),
 		T(test_event_during_setup_is_kept),
 	};
