@@ -9,6 +9,7 @@
  * every process arms an alarm so a hang fails instead of spinning.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -240,6 +241,32 @@ static void peer_init(struct peer *p, struct mk_conn *c)
 	memcpy(&p->remote, c->peer_blob, sizeof(p->remote));
 }
 
+/*
+ * Registrations are global to the device and may come from another thread while data moves
+ * (NCCL's proxy service thread vs its progress thread): churn them during B's writes.
+ */
+static volatile int churn_stop;
+
+static void *churn(void *arg)
+{
+	struct mk_mr_attr attr = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
+	uint8_t *buf = aligned_alloc(4096, 1u << 20);
+	long n = 0;
+
+	expect(buf != NULL, "no memory");
+	while (!churn_stop) {
+		struct mk_bmr *mr;
+		struct mk_rkey rk;
+		int rc = tp->reg_mr(0, buf + (n % 16) * 4096, 4096, &attr, &mr, &rk);
+
+		expect(rc == 0, "reg_mr on the churn thread: %s", mk_strerror(rc));
+		expect(tp->dereg_mr(0, mr) == 0, "dereg_mr on the churn thread");
+		n++;
+	}
+	free(buf);
+	return (void *)n;
+}
+
 /* ---- B: the connecting, writing side ---- */
 
 static void run_b(int rfd, int wfd)
@@ -248,6 +275,8 @@ static void run_b(int rfd, int wfd)
 	struct mk_conn *many[NMANY];
 	struct peer p1, p2;
 	struct region r;
+	pthread_t churner;
+	void *churned;
 	size_t len;
 
 	region_init(&r);
@@ -259,6 +288,7 @@ static void run_b(int rfd, int wfd)
 	/* conn 2: connect first, A accepts 300 ms later */
 	peer_init(&p2, connect_to(handles[1], &r));
 
+	expect(pthread_create(&churner, NULL, churn, NULL) == 0, "pthread_create");
 	for (size_t s = 0; s < MK_ARRAY_SIZE(sizes); s++) {
 		for (int imm = 1; imm >= 0; imm--) {
 			unsigned int seed = (unsigned int)(s * 2 + (unsigned int)imm);
@@ -274,6 +304,11 @@ static void run_b(int rfd, int wfd)
 			expect(wait_imm(&p1, NULL) == IMM_ACK, "expected an ack");
 		}
 	}
+
+	churn_stop = 1;
+	expect(pthread_join(churner, &churned) == 0 && (long)churned > 0,
+	       "no registration churned during the writes");
+	printf("ok - %ld registrations on another thread during the writes\n", (long)churned);
 
 	/* A reads our buffer, then writes 4 KiB into it */
 	fill(r.buf, 1u << 20, 99);
