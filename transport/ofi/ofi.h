@@ -86,6 +86,13 @@ struct mk_ofi_dev {
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	uint64_t next_key;		/* atomic: app-chosen MR keys, unique per domain */
+	/*
+	 * Released app keys, reused oldest first and only once next_key has run past key_limit
+	 * (a stale remote key then reaches a new region only after every other key was used).
+	 * Under lock.
+	 */
+	uint64_t *free_keys;
+	size_t free_head, free_tail, free_cap;
 };
 
 struct mk_ofi_state {
@@ -210,6 +217,7 @@ struct mk_ofi_conn {
 	struct mk_ofi_ctrl ctrl_tx;	/* ctrl_tx and ctrl_rx adjacent: one FI_MR_LOCAL region */
 	struct mk_ofi_ctrl ctrl_rx;
 	struct fid_mr *ctrl_mr;		/* only where the provider wants FI_MR_LOCAL */
+	uint64_t ctrl_key;		/* its app key, 0 with FI_MR_PROV_KEY */
 	void *ctrl_desc;
 	/* data events read while setup was still pending; poll() hands them out first */
 	struct mk_event stash[MK_OFI_STASH];
@@ -252,11 +260,14 @@ struct mk_bmr {
 	struct fid_mr *mr;
 	void *desc;			/* fi_mr_desc: passed on every op (FI_MR_LOCAL needs it) */
 	uint64_t base;
+	uint64_t app_key;		/* the key we chose, 0 with FI_MR_PROV_KEY */
 };
 
 /* Registers with an app-chosen key where the domain lacks FI_MR_PROV_KEY; fi_* error codes. */
 int mk_ofi_mr_raw(struct mk_ofi_dev *d, void *addr, size_t len, uint64_t access,
-		  struct fid_mr **out);
+		  struct fid_mr **out, uint64_t *app_key);
+/* Give an app key back for reuse (no-op for 0). */
+void mk_ofi_key_put(struct mk_ofi_dev *d, uint64_t key);
 int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr,
 		  struct mk_bmr **out, struct mk_rkey *rkey);
 int mk_ofi_dereg_mr(int dev, struct mk_bmr *mr);

@@ -178,7 +178,7 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	/* FI_MR_LOCAL providers need even the setup messages' buffers registered */
 	if (d->mr_mode & FI_MR_LOCAL) {
 		rc = mk_ofi_mr_raw(d, &conn->ctrl_tx, sizeof(conn->ctrl_tx) * 2, FI_SEND | FI_RECV,
-				   &conn->ctrl_mr);
+				   &conn->ctrl_mr, &conn->ctrl_key);
 		if (rc) {
 			MK_WARN("ofi: registering setup buffers on %s failed: %s", d->props.name,
 				mk_ofi.lib->strerror(-rc));
@@ -224,6 +224,8 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 	rc = rc ? rc : r;
 	if (conn->ctrl_mr != NULL) {
 		r = fi_close(&conn->ctrl_mr->fid);
+		if (r == 0)
+			mk_ofi_key_put(conn->dev, conn->ctrl_key);
 		rc = rc ? rc : r;
 	}
 	r = fi_close(&conn->av->fid);

@@ -393,6 +393,7 @@ static void ofi_free_devs(void)
 			mk_ofi_dev_put(d);
 		}
 		mk_ofi.lib->freeinfo(d->info);
+		free(d->free_keys);
 		pthread_mutex_destroy(&d->lock);
 	}
 	free(mk_ofi.devs);

@@ -17,34 +17,73 @@
 
 static int ofi_mr_key(struct mk_ofi_dev *d, uint64_t *key)
 {
+	int rc = 0;
+
 	if (d->mr_mode & FI_MR_PROV_KEY) {
 		*key = 0;
 		return 0;
 	}
 	*key = __atomic_fetch_add(&d->next_key, 1, __ATOMIC_RELAXED);
-	if (*key > d->key_limit) {
-		MK_WARN("ofi: %s ran out of memory-registration keys (%zu-byte keys)",
+	if (*key <= d->key_limit)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	if (d->free_head != d->free_tail)
+		*key = d->free_keys[d->free_head++ % d->free_cap];
+	else
+		rc = -ENOSPC;
+	pthread_mutex_unlock(&d->lock);
+	if (rc)
+		MK_WARN("ofi: %s ran out of memory-registration keys (%zu-byte keys, all in use)",
 			d->props.name, d->info->domain_attr->mr_key_size);
-		return -ENOSPC;
+	return rc;
+}
+
+void mk_ofi_key_put(struct mk_ofi_dev *d, uint64_t key)
+{
+	uint64_t *grown;
+
+	if (key == 0)
+		return;
+	pthread_mutex_lock(&d->lock);
+	if (d->free_tail - d->free_head == d->free_cap) {
+		size_t cap = d->free_cap ? d->free_cap * 2 : 64;
+
+		grown = malloc(cap * sizeof(*grown));
+		if (grown == NULL)
+			goto unlock;	/* the key is lost, not reused: still unique */
+		for (size_t i = 0; i < d->free_cap; i++)
+			grown[i] = d->free_keys[(d->free_head + i) % d->free_cap];
+		free(d->free_keys);
+		d->free_keys = grown;
+		d->free_tail = d->free_cap;
+		d->free_head = 0;
+		d->free_cap = cap;
 	}
-	return 0;
+	d->free_keys[d->free_tail++ % d->free_cap] = key;
+unlock:
+	pthread_mutex_unlock(&d->lock);
 }
 
 int mk_ofi_mr_raw(struct mk_ofi_dev *d, void *addr, size_t len, uint64_t access,
-		  struct fid_mr **out)
+		  struct fid_mr **out, uint64_t *app_key)
 {
 	uint64_t key;
 	int rc = ofi_mr_key(d, &key);
 
 	if (rc)
 		return rc;
-	return fi_mr_reg(d->domain, addr, len, access, 0, key, 0, out, NULL);
+	rc = fi_mr_reg(d->domain, addr, len, access, 0, key, 0, out, NULL);
+	if (rc)
+		mk_ofi_key_put(d, key);
+	else
+		*app_key = key;
+	return rc;
 }
 
 #if MK_OFI_HAVE_DMABUF
 /* GPU memory: by VA through FI_HMEM_CUDA, or a DMA-BUF imported during the call. */
 static int ofi_mr_reg_hmem(struct mk_ofi_dev *d, void *addr, size_t len,
-			   const struct mk_mr_attr *attr, struct fid_mr **out)
+			   const struct mk_mr_attr *attr, struct fid_mr **out, uint64_t *app_key)
 {
 	struct iovec iov = { .iov_base = addr, .iov_len = len };
 	struct fi_mr_dmabuf dmabuf = {
@@ -63,6 +102,7 @@ static int ofi_mr_reg_hmem(struct mk_ofi_dev *d, void *addr, size_t len,
 
 	if (rc)
 		return rc;
+	*app_key = mra.requested_key;
 	mra.device.cuda = attr->cuda_device;
 	if (attr->dmabuf_fd >= 0) {
 		mra.dmabuf = &dmabuf;
@@ -70,7 +110,12 @@ static int ofi_mr_reg_hmem(struct mk_ofi_dev *d, void *addr, size_t len,
 	} else {
 		mra.mr_iov = &iov;
 	}
-	return fi_mr_regattr(d->domain, &mra, flags, out);
+	rc = fi_mr_regattr(d->domain, &mra, flags, out);
+	if (rc) {
+		mk_ofi_key_put(d, mra.requested_key);
+		*app_key = 0;
+	}
+	return rc;
 }
 #endif
 
@@ -111,10 +156,10 @@ int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr
 		goto undo_alloc;
 #if MK_OFI_HAVE_DMABUF
 	if (attr != NULL && attr->type == MK_PTR_CUDA)
-		rc = ofi_mr_reg_hmem(d, addr, len, attr, &b->mr);
+		rc = ofi_mr_reg_hmem(d, addr, len, attr, &b->mr, &b->app_key);
 	else
 #endif
-		rc = mk_ofi_mr_raw(d, addr, len, OFI_MR_ACCESS, &b->mr);
+		rc = mk_ofi_mr_raw(d, addr, len, OFI_MR_ACCESS, &b->mr, &b->app_key);
 	if (rc) {
 		MK_WARN("ofi: %s fi_mr_reg(%p, %zu bytes, type %d) failed: %s", d->props.name, addr,
 			len, attr != NULL ? attr->type : MK_PTR_HOST,
@@ -148,6 +193,8 @@ int mk_ofi_dereg_mr(int dev, struct mk_bmr *mr)
 	if (rc)
 		MK_WARN("ofi: %s deregistration failed: %s", d->props.name,
 			mk_ofi.lib->strerror(-rc));
+	else
+		mk_ofi_key_put(d, mr->app_key);	/* a key still bound to a live MR stays out */
 	mk_ofi_dev_put(d);
 	free(mr);
 	return ofi_errno(rc);

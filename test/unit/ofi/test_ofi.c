@@ -272,6 +272,20 @@ static void test_mr_key_exhaustion_unwinds(void **state)
 	assert_int_equal(rc, -ENOSPC);
 	assert_int_equal(n, 255);	/* keys 1..255 fit one byte */
 	assert_null(mrs[n]);
+	/* released keys come back, oldest first */
+	assert_int_equal(tp->dereg_mr(0, mrs[7]), 0);
+	assert_int_equal(tp->dereg_mr(0, mrs[3]), 0);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[7], &k), 0);
+	assert_int_equal(k.key, 8);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[3], &k), 0);
+	assert_int_equal(k.key, 4);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[n], &k), -ENOSPC);
+	mock.fail_mr_reg = -FI_EIO;	/* a failed registration gives its key back */
+	assert_int_equal(tp->dereg_mr(0, mrs[0]), 0);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[0], &k), -EIO);
+	mock.fail_mr_reg = 0;
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[0], &k), 0);
+	assert_int_equal(k.key, 1);
 	for (int i = 0; i < n; i++)
 		assert_int_equal(tp->dereg_mr(0, mrs[i]), 0);
 	live_all_zero();
