@@ -279,7 +279,11 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 int mk_ofi_read(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bmr *dst_mr,
 		uint64_t src, const struct mk_rkey *rkey, void *ctx);
 int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max);
-/* Read up to n raw entries; setup messages are consumed here. Used by poll and connection setup. */
+/*
+ * One fi_cq_read: events go to ev[0..max), overflow to the connection's stash (max 0 during
+ * setup); setup-message completions are consumed here. Returns the events written to ev, or
+ * the latched connection error when there are none.
+ */
 int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max);
 
 uint64_t mk_ofi_now_ns(void);
