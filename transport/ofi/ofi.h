@@ -35,12 +35,12 @@
 #define MK_OFI_HAVE_DMABUF 0
 #endif
 
-#define MK_OFI_ADDR_MAX	    64	/* largest endpoint address kept (tcp 16, shm ~20, efa 32) */
-#define MK_OFI_HANDLE_MAGIC 0x464f4b4du	/* "MKOF" */
-#define MK_OFI_CTRL_MAGIC   0x4c54434du	/* "MCTL" */
+#define MK_OFI_ADDR_MAX	    64 /* largest endpoint address kept (tcp 16, shm ~20, efa 32) */
+#define MK_OFI_HANDLE_MAGIC 0x464f4b4du /* "MKOF" */
+#define MK_OFI_CTRL_MAGIC   0x4c54434du /* "MCTL" */
 #define MK_OFI_WIRE_VERSION 1
-#define MK_OFI_CQ_BATCH_MAX 64	/* completions read per fi_cq_read at most */
-#define MK_OFI_STASH	    8	/* events held back during connection setup */
+#define MK_OFI_CQ_BATCH_MAX 64 /* completions read per fi_cq_read at most */
+#define MK_OFI_STASH	    8  /* events held back during connection setup */
 
 /* ---- library table (ofi_lib.c) ---- */
 
@@ -54,7 +54,7 @@ struct mk_ofi_lib {
 	const char *(*strerror)(int errnum);
 	uint32_t (*version)(void);
 	char *(*tostr)(const void *data, enum fi_type datatype);
-	const char *path;	/* what was opened, for logs */
+	const char *path; /* what was opened, for logs */
 };
 
 /* 0 and *out, -ENOENT (library absent), -ENOSYS (a required symbol missing). */
@@ -65,27 +65,27 @@ void mk_ofi_lib_override(const struct mk_ofi_lib *lib);
 
 /* ---- parameters (ofi_params.c) ---- */
 
-MK_PARAM_DECLARE_STR(ofi_provider);	/* MKERNEL_OFI_PROVIDER */
-MK_PARAM_DECLARE_STR(ofi_lib);		/* MKERNEL_OFI_LIB */
-MK_PARAM_DECLARE_STR(ofi_iface);	/* MKERNEL_OFI_IFACE */
+MK_PARAM_DECLARE_STR(ofi_provider);	 /* MKERNEL_OFI_PROVIDER */
+MK_PARAM_DECLARE_STR(ofi_lib);		 /* MKERNEL_OFI_LIB */
+MK_PARAM_DECLARE_STR(ofi_iface);	 /* MKERNEL_OFI_IFACE */
 MK_PARAM_DECLARE_INT(ofi_cq_read_count); /* MKERNEL_OFI_CQ_READ_COUNT */
-MK_PARAM_DECLARE_INT(ofi_tx_depth);	/* MKERNEL_OFI_TX_DEPTH */
-MK_PARAM_DECLARE_INT(ofi_speed_mbps);	/* MKERNEL_OFI_SPEED_MBPS */
+MK_PARAM_DECLARE_INT(ofi_tx_depth);	 /* MKERNEL_OFI_TX_DEPTH */
+MK_PARAM_DECLARE_INT(ofi_speed_mbps);	 /* MKERNEL_OFI_SPEED_MBPS */
 
 /* ---- devices (ofi_init.c) ---- */
 
 struct mk_ofi_dev {
-	struct fi_info *info;		/* this domain's description, owned (freeinfo) */
+	struct fi_info *info; /* this domain's description, owned (freeinfo) */
 	struct mk_dev_props props;
-	uint64_t mr_mode;		/* domain_attr->mr_mode as returned */
-	uint64_t key_limit;		/* app-chosen keys must stay below this */
-	bool len_in_data;		/* remote-write length travels in cq data bits 32..63 */
+	uint64_t mr_mode;   /* domain_attr->mr_mode as returned */
+	uint64_t key_limit; /* app-chosen keys must stay below this */
+	bool len_in_data;   /* remote-write length travels in cq data bits 32..63 */
 	/* lock guards refs, fabric and domain; data ops never take it. */
 	pthread_mutex_t lock;
-	int refs;			/* endpoints + registrations using the domain */
+	int refs; /* endpoints + registrations using the domain */
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	uint64_t next_key;		/* atomic: app-chosen MR keys, unique per domain */
+	uint64_t next_key; /* atomic: app-chosen MR keys, unique per domain */
 	/*
 	 * Released app keys, reused oldest first and only once next_key has run past key_limit
 	 * (a stale remote key then reaches a new region only after every other key was used).
@@ -96,11 +96,11 @@ struct mk_ofi_dev {
 };
 
 struct mk_ofi_state {
-	const struct mk_ofi_lib *lib;	/* NULL when libfabric is absent */
+	const struct mk_ofi_lib *lib; /* NULL when libfabric is absent */
 	struct mk_ofi_dev *devs;
 	int ndevs;
-	uint32_t api_version;		/* FI_VERSION asked of getinfo */
-	uint32_t prov_hash;		/* names the provider in handles */
+	uint32_t api_version; /* FI_VERSION asked of getinfo */
+	uint32_t prov_hash;   /* names the provider in handles */
 };
 
 extern struct mk_ofi_state mk_ofi;
@@ -127,7 +127,7 @@ static inline int ofi_errno(ssize_t rc)
 }
 
 uint32_t mk_ofi_hash(const void *buf, size_t len, uint32_t h);
-#define MK_OFI_HASH_SEED 2166136261u	/* FNV-1a offset basis */
+#define MK_OFI_HASH_SEED 2166136261u /* FNV-1a offset basis */
 
 /* ---- connections (ofi_conn.c) ---- */
 
@@ -168,63 +168,63 @@ enum mk_ofi_op_kind {
 
 /* One posted write/read; the provider owns ctx until the completion is read. */
 struct mk_ofi_op {
-	struct fi_context2 ctx;		/* FI_CONTEXT2 mode: provider scratch space */
-	void *user;			/* caller's ctx, returned in the event */
+	struct fi_context2 ctx; /* FI_CONTEXT2 mode: provider scratch space */
+	void *user;		/* caller's ctx, returned in the event */
 	size_t len;
-	uint8_t kind;			/* enum mk_ofi_op_kind */
-	bool expired;			/* reported as timed out; free silently on completion */
+	uint8_t kind; /* enum mk_ofi_op_kind */
+	bool expired; /* reported as timed out; free silently on completion */
 	struct mk_ofi_op *next_free;
 };
 
 enum mk_ofi_conn_state {
-	MK_OFI_CONNECTING = 1,	/* connect side: request not yet answered */
-	MK_OFI_LISTENING,	/* accept side: waiting for a request */
+	MK_OFI_CONNECTING = 1, /* connect side: request not yet answered */
+	MK_OFI_LISTENING,      /* accept side: waiting for a request */
 	MK_OFI_READY,
 };
 
 struct mk_ofi_conn {
-	struct mk_conn base;		/* first: generic <-> ofi by container_of */
+	struct mk_conn base; /* first: generic <-> ofi by container_of */
 	struct mk_ofi_dev *dev;
 	struct fid_ep *ep;
 	struct fid_cq *cq;
 	struct fid_av *av;
 	fi_addr_t peer;
-	uint8_t addr[MK_OFI_ADDR_MAX];	/* own endpoint name */
+	uint8_t addr[MK_OFI_ADDR_MAX]; /* own endpoint name */
 	size_t addrlen;
 	enum mk_ofi_conn_state state;
-	int err;			/* latched connection error, returned by write/poll */
+	int err; /* latched connection error, returned by write/poll */
 	uint64_t nonce;
-	uint64_t deadline_ns;		/* connecting side: when connected() gives up */
-	uint64_t stall_since_ns;	/* ops in flight and no completion since then (0: none) */
+	uint64_t deadline_ns;	 /* connecting side: when connected() gives up */
+	uint64_t stall_since_ns; /* ops in flight and no completion since then (0: none) */
 	uint64_t timeout_ns;
-	bool tx_due;			/* ctrl_tx filled, not yet accepted by the provider */
-	bool tx_posted;			/* ctrl_tx handed to the provider, not yet completed */
-	bool rx_posted;			/* a receive for ctrl_rx is outstanding */
-	bool rx_full;			/* ctrl_rx holds a message not yet consumed */
-	uint64_t tx_not_before_ns;	/* resend pace after a failed setup send */
+	bool tx_due;		   /* ctrl_tx filled, not yet accepted by the provider */
+	bool tx_posted;		   /* ctrl_tx handed to the provider, not yet completed */
+	bool rx_posted;		   /* a receive for ctrl_rx is outstanding */
+	bool rx_full;		   /* ctrl_rx holds a message not yet consumed */
+	uint64_t tx_not_before_ns; /* resend pace after a failed setup send */
 	bool len_in_data;
-	bool virt_addr;			/* FI_MR_VIRT_ADDR: remote addresses are VAs */
-	bool blocked;			/* the last post was refused with -FI_EAGAIN */
+	bool virt_addr; /* FI_MR_VIRT_ADDR: remote addresses are VAs */
+	bool blocked;	/* the last post was refused with -FI_EAGAIN */
 	/*
 	 * shm only: the peer's process. A peer killed while it holds a lock in the shared region
 	 * makes every later post and poll spin inside libfabric, so both check it is alive first.
 	 */
 	int peer_pid;
-	int cq_batch;			/* MKERNEL_OFI_CQ_READ_COUNT, clamped */
+	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	int inflight;
-	struct fi_context2 tx_ctx;	/* setup message contexts, told apart in poll */
+	struct fi_context2 tx_ctx; /* setup message contexts, told apart in poll */
 	struct fi_context2 rx_ctx;
-	struct mk_ofi_ctrl ctrl_tx;	/* ctrl_tx and ctrl_rx adjacent: one FI_MR_LOCAL region */
+	struct mk_ofi_ctrl ctrl_tx; /* ctrl_tx and ctrl_rx adjacent: one FI_MR_LOCAL region */
 	struct mk_ofi_ctrl ctrl_rx;
-	struct fid_mr *ctrl_mr;		/* only where the provider wants FI_MR_LOCAL */
-	uint64_t ctrl_key;		/* its app key, 0 with FI_MR_PROV_KEY */
+	struct fid_mr *ctrl_mr; /* only where the provider wants FI_MR_LOCAL */
+	uint64_t ctrl_key;	/* its app key, 0 with FI_MR_PROV_KEY */
 	void *ctrl_desc;
 	/* data events read while setup was still pending; poll() hands them out first */
 	struct mk_event stash[MK_OFI_STASH];
 	int nstash;
 	struct mk_ofi_op *free_ops;
 	int nops;
-	struct mk_ofi_op ops[];		/* MKERNEL_OFI_TX_DEPTH slots, fixed at creation */
+	struct mk_ofi_op ops[]; /* MKERNEL_OFI_TX_DEPTH slots, fixed at creation */
 };
 
 static inline struct mk_ofi_conn *ofi_conn(struct mk_conn *c)
@@ -234,7 +234,7 @@ static inline struct mk_ofi_conn *ofi_conn(struct mk_conn *c)
 
 struct mk_ofi_listener {
 	struct mk_listener base;
-	struct mk_ofi_conn *pending;	/* the endpoint the accepted connection will own */
+	struct mk_ofi_conn *pending; /* the endpoint the accepted connection will own */
 };
 
 static inline struct mk_ofi_listener *ofi_listener(struct mk_listener *l)
@@ -258,9 +258,9 @@ void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool faile
 struct mk_bmr {
 	struct mk_ofi_dev *dev;
 	struct fid_mr *mr;
-	void *desc;			/* fi_mr_desc: passed on every op (FI_MR_LOCAL needs it) */
+	void *desc; /* fi_mr_desc: passed on every op (FI_MR_LOCAL needs it) */
 	uint64_t base;
-	uint64_t app_key;		/* the key we chose, 0 with FI_MR_PROV_KEY */
+	uint64_t app_key; /* the key we chose, 0 with FI_MR_PROV_KEY */
 };
 
 /* Registers with an app-chosen key where the domain lacks FI_MR_PROV_KEY; fi_* error codes. */

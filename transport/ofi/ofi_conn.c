@@ -65,7 +65,8 @@ int mk_ofi_handle_decode(const void *buf, struct mk_ofi_handle *h)
 	}
 	memcpy(&csum, b + H_CSUM, 4);
 	if (csum != mk_ofi_hash(b, H_CSUM, MK_OFI_HASH_SEED)) {
-		MK_WARN("ofi: connect handle checksum mismatch: the handle was corrupted in transit");
+		MK_WARN("ofi: connect handle checksum mismatch: the handle was corrupted in "
+			"transit");
 		return -EINVAL;
 	}
 	if (b[H_VERSION] != MK_OFI_WIRE_VERSION) {
@@ -106,7 +107,7 @@ static int ofi_ep_open(struct mk_ofi_conn *conn)
 	struct mk_ofi_dev *d = conn->dev;
 	struct fi_cq_attr cq_attr = {
 		.format = FI_CQ_FORMAT_DATA,
-		.size = (size_t)conn->nops * 4,	/* own ops + the peer's immediates */
+		.size = (size_t)conn->nops * 4, /* own ops + the peer's immediates */
 		.wait_obj = FI_WAIT_NONE,
 	};
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 2 };
@@ -133,7 +134,7 @@ static int ofi_ep_open(struct mk_ofi_conn *conn)
 	conn->addrlen = sizeof(conn->addr);
 	rc = fi_getname(&conn->ep->fid, conn->addr, &conn->addrlen);
 	if (rc == -FI_ETOOSMALL)
-		rc = -ENAMETOOLONG;	/* address longer than a handle can carry */
+		rc = -ENAMETOOLONG; /* address longer than a handle can carry */
 	if (rc)
 		goto undo_ep;
 	return 0;
@@ -246,7 +247,7 @@ static int ofi_post_recv(struct mk_ofi_conn *conn)
 
 	if (rc == 0)
 		conn->rx_posted = true;
-	return rc == -FI_EAGAIN ? 0 : ofi_errno(rc);	/* retried by the next drive */
+	return rc == -FI_EAGAIN ? 0 : ofi_errno(rc); /* retried by the next drive */
 }
 
 /* Hand ctrl_tx to the provider if it is due; -FI_EAGAIN leaves it for the next call. */
@@ -272,11 +273,12 @@ void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool faile
 	if (op_context == &conn->tx_ctx) {
 		conn->tx_posted = false;
 		if (failed && conn->state == MK_OFI_CONNECTING) {
-			/* the listener may not be reachable yet; connected() gives up at deadline */
+			/* the listener may not be reachable yet; connected() gives up at deadline
+			 */
 			conn->tx_due = true;
 			conn->tx_not_before_ns = mk_ofi_now_ns() + OFI_RESEND_NS;
 		} else if (failed) {
-			conn->err = -ECONNABORTED;	/* the connecting side went away */
+			conn->err = -ECONNABORTED; /* the connecting side went away */
 		}
 		return;
 	}
@@ -289,8 +291,7 @@ static bool ofi_ctrl_valid(const struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind
 {
 	const struct mk_ofi_ctrl *m = &conn->ctrl_rx;
 
-	if (m->magic != MK_OFI_CTRL_MAGIC || m->version != MK_OFI_WIRE_VERSION ||
-	    m->kind != kind) {
+	if (m->magic != MK_OFI_CTRL_MAGIC || m->version != MK_OFI_WIRE_VERSION || m->kind != kind) {
 		MK_WARN("ofi: %s dropped a setup message that is not ours (magic 0x%08x kind %u)",
 			conn->dev->props.name, m->magic, m->kind);
 		return false;
@@ -477,15 +478,14 @@ int mk_ofi_connected(struct mk_conn *c)
 	}
 	if (mk_ofi_now_ns() > conn->deadline_ns) {
 		MK_WARN("ofi: %s: no answer from the listener within MKERNEL_TIMEOUT=%lld ms "
-			"(stale handle or dead peer)", conn->dev->props.name,
-			(long long)mk_param_timeout_ms());
+			"(stale handle or dead peer)",
+			conn->dev->props.name, (long long)mk_param_timeout_ms());
 		return -ETIMEDOUT;
 	}
 	return 0;
 }
 
-int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len,
-		  struct mk_conn **out)
+int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, struct mk_conn **out)
 {
 	struct mk_ofi_listener *l = ofi_listener(lst);
 	struct mk_ofi_conn *conn = l->pending;
@@ -493,7 +493,7 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len,
 
 	*out = NULL;
 	if (conn == NULL)
-		return -EINVAL;	/* a listener accepts exactly one connection */
+		return -EINVAL; /* a listener accepts exactly one connection */
 	if (blob_len > MK_TP_BLOB_MAX || (blob_len > 0 && blob == NULL))
 		return -EINVAL;
 	if (conn->peer == FI_ADDR_UNSPEC) {

@@ -58,8 +58,8 @@ static int ofi_refused(struct mk_ofi_conn *conn)
 }
 
 /* Posts one RMA op; on any failure the op goes back to the pool. */
-static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void *buf,
-			size_t len, struct mk_bmr *mr, uint64_t raddr, const struct mk_rkey *rkey,
+static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void *buf, size_t len,
+			struct mk_bmr *mr, uint64_t raddr, const struct mk_rkey *rkey,
 			uint64_t data, uint64_t flags, void *ctx)
 {
 	struct mk_ofi_op *op = ofi_op_get(conn);
@@ -208,7 +208,7 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
 		return;
 	}
 	if (err.op_context == NULL || (err.flags & FI_REMOTE_WRITE)) {
-		conn->err = status;	/* a target-side failure: no op to blame, the link is bad */
+		conn->err = status; /* a target-side failure: no op to blame, the link is bad */
 		return;
 	}
 	ofi_op_done(conn, s, container_of(err.op_context, struct mk_ofi_op, ctx), status);

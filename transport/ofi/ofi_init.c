@@ -15,9 +15,9 @@
 #include "mk/log.h"
 #include "ofi.h"
 
-#define OFI_DEFAULT_SPEED_MBPS 10000	/* reported when neither provider nor sysfs knows */
-#define OFI_CAPS (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
-#define OFI_MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
+#define OFI_DEFAULT_SPEED_MBPS 10000 /* reported when neither provider nor sysfs knows */
+#define OFI_CAPS	       (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+#define OFI_MR_MODES	       (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
 
 struct mk_ofi_state mk_ofi;
 
@@ -125,7 +125,7 @@ static int ofi_iface_wanted(const char *prov, const char *iface, bool others_exi
 	const char *list = mk_param_ofi_iface();
 
 	if (strcmp(prov, "shm") == 0)
-		return 1;	/* one node-local domain, no interface to choose */
+		return 1; /* one node-local domain, no interface to choose */
 	if (list != NULL && *list != '\0')
 		return ofi_in_list(list, iface);
 	if (strncmp(iface, "docker", 6) == 0 || strncmp(iface, "virbr", 5) == 0)
@@ -204,17 +204,18 @@ static void ofi_sysfs_path(const char *iface, const struct fi_info *i, char *out
 	char *real;
 
 	out[0] = '\0';
-	if (i->nic != NULL && i->nic->bus_attr != NULL && i->nic->bus_attr->bus_type == FI_BUS_PCI) {
+	if (i->nic != NULL && i->nic->bus_attr != NULL &&
+	    i->nic->bus_attr->bus_type == FI_BUS_PCI) {
 		const struct fi_pci_attr *pci = &i->nic->bus_attr->attr.pci;
 
-		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%04x:%02x:%02x.%x", pci->domain_id,
-			 pci->bus_id, pci->device_id, pci->function_id);
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%04x:%02x:%02x.%x",
+			 pci->domain_id, pci->bus_id, pci->device_id, pci->function_id);
 	} else {
 		snprintf(path, sizeof(path), "/sys/class/net/%s/device", iface);
 	}
 	real = realpath(path, NULL);
 	if (real == NULL)
-		return;		/* virtual interface or no sysfs: NCCL treats "" as CPU-attached */
+		return; /* virtual interface or no sysfs: NCCL treats "" as CPU-attached */
 	snprintf(out, n, "%s", real);
 	free(real);
 }
@@ -260,13 +261,14 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	p->speed_mbps = ofi_speed(iface, i);
 	p->port = 0;
 	p->latency_us = 0;
-	p->max_comms = i->domain_attr->ep_cnt > 0 && i->domain_attr->ep_cnt < INT_MAX ?
-			       (int)i->domain_attr->ep_cnt : 65536;
-	p->max_lanes = 1;	/* one endpoint per connection */
+	p->max_comms = i->domain_attr->ep_cnt > 0 && i->domain_attr->ep_cnt < INT_MAX
+			       ? (int)i->domain_attr->ep_cnt
+			       : 65536;
+	p->max_lanes = 1; /* one endpoint per connection */
 	p->force_flush = 0;
 	p->max_msg = i->ep_attr->max_msg_size;
 	if (d->len_in_data && p->max_msg > UINT32_MAX)
-		p->max_msg = UINT32_MAX;	/* the length rides in 32 bits of the CQ data */
+		p->max_msg = UINT32_MAX; /* the length rides in 32 bits of the CQ data */
 }
 
 static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, bool hmem)
@@ -307,7 +309,7 @@ static bool ofi_prov_offers_hmem(const char *prov)
 	return strcmp(prov, "efa") == 0;
 #else
 	(void)prov;
-	return false;	/* no DMA-BUF API in these headers: host memory only */
+	return false; /* no DMA-BUF API in these headers: host memory only */
 #endif
 }
 
@@ -333,7 +335,8 @@ static int ofi_build_devs(struct fi_info *list, const char *prov)
 				break;
 		}
 		if (j < n) {
-			if (pick[j]->addr_format != FI_SOCKADDR_IN && i->addr_format == FI_SOCKADDR_IN)
+			if (pick[j]->addr_format != FI_SOCKADDR_IN &&
+			    i->addr_format == FI_SOCKADDR_IN)
 				pick[j] = i;
 			continue;
 		}
@@ -351,7 +354,8 @@ static int ofi_build_devs(struct fi_info *list, const char *prov)
 
 		if (!ofi_iface_wanted(prov, iface, others > 0)) {
 			MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
-				"ofi: %s domain %s skipped by the interface filter (MKERNEL_OFI_IFACE)",
+				"ofi: %s domain %s skipped by the interface filter "
+				"(MKERNEL_OFI_IFACE)",
 				prov, pick[j]->domain_attr->name);
 			continue;
 		}
@@ -411,7 +415,7 @@ static int ofi_init(void)
 	memset(&mk_ofi, 0, sizeof(mk_ofi));
 	if (mk_ofi_lib_open(&mk_ofi.lib) != 0) {
 		mk_ofi.lib = NULL;
-		return 0;	/* INFO already says why: no devices, not an error */
+		return 0; /* INFO already says why: no devices, not an error */
 	}
 	/* ask for the older of the headers we were built with and the library we run on */
 	mk_ofi.api_version = mk_ofi.lib->version() < hdr ? mk_ofi.lib->version() : hdr;
@@ -433,8 +437,10 @@ static int ofi_init(void)
 	prov = ofi_choose_prov(list);
 	if (prov == NULL) {
 		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
-			"ofi: no provider matches MKERNEL_OFI_PROVIDER='%s' (shm and sockets are used "
-			"only when named); no ofi devices", mk_param_ofi_provider());
+			"ofi: no provider matches MKERNEL_OFI_PROVIDER='%s' (shm and sockets are "
+			"used "
+			"only when named); no ofi devices",
+			mk_param_ofi_provider());
 		goto undo_list;
 	}
 	mk_ofi.prov_hash = mk_ofi_hash(prov, strlen(prov), MK_OFI_HASH_SEED);
@@ -554,6 +560,6 @@ const struct mk_transport_ops mk_ofi_ops = {
 	.dereg_mr = mk_ofi_dereg_mr,
 	.write = mk_ofi_write,
 	.read = mk_ofi_read,
-	.flush = NULL,		/* host memory only on these builds: nothing to make visible */
+	.flush = NULL, /* host memory only on these builds: nothing to make visible */
 	.poll = mk_ofi_poll,
 };

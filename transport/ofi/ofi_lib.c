@@ -20,7 +20,7 @@ static const struct mk_ofi_lib *lib_forced;
 
 static const struct {
 	const char *name;
-	const char *version;	/* the default version Debian's 1.17 exports */
+	const char *version; /* the default version Debian's 1.17 exports */
 	size_t offset;
 } lib_syms[] = {
 	{ "fi_getinfo", "FABRIC_1.3", offsetof(struct mk_ofi_lib, getinfo) },

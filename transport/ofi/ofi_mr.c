@@ -50,7 +50,7 @@ void mk_ofi_key_put(struct mk_ofi_dev *d, uint64_t key)
 
 		grown = malloc(cap * sizeof(*grown));
 		if (grown == NULL)
-			goto unlock;	/* the key is lost, not reused: still unique */
+			goto unlock; /* the key is lost, not reused: still unique */
 		for (size_t i = 0; i < d->free_cap; i++)
 			grown[i] = d->free_keys[(d->free_head + i) % d->free_cap];
 		free(d->free_keys);
@@ -144,8 +144,8 @@ int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr
 		return -ENODEV;
 	rc = ofi_mr_check(d, attr);
 	if (rc) {
-		MK_WARN("ofi: %s cannot register %p (%zu bytes) of type %d: %s", d->props.name, addr,
-			len, attr != NULL ? attr->type : MK_PTR_HOST, mk_strerror(rc));
+		MK_WARN("ofi: %s cannot register %p (%zu bytes) of type %d: %s", d->props.name,
+			addr, len, attr != NULL ? attr->type : MK_PTR_HOST, mk_strerror(rc));
 		return rc;
 	}
 	b = calloc(1, sizeof(*b));
@@ -194,7 +194,7 @@ int mk_ofi_dereg_mr(int dev, struct mk_bmr *mr)
 		MK_WARN("ofi: %s deregistration failed: %s", d->props.name,
 			mk_ofi.lib->strerror(-rc));
 	else
-		mk_ofi_key_put(d, mr->app_key);	/* a key still bound to a live MR stays out */
+		mk_ofi_key_put(d, mr->app_key); /* a key still bound to a live MR stays out */
 	mk_ofi_dev_put(d);
 	free(mr);
 	return ofi_errno(rc);

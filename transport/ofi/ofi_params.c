@@ -2,9 +2,10 @@
 /* Knobs of the libfabric backend: provider and interface choice, library path, queue depths. */
 #include "ofi.h"
 
-MK_PARAM_STR(ofi_provider, "ofi", "MKERNEL_OFI_PROVIDER", "",
-	     "libfabric provider: efa, tcp, 'tcp;ofi_rxm', net, shm, 'udp;ofi_rxd'; empty = fastest "
-	     "one that crosses nodes (efa, tcp/net, tcp;ofi_rxm, udp;ofi_rxd; shm only when named)")
+MK_PARAM_STR(
+	ofi_provider, "ofi", "MKERNEL_OFI_PROVIDER", "",
+	"libfabric provider: efa, tcp, 'tcp;ofi_rxm', net, shm, 'udp;ofi_rxd'; empty = fastest "
+	"one that crosses nodes (efa, tcp/net, tcp;ofi_rxm, udp;ofi_rxd; shm only when named)")
 MK_PARAM_STR(ofi_lib, "ofi", "MKERNEL_OFI_LIB", "libfabric.so.1",
 	     "libfabric library dlopened at init (a path or a soname)")
 MK_PARAM_STR(ofi_iface, "ofi", "MKERNEL_OFI_IFACE", "",

@@ -27,14 +27,14 @@
 
 #define BUF_SIZE   (16u << 20)
 #define NMANY	   16
-#define TIMEOUT_MS 5000	/* MKERNEL_TIMEOUT here: short failure cases, yet room for rxm setup */
+#define TIMEOUT_MS 5000 /* MKERNEL_TIMEOUT here: short failure cases, yet room for rxm setup */
 #define WATCHDOG_S 100
 
 /* Immediates: kind in the top byte, argument below. */
-#define IMM_DATA   0x01000000u	/* data write with immediate: size index */
-#define IMM_MARK   0x02000000u	/* 0-byte marker after a write without immediate */
-#define IMM_ACK	   0x03000000u	/* A -> B: checked, go on */
-#define IMM_RREADY 0x04000000u	/* B -> A: buffer holds the read pattern */
+#define IMM_DATA   0x01000000u /* data write with immediate: size index */
+#define IMM_MARK   0x02000000u /* 0-byte marker after a write without immediate */
+#define IMM_ACK	   0x03000000u /* A -> B: checked, go on */
+#define IMM_RREADY 0x04000000u /* B -> A: buffer holds the read pattern */
 #define IMM_BYE	   0x05000000u
 #define IMM_MANY   0x06000000u
 
@@ -56,10 +56,10 @@ __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt,
 	_exit(1);
 }
 
-#define expect(cond, ...)                                                                       \
-	do {                                                                                    \
-		if (!(cond))                                                                    \
-			die(__VA_ARGS__);                                                       \
+#define expect(cond, ...)                                                                          \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			die(__VA_ARGS__);                                                          \
 	} while (0)
 
 static uint64_t now_ms(void)
@@ -76,12 +76,12 @@ struct blob {
 
 struct peer {
 	struct mk_conn *c;
-	struct mk_rkey remote;		/* the other side's buffer */
-	int posted;			/* writes + reads handed to the backend */
-	int done;			/* successful local completions */
-	int failed;			/* local completions with an error status */
+	struct mk_rkey remote; /* the other side's buffer */
+	int posted;	       /* writes + reads handed to the backend */
+	int done;	       /* successful local completions */
+	int failed;	       /* local completions with an error status */
 	int last_status;
-	int broken;			/* poll() returned this */
+	int broken; /* poll() returned this */
 	uint32_t imm[64];
 	size_t imm_len[64];
 	unsigned int ih, it;
@@ -176,8 +176,8 @@ static void fill(uint8_t *b, size_t len, unsigned int seed)
 static void check(const uint8_t *b, size_t len, unsigned int seed, const char *what)
 {
 	for (size_t i = 0; i < len; i++)
-		expect(b[i] == pattern(i, seed), "%s: byte %zu is 0x%02x, want 0x%02x", what, i, b[i],
-		       pattern(i, seed));
+		expect(b[i] == pattern(i, seed), "%s: byte %zu is 0x%02x, want 0x%02x", what, i,
+		       b[i], pattern(i, seed));
 }
 
 static void region_init(struct region *r)
@@ -343,7 +343,7 @@ static void run_b(int rfd, int wfd)
 		post_write(&p, &r, 64 * (size_t)i, 64, true, IMM_MANY | (uint32_t)i);
 		wait_all(&p);
 	}
-	xread(rfd, &len, sizeof(len));	/* A has seen them all */
+	xread(rfd, &len, sizeof(len)); /* A has seen them all */
 	for (int i = 0; i < NMANY; i++)
 		expect(tp->close(many[i]) == 0, "close many %d", i);
 
@@ -356,7 +356,7 @@ static void run_b(int rfd, int wfd)
 	}
 	expect(tp->close(p2.c) == 0, "close with writes in flight");
 	xwrite(wfd, "c", 1);
-	xread(rfd, &len, 1);	/* A closed too */
+	xread(rfd, &len, 1); /* A closed too */
 	expect(tp->close(p1.c) == 0, "close conn 1");
 	expect(tp->dereg_mr(0, r.mr) == 0, "dereg");
 	tp->fini();
@@ -376,7 +376,7 @@ static void run_c(int rfd, int wfd)
 	peer_init(&p, connect_to(handle, &r));
 	xwrite(wfd, "r", 1);
 	for (;;)
-		pump(&p);	/* manual progress: the target must poll for writes to land */
+		pump(&p); /* manual progress: the target must poll for writes to land */
 }
 
 /* ---- A ---- */
@@ -411,7 +411,7 @@ static void a_phase_setup(int wfd, const struct region *r, struct peer *p1, stru
 	peer_init(p1, accept_loop(l1, r, &spins));
 	expect(spins > 0, "accept before connect never returned NULL");
 	printf("ok - accept before connect (%d empty accepts)\n", spins);
-	usleep(300 * 1000);	/* B's connect to l2 is already waiting */
+	usleep(300 * 1000); /* B's connect to l2 is already waiting */
 	peer_init(p2, accept_loop(l2, r, &spins));
 	printf("ok - connect before accept\n");
 	expect(tp->accept(l1, NULL, 0, &extra) == -EINVAL && extra == NULL,
@@ -437,7 +437,8 @@ static void a_phase_writes(struct peer *p1, struct region *r)
 				expect(len == 0, "0-byte marker reported %zu", len);
 			}
 			check(r->buf, sizes[s], seed, imm ? "write+imm" : "write");
-			printf("ok - write %zu bytes %s immediate\n", sizes[s], imm ? "with" : "without");
+			printf("ok - write %zu bytes %s immediate\n", sizes[s],
+			       imm ? "with" : "without");
 			post_write(p1, r, 0, 0, true, IMM_ACK);
 		}
 	}
@@ -510,8 +511,8 @@ static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 		int rc = 0;
 
 		if (posted - p.done < 8) {
-			rc = tp->write(p.c, 0, r->buf, 1u << 20, r->mr, p.remote.base, &p.remote, true,
-				       IMM_DATA, NULL);
+			rc = tp->write(p.c, 0, r->buf, 1u << 20, r->mr, p.remote.base, &p.remote,
+				       true, IMM_DATA, NULL);
 			posted += rc == 0;
 		}
 		if (rc != 0 && rc != -EAGAIN) {
@@ -555,7 +556,7 @@ static void a_phase_stale(struct region *r)
 	expect(now_ms() - start >= TIMEOUT_MS - 100, "gave up after %llu ms, before the timeout",
 	       (unsigned long long)(now_ms() - start));
 	expect(tp->close(c) == 0, "close stale");
-	handle[30] ^= 0x40;	/* inside the address */
+	handle[30] ^= 0x40; /* inside the address */
 	expect(tp->connect(0, handle, &b, sizeof(b), &c) == -EINVAL, "corrupted handle accepted");
 	printf("ok - stale handle -> -ETIMEDOUT after %llu ms; corrupted handle -> -EINVAL\n",
 	       (unsigned long long)(now_ms() - start));
@@ -644,7 +645,7 @@ int main(int argc, char **argv)
 	a_phase_writes(&p1, &r);
 	a_phase_read(&p1, &r);
 	a_phase_many(b_from, b_to, many_l, &r);
-	xread(b_from, &ch, 1);	/* B closed conn 2 with writes in flight */
+	xread(b_from, &ch, 1); /* B closed conn 2 with writes in flight */
 	expect(tp->close(p2.c) == 0, "close conn 2");
 	xwrite(b_to, "c", 1);
 	printf("ok - close with writes in flight\n");

@@ -68,7 +68,7 @@ static struct fi_info *m_dupinfo(const struct fi_info *src)
 	i->caps = src->caps;
 	i->mode = src->mode;
 	i->addr_format = src->addr_format;
-	i->next = src->next;	/* as libfabric does: the caller cuts the list */
+	i->next = src->next; /* as libfabric does: the caller cuts the list */
 	return i;
 }
 
@@ -112,7 +112,7 @@ static int m_getinfo(uint32_t version, const char *node, const char *service, ui
 			continue;
 		if ((hints->caps & FI_HMEM) && !(i->caps & FI_HMEM))
 			continue;
-		mock.dupinfo_calls--;	/* the library's own copies are not the caller's */
+		mock.dupinfo_calls--; /* the library's own copies are not the caller's */
 		c = m_dupinfo(i);
 		c->next = NULL;
 		*tail = c;
@@ -165,7 +165,7 @@ static int m_close(struct fid *fid)
 		mock.mr_live--;
 		break;
 	}
-	free(fid->context);	/* the fake object itself */
+	free(fid->context); /* the fake object itself */
 	return 0;
 }
 
@@ -230,8 +230,8 @@ static ssize_t m_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint
 	return 1;
 }
 
-static const char *m_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data,
-				 char *buf, size_t len)
+static const char *m_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data, char *buf,
+				 size_t len)
 {
 	return "mock provider error";
 }
@@ -277,8 +277,7 @@ static struct fi_ops_cm m_cm_ops = {
 	.getname = m_getname,
 };
 
-static ssize_t m_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src,
-		      void *ctx)
+static ssize_t m_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, void *ctx)
 {
 	struct mock_ep *ep = e->fid.context;
 
@@ -330,8 +329,7 @@ static struct fi_ops_rma m_rma_ops = {
 	.writemsg = m_rmamsg,
 };
 
-static int m_cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq **out,
-		     void *ctx)
+static int m_cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq **out, void *ctx)
 {
 	struct mock_cq *cq;
 
@@ -343,8 +341,7 @@ static int m_cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_c
 	return 0;
 }
 
-static int m_av_open(struct fid_domain *d, struct fi_av_attr *attr, struct fid_av **out,
-		     void *ctx)
+static int m_av_open(struct fid_domain *d, struct fi_av_attr *attr, struct fid_av **out, void *ctx)
 {
 	struct fid_av *av;
 
@@ -406,8 +403,7 @@ static struct fi_ops_mr m_mr_ops = {
 	.reg = m_mr_reg,
 };
 
-static int m_domain(struct fid_fabric *f, struct fi_info *info, struct fid_domain **out,
-		    void *ctx)
+static int m_domain(struct fid_fabric *f, struct fi_info *info, struct fid_domain **out, void *ctx)
 {
 	struct fid_domain *d;
 

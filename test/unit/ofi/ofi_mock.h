@@ -26,13 +26,13 @@ struct mock_ep {
 	struct mock_cq *cq;
 	uint8_t addr[32];
 	size_t addrlen;
-	void *rx_buf;			/* last posted receive */
+	void *rx_buf; /* last posted receive */
 	size_t rx_len;
 	void *rx_ctx;
-	uint8_t tx_buf[512];		/* copy of the last send */
+	uint8_t tx_buf[512]; /* copy of the last send */
 	size_t tx_len;
 	void *tx_ctx;
-	struct fi_msg_rma last_rma;	/* last writemsg/readmsg, with copies of its arrays */
+	struct fi_msg_rma last_rma; /* last writemsg/readmsg, with copies of its arrays */
 	struct iovec last_iov;
 	void *last_desc;
 	struct fi_rma_iov last_rma_iov;
@@ -48,8 +48,8 @@ struct mock_ofi {
 	/* failure injection: 0 = succeed, else the -FI_E* value returned */
 	int fail_fabric, fail_domain, fail_cq_open, fail_av_open, fail_endpoint, fail_bind;
 	int fail_enable, fail_getname, fail_mr_reg, fail_recv, fail_send, fail_av_insert;
-	ssize_t write_rc;		/* returned by writemsg/readmsg */
-	int dupinfo_fail_at;		/* dupinfo call number (1-based) that returns NULL */
+	ssize_t write_rc;    /* returned by writemsg/readmsg */
+	int dupinfo_fail_at; /* dupinfo call number (1-based) that returns NULL */
 	int dupinfo_calls;
 
 	/* live fake objects */
@@ -58,11 +58,11 @@ struct mock_ofi {
 	/* registrations */
 	uint64_t requested_keys[MOCK_MAX_KEYS];
 	int nkeys;
-	uint64_t prov_key_next;		/* keys handed out when FI_MR_PROV_KEY is in use */
-	uint64_t mr_mode;		/* of the domain opened last */
+	uint64_t prov_key_next; /* keys handed out when FI_MR_PROV_KEY is in use */
+	uint64_t mr_mode;	/* of the domain opened last */
 
-	const char *next_addr;		/* name of the endpoints created next (default: 16 bytes) */
-	struct mock_ep *eps[64];	/* in creation order */
+	const char *next_addr;	 /* name of the endpoints created next (default: 16 bytes) */
+	struct mock_ep *eps[64]; /* in creation order */
 	int neps;
 };
 

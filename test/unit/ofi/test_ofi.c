@@ -93,7 +93,7 @@ static void test_init_missing_library_reports_no_device(void **state)
 static void test_init_library_without_symbols_reports_no_device(void **state)
 {
 	mk_ofi_lib_override(NULL);
-	set_env("MKERNEL_OFI_LIB", "libm.so.6");	/* loads, but has no fi_getinfo */
+	set_env("MKERNEL_OFI_LIB", "libm.so.6"); /* loads, but has no fi_getinfo */
 	init_ok(0);
 }
 
@@ -163,7 +163,7 @@ static void test_select_env_shm_when_named(void **state)
 	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
 	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
-	set_env("MKERNEL_OFI_IFACE", "lo");	/* the filter does not apply to shm */
+	set_env("MKERNEL_OFI_IFACE", "lo"); /* the filter does not apply to shm */
 	init_ok(1);
 	assert_string_equal(dev_name(0), "ofi:shm:shm");
 }
@@ -173,7 +173,7 @@ static void test_iface_default_drops_lo_and_docker(void **state)
 	mock_info_add("tcp;ofi_rxm", "lo", 0, 8);
 	mock_info_add("tcp;ofi_rxm", "docker0", 0, 8);
 	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
-	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);	/* same domain, other address */
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8); /* same domain, other address */
 	mock_info_add("tcp;ofi_rxm", "eth1", 0, 8);
 	init_ok(2);
 	assert_string_equal(dev_name(0), "ofi:tcp;ofi_rxm:eth0");
@@ -207,12 +207,12 @@ static void test_props_filled(void **state)
 	init_ok(1);
 	assert_int_equal(tp->dev_props(0, &p), 0);
 	assert_string_equal(p.provider, "tcp;ofi_rxm");
-	assert_string_equal(p.pci_path, "");	/* lo has no PCI device */
+	assert_string_equal(p.pci_path, ""); /* lo has no PCI device */
 	assert_int_equal(p.ptr_support, MK_PTR_HOST);
 	assert_true(p.speed_mbps > 0);
 	assert_int_equal(p.max_lanes, 1);
 	assert_true(p.max_comms > 0);
-	assert_int_equal(p.max_msg, UINT32_MAX);	/* length travels in 32 bits of CQ data */
+	assert_int_equal(p.max_msg, UINT32_MAX); /* length travels in 32 bits of CQ data */
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
 }
 
@@ -240,7 +240,7 @@ static void test_mr_app_keys_unique_per_domain(void **state)
 	assert_int_equal(ka.key, mock.requested_keys[0]);
 	assert_int_equal(kb.key, mock.requested_keys[1]);
 	assert_int_equal(ka.base, (uintptr_t)region);
-	assert_int_equal(mock.domain_live, 1);	/* one domain shared by both */
+	assert_int_equal(mock.domain_live, 1); /* one domain shared by both */
 	assert_int_equal(tp->dereg_mr(0, a), 0);
 	assert_int_equal(tp->dereg_mr(0, b), 0);
 	live_all_zero();
@@ -270,7 +270,7 @@ static void test_mr_key_exhaustion_unwinds(void **state)
 	while ((rc = tp->reg_mr(0, region, 4096, NULL, &mrs[n], &k)) == 0)
 		n++;
 	assert_int_equal(rc, -ENOSPC);
-	assert_int_equal(n, 255);	/* keys 1..255 fit one byte */
+	assert_int_equal(n, 255); /* keys 1..255 fit one byte */
 	assert_null(mrs[n]);
 	/* released keys come back, oldest first */
 	assert_int_equal(tp->dereg_mr(0, mrs[7]), 0);
@@ -280,7 +280,7 @@ static void test_mr_key_exhaustion_unwinds(void **state)
 	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[3], &k), 0);
 	assert_int_equal(k.key, 4);
 	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[n], &k), -ENOSPC);
-	mock.fail_mr_reg = -FI_EIO;	/* a failed registration gives its key back */
+	mock.fail_mr_reg = -FI_EIO; /* a failed registration gives its key back */
 	assert_int_equal(tp->dereg_mr(0, mrs[0]), 0);
 	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[0], &k), -EIO);
 	mock.fail_mr_reg = 0;
@@ -329,7 +329,8 @@ static void test_mr_gpu_memory_refused_without_hmem(void **state)
 
 static void make_handle(uint8_t *buf)
 {
-	struct mk_ofi_handle h = { .prov_hash = mk_ofi.prov_hash, .nonce = 0x1122334455667788ull,
+	struct mk_ofi_handle h = { .prov_hash = mk_ofi.prov_hash,
+				   .nonce = 0x1122334455667788ull,
 				   .addrlen = 16 };
 
 	memset(h.addr, 0xab, 16);
@@ -374,7 +375,7 @@ static void test_handle_foreign_provider_rejected(void **state)
 	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
 	init_ok(1);
 	make_handle(buf);
-	mk_ofi.prov_hash ^= 1;	/* the reader runs another provider */
+	mk_ofi.prov_hash ^= 1; /* the reader runs another provider */
 	assert_int_equal(mk_ofi_handle_decode(buf, &h), -EINVAL);
 	mk_ofi.prov_hash ^= 1;
 	h.addrlen = 0;
@@ -400,8 +401,8 @@ static void test_connect_garbage_handle_is_einval(void **state)
 
 struct pair {
 	struct mk_listener *l;
-	struct mk_conn *a;	/* accepted */
-	struct mk_conn *c;	/* connecting */
+	struct mk_conn *a; /* accepted */
+	struct mk_conn *c; /* connecting */
 	struct mock_ep *la, *cb;
 };
 
@@ -419,11 +420,11 @@ static void open_pair(struct pair *p, const char *prov, uint64_t mr_mode, size_t
 	p->cb = mock.eps[mock.neps - 1];
 	assert_int_equal(tp->connected(p->c), 0);
 	assert_int_equal(tp->accept(p->l, blob_a, sizeof(blob_a), &p->a), 0);
-	assert_null(p->a);		/* nothing arrived yet */
-	mock_deliver(p->cb, p->la);	/* the connect request */
+	assert_null(p->a);	    /* nothing arrived yet */
+	mock_deliver(p->cb, p->la); /* the connect request */
 	assert_int_equal(tp->accept(p->l, blob_a, sizeof(blob_a), &p->a), 0);
-	assert_null(p->a);		/* reply posted, not yet sent */
-	mock_deliver(p->la, p->cb);	/* the reply */
+	assert_null(p->a);	    /* reply posted, not yet sent */
+	mock_deliver(p->la, p->cb); /* the reply */
 	assert_int_equal(tp->accept(p->l, blob_a, sizeof(blob_a), &p->a), 0);
 	assert_non_null(p->a);
 	assert_int_equal(tp->connected(p->c), 1);
@@ -483,13 +484,13 @@ static void test_accept_drops_foreign_nonce(void **state)
 	assert_int_equal(tp->listen(0, handle, &l), 0);
 	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
 	m = (struct mk_ofi_ctrl *)mock.eps[1]->tx_buf;
-	m->nonce ^= 1;		/* a connector holding another listener's handle */
+	m->nonce ^= 1; /* a connector holding another listener's handle */
 	mock_deliver(mock.eps[1], mock.eps[0]);
 	mock.eps[0]->rx_buf = NULL;
 	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
 	assert_null(a);
-	assert_non_null(mock.eps[0]->rx_buf);	/* dropped and received again */
-	assert_int_equal(mock.eps[0]->tx_len, 0);	/* no reply */
+	assert_non_null(mock.eps[0]->rx_buf);	  /* dropped and received again */
+	assert_int_equal(mock.eps[0]->tx_len, 0); /* no reply */
 	m->nonce ^= 1;
 	m->magic = 0;
 	mock_deliver(mock.eps[1], mock.eps[0]);
@@ -533,10 +534,10 @@ static void test_connect_resends_after_send_error(void **state)
 	mock_cq_push_err(ep, ep->tx_ctx, FI_SEND, FI_ECONNREFUSED);
 	ep->tx_len = 0;
 	assert_int_equal(tp->connected(c), 0);
-	assert_int_equal(ep->tx_len, 0);	/* paced: not at once */
+	assert_int_equal(ep->tx_len, 0); /* paced: not at once */
 	usleep(30 * 1000);
 	assert_int_equal(tp->connected(c), 0);
-	assert_true(ep->tx_len > 0);		/* sent again */
+	assert_true(ep->tx_len > 0); /* sent again */
 	assert_int_equal(tp->close_listen(l), 0);
 	assert_int_equal(tp->close(c), 0);
 }
@@ -544,9 +545,9 @@ static void test_connect_resends_after_send_error(void **state)
 /* Every unwind label of endpoint creation: listen fails with the injected code, nothing leaks. */
 static void test_listen_unwinds_every_failure(void **state)
 {
-	int *const knobs[] = { &mock.fail_fabric, &mock.fail_domain, &mock.fail_cq_open,
+	int *const knobs[] = { &mock.fail_fabric,  &mock.fail_domain,	&mock.fail_cq_open,
 			       &mock.fail_av_open, &mock.fail_endpoint, &mock.fail_bind,
-			       &mock.fail_enable, &mock.fail_getname, &mock.fail_recv };
+			       &mock.fail_enable,  &mock.fail_getname,	&mock.fail_recv };
 	uint8_t handle[MK_TP_HANDLE_MAX];
 	struct mk_listener *l = (void *)1;
 
@@ -577,7 +578,7 @@ static void test_connect_unwinds_every_failure(void **state)
 		*knobs[i] = -FI_EIO;
 		assert_int_equal(tp->connect(0, handle, NULL, 0, &c), -EIO);
 		assert_null(c);
-		assert_int_equal(mock.ep_live, 1);	/* only the listener's */
+		assert_int_equal(mock.ep_live, 1); /* only the listener's */
 		*knobs[i] = 0;
 	}
 	assert_int_equal(tp->close_listen(l), 0);
@@ -587,11 +588,11 @@ static void test_connect_unwinds_every_failure(void **state)
 static void test_init_allocation_failures_unwind(void **state)
 {
 	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
-	mock.dupinfo_fail_at = 1;	/* the hints */
+	mock.dupinfo_fail_at = 1; /* the hints */
 	assert_int_equal(tp->init(), -ENOMEM);
 	assert_int_equal(tp->ndevs(), 0);
 	mock.dupinfo_calls = 0;
-	mock.dupinfo_fail_at = 2;	/* the device's own copy */
+	mock.dupinfo_fail_at = 2; /* the device's own copy */
 	assert_int_equal(tp->init(), -ENOMEM);
 	assert_int_equal(tp->ndevs(), 0);
 	mock.dupinfo_fail_at = 0;
@@ -616,7 +617,7 @@ static void test_local_mr_setup_buffers_registered(void **state)
 	struct pair p;
 
 	open_pair(&p, "efa", FI_MR_LOCAL | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, 4);
-	assert_int_equal(mock.mr_live, 2);	/* one setup-message region per endpoint */
+	assert_int_equal(mock.mr_live, 2); /* one setup-message region per endpoint */
 	close_pair(&p);
 }
 
@@ -642,7 +643,7 @@ static void test_write_offsets_app_keys_len_in_data(void **state)
 	open_pair(&p, "tcp;ofi_rxm", 0, 8);
 	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mr, &own), 0);
 	assert_int_equal(tp->write(p.c, 0, region, 100, mr, 0x10040, &rk, true, 0xbeef, NULL), 0);
-	assert_int_equal(p.cb->last_rma_iov.addr, 0x40);	/* offset: no FI_MR_VIRT_ADDR */
+	assert_int_equal(p.cb->last_rma_iov.addr, 0x40); /* offset: no FI_MR_VIRT_ADDR */
 	assert_int_equal(p.cb->last_rma_iov.key, 42);
 	assert_int_equal(p.cb->last_rma.data, (100ull << 32) | 0xbeef);
 	assert_true(p.cb->last_flags & FI_REMOTE_CQ_DATA);
@@ -650,7 +651,7 @@ static void test_write_offsets_app_keys_len_in_data(void **state)
 	assert_int_equal(tp->write(p.c, 0, region, 0, NULL, 0x10000, &rk, false, 0, NULL), 0);
 	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
 	assert_int_equal(tp->write(p.c, 1, region, 0, NULL, 0x10000, &rk, false, 0, NULL),
-			 -EINVAL);	/* one lane */
+			 -EINVAL); /* one lane */
 	assert_int_equal(tp->dereg_mr(0, mr), 0);
 	close_pair(&p);
 }
@@ -663,8 +664,8 @@ static void test_write_virt_addr_and_4_byte_cq_data(void **state)
 
 	open_pair(&p, "efa", FI_MR_LOCAL | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR, 4);
 	assert_int_equal(tp->write(p.c, 0, region, 100, NULL, 0x10040, &rk, true, 7, NULL), 0);
-	assert_int_equal(p.cb->last_rma_iov.addr, 0x10040);	/* a VA */
-	assert_int_equal(p.cb->last_rma.data, 7);		/* no room for the length */
+	assert_int_equal(p.cb->last_rma_iov.addr, 0x10040); /* a VA */
+	assert_int_equal(p.cb->last_rma.data, 7);	    /* no room for the length */
 	/* the target's length then comes from the CQ entry */
 	mock_cq_push(p.la, NULL, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 100, 7);
 	ev[0] = poll_one(p.a, MK_EV_IMM);
@@ -730,13 +731,14 @@ static void test_write_eagain_returns_slot(void **state)
 	open_pair(&p, "tcp;ofi_rxm", 0, 8);
 	mock.write_rc = -FI_EAGAIN;
 	for (int i = 0; i < 20; i++)
-		assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+		assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL),
+				 -EAGAIN);
 	mock.write_rc = -FI_EINVAL;
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EINVAL);
 	mock.write_rc = 0;
 	while (tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL) == 0)
 		n++;
-	assert_int_equal(n, 8);	/* no slot leaked by the refused posts */
+	assert_int_equal(n, 8); /* no slot leaked by the refused posts */
 	close_pair(&p);
 }
 
@@ -757,7 +759,7 @@ static void test_pool_exhaustion_then_recovery(void **state)
 	mock_cq_push(p.cb, ctxs[3], FI_RMA | FI_WRITE, 0, 0);
 	assert_int_equal(tp->poll(p.c, ev, 16), 1);
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
-	assert_int_equal(p.cb->last_rma.context, ctxs[3]);	/* the freed slot, reused */
+	assert_int_equal(p.cb->last_rma.context, ctxs[3]); /* the freed slot, reused */
 	close_pair(&p);
 }
 
@@ -772,7 +774,7 @@ static void test_stalled_writes_time_out(void **state)
 	open_pair(&p, "tcp;ofi_rxm", 0, 8);
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, &ctx), 0);
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, &ctx), 0);
-	assert_int_equal(tp->poll(p.c, ev, 16), 0);	/* the stall starts here */
+	assert_int_equal(tp->poll(p.c, ev, 16), 0); /* the stall starts here */
 	usleep(30 * 1000);
 	assert_int_equal(tp->poll(p.c, ev, 16), 2);
 	assert_int_equal(ev[0].status, -ETIMEDOUT);
@@ -790,7 +792,7 @@ static void test_refused_posts_time_out(void **state)
 
 	set_env("MKERNEL_TIMEOUT", "20");
 	open_pair(&p, "tcp;ofi_rxm", 0, 8);
-	mock.write_rc = -FI_EAGAIN;	/* a queue that never drains */
+	mock.write_rc = -FI_EAGAIN; /* a queue that never drains */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0);
 	usleep(30 * 1000);
@@ -814,7 +816,7 @@ static void test_refusal_cleared_by_progress(void **state)
 	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
 	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
 	usleep(30 * 1000);
-	assert_int_equal(tp->poll(p.c, ev, 4), 0);	/* idle, not stalled */
+	assert_int_equal(tp->poll(p.c, ev, 4), 0); /* idle, not stalled */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
 	close_pair(&p);
 }
@@ -832,12 +834,12 @@ static void test_shm_dead_peer_process_detected(void **state)
 		_exit(0);
 	assert_int_equal(waitpid(dead, NULL, 0), dead);
 	snprintf(name, sizeof(name), "fi_shm://%d:0:0", (int)getpid());
-	mock.next_addr = name;	/* the listener: this live process */
+	mock.next_addr = name; /* the listener: this live process */
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	open_pair(&p, "shm", FI_MR_VIRT_ADDR, 8);
-	assert_int_equal(ofi_conn(p.c)->peer_pid, getpid());	/* parsed from the name */
+	assert_int_equal(ofi_conn(p.c)->peer_pid, getpid()); /* parsed from the name */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
-	ofi_conn(p.c)->peer_pid = (int)dead;	/* the peer process exits */
+	ofi_conn(p.c)->peer_pid = (int)dead; /* the peer process exits */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -ECONNRESET);
 	assert_int_equal(tp->poll(p.c, ev, 2), -ECONNRESET);
 	close_pair(&p);
@@ -876,7 +878,7 @@ static void test_event_during_setup_is_kept(void **state)
 	mock_deliver(mock.eps[1], mock.eps[0]);
 	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
 	mock_cq_push(mock.eps[1], NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, 5);
-	assert_int_equal(tp->connected(c), 0);	/* reads the immediate, keeps it */
+	assert_int_equal(tp->connected(c), 0); /* reads the immediate, keeps it */
 	mock_deliver(mock.eps[0], mock.eps[1]);
 	assert_int_equal(tp->connected(c), 1);
 	assert_int_equal(tp->poll(c, ev, 2), 1);

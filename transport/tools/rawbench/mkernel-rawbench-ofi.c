@@ -41,7 +41,7 @@
 #define MAX_WINDOW 256
 #define TAG_DATA   1
 #define TAG_ACK	   2
-#define SLOT_CAP   (256u << 20)	/* above window x size, all slots share one buffer */
+#define SLOT_CAP   (256u << 20) /* above window x size, all slots share one buffer */
 
 /* What the client tells the server (same build on both sides). */
 struct config {
@@ -62,8 +62,8 @@ struct bench {
 	void *desc;
 	fi_addr_t peer;
 	uint8_t *buf;
-	size_t slot;		/* bytes between slots; 0: all share */
-	struct fi_context2 ctx[MAX_WINDOW + 1];	/* last one: the ack */
+	size_t slot;				/* bytes between slots; 0: all share */
+	struct fi_context2 ctx[MAX_WINDOW + 1]; /* last one: the ack */
 	int sock;
 };
 
@@ -144,7 +144,7 @@ static int tcp_connect(const char *hostport)
 	for (int tries = 0; connect(fd, ai->ai_addr, ai->ai_addrlen) != 0; tries++) {
 		if (tries == 100)
 			die("connect to the server", 0);
-		usleep(50 * 1000);	/* the server may still be starting */
+		usleep(50 * 1000); /* the server may still be starting */
 	}
 	freeaddrinfo(ai);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -162,8 +162,8 @@ static void fabric_open(struct bench *b, const char *prov, const char *iface)
 	hints->caps = FI_TAGGED | FI_MSG | FI_RMA;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->ep_attr->type = FI_EP_RDM;
-	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				      FI_MR_PROV_KEY;
+	hints->domain_attr->mr_mode =
+		FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	hints->domain_attr->av_type = FI_AV_TABLE;
 	hints->fabric_attr->prov_name = strdup(prov);
 	if (iface != NULL && !lo)
@@ -267,7 +267,7 @@ static void post(struct bench *b, bool send, void *buf, size_t len, uint64_t tag
 			rc = fi_trecv(b->ep, buf, len, b->desc, b->peer, tag, 0, &b->ctx[ctx]);
 		if (rc != -FI_EAGAIN)
 			break;
-		fi_cq_read(b->cq, NULL, 0);	/* progress, then try again */
+		fi_cq_read(b->cq, NULL, 0); /* progress, then try again */
 	}
 	if (rc)
 		die(send ? "fi_tsend" : "fi_trecv", rc);
@@ -355,7 +355,7 @@ static double lat_run(struct bench *b, size_t size, uint32_t n, bool client)
 	t0 = now_s();
 	for (uint32_t i = 0; i < n; i++)
 		pingpong(b, size, client);
-	return (now_s() - t0) / n / 2 * 1e6;	/* one-way, microseconds */
+	return (now_s() - t0) / n / 2 * 1e6; /* one-way, microseconds */
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -396,7 +396,7 @@ static void run(struct bench *b, const struct config *c, bool client)
 				x = size * (double)n / bw_send(b, size, n, c->window) / 1e9;
 			} else if (bw) {
 				bw_recv(b, size, n, c->window);
-				x = 0;	/* the client reports */
+				x = 0; /* the client reports */
 			} else {
 				x = lat_run(b, size, n, client);
 			}
@@ -406,12 +406,14 @@ static void run(struct bench *b, const struct config *c, bool client)
 		if (!client)
 			continue;
 		qsort(v, c->reps, sizeof(*v), cmp_double);
-		printf("{\"tool\":\"rawbench-ofi\",\"provider\":\"%s\",\"mode\":\"%s\",\"size\":%zu,"
+		printf("{\"tool\":\"rawbench-ofi\",\"provider\":\"%s\",\"mode\":\"%s\",\"size\":%"
+		       "zu,"
 		       "\"window\":%u,\"iters\":%u,\"reps\":%u,\"%s_median\":%.4f,\"%s_p10\":%.4f,"
 		       "\"%s_p90\":%.4f,\"host\":\"%s\"}\n",
 		       b->info->fabric_attr->prov_name, c->mode, size, bw ? c->window : 1, c->iters,
-		       c->reps, bw ? "gbps" : "lat_us", pct(v, c->reps, 0.5), bw ? "gbps" : "lat_us",
-		       pct(v, c->reps, 0.1), bw ? "gbps" : "lat_us", pct(v, c->reps, 0.9), host);
+		       c->reps, bw ? "gbps" : "lat_us", pct(v, c->reps, 0.5),
+		       bw ? "gbps" : "lat_us", pct(v, c->reps, 0.1), bw ? "gbps" : "lat_us",
+		       pct(v, c->reps, 0.9), host);
 		fflush(stdout);
 	}
 	free(v);
@@ -447,11 +449,16 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "provider", required_argument, NULL, 'p' }, { "iface", required_argument, NULL, 'i' },
-		{ "server", required_argument, NULL, 's' },   { "client", required_argument, NULL, 'c' },
-		{ "mode", required_argument, NULL, 'm' },     { "sizes", required_argument, NULL, 'z' },
-		{ "window", required_argument, NULL, 'w' },   { "iters", required_argument, NULL, 'n' },
-		{ "warmup", required_argument, NULL, 'u' },   { "reps", required_argument, NULL, 'r' },
+		{ "provider", required_argument, NULL, 'p' },
+		{ "iface", required_argument, NULL, 'i' },
+		{ "server", required_argument, NULL, 's' },
+		{ "client", required_argument, NULL, 'c' },
+		{ "mode", required_argument, NULL, 'm' },
+		{ "sizes", required_argument, NULL, 'z' },
+		{ "window", required_argument, NULL, 'w' },
+		{ "iters", required_argument, NULL, 'n' },
+		{ "warmup", required_argument, NULL, 'u' },
+		{ "reps", required_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct config c = { .mode = "bw", .window = 64, .iters = 1000, .warmup = 100, .reps = 5 };
@@ -462,25 +469,46 @@ int main(int argc, char **argv)
 	parse_sizes("4096,65536,1048576", &c);
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'p': prov = optarg; break;
-		case 'i': iface = optarg; break;
-		case 's': server = optarg; break;
-		case 'c': client = optarg; break;
-		case 'm': snprintf(c.mode, sizeof(c.mode), "%s", optarg); break;
-		case 'z': parse_sizes(optarg, &c); break;
-		case 'w': c.window = (uint32_t)atoi(optarg); break;
-		case 'n': c.iters = (uint32_t)atoi(optarg); break;
-		case 'u': c.warmup = (uint32_t)atoi(optarg); break;
-		case 'r': c.reps = (uint32_t)atoi(optarg); break;
-		default: usage();
+		case 'p':
+			prov = optarg;
+			break;
+		case 'i':
+			iface = optarg;
+			break;
+		case 's':
+			server = optarg;
+			break;
+		case 'c':
+			client = optarg;
+			break;
+		case 'm':
+			snprintf(c.mode, sizeof(c.mode), "%s", optarg);
+			break;
+		case 'z':
+			parse_sizes(optarg, &c);
+			break;
+		case 'w':
+			c.window = (uint32_t)atoi(optarg);
+			break;
+		case 'n':
+			c.iters = (uint32_t)atoi(optarg);
+			break;
+		case 'u':
+			c.warmup = (uint32_t)atoi(optarg);
+			break;
+		case 'r':
+			c.reps = (uint32_t)atoi(optarg);
+			break;
+		default:
+			usage();
 		}
 	}
-	if (prov == NULL || (server == NULL) == (client == NULL) || c.nsizes == 0 ||
-	    c.window < 1 || c.window > MAX_WINDOW || c.iters < 1 || c.reps < 1 ||
+	if (prov == NULL || (server == NULL) == (client == NULL) || c.nsizes == 0 || c.window < 1 ||
+	    c.window > MAX_WINDOW || c.iters < 1 || c.reps < 1 ||
 	    (strcmp(c.mode, "bw") != 0 && strcmp(c.mode, "lat") != 0))
 		usage();
 	if (strcmp(c.mode, "lat") == 0)
-		c.window = 2;	/* ping and pong slots */
+		c.window = 2; /* ping and pong slots */
 	fabric_open(&b, prov, iface);
 	b.sock = server != NULL ? tcp_serve(atoi(server)) : tcp_connect(client);
 	if (client != NULL)
@@ -490,7 +518,7 @@ int main(int argc, char **argv)
 	buffers_open(&b, &c);
 	exchange_addrs(&b);
 	run(&b, &c, client != NULL);
-	barrier(&b);	/* nobody tears down while the other still has traffic in flight */
+	barrier(&b); /* nobody tears down while the other still has traffic in flight */
 	if (b.mr != NULL)
 		fi_close(&b.mr->fid);
 	fi_close(&b.ep->fid);
