@@ -55,6 +55,8 @@ struct mk_dev_props {
 	int max_lanes;			/* lanes (QPs) a connection can stripe over */
 	int force_flush;		/* 1: received GPU data needs a read-back flush */
 	size_t max_msg;			/* largest single write */
+	int rma_lands_unpolled;		/* 1: a peer's write reaches memory without this side
+					 * calling poll() (NIC offload); 0: the target must poll */
 	char provider[32];		/* backend detail for logs: "tcp;ofi_rxm", "rxe", "mlx5" */
 };
 
@@ -172,7 +174,9 @@ struct mk_transport_ops {
 	 * One-sided write of len bytes (len may be 0 with an immediate) from src (inside src_mr) to
 	 * the peer's VA dst inside the region described by rkey, on lane. With has_imm the peer's
 	 * poll() reports MK_EV_IMM{imm, len} after the data is placed. ctx comes back in this side's
-	 * MK_EV_WRITE_DONE. -EAGAIN: queue full, nothing posted.
+	 * MK_EV_WRITE_DONE. -EAGAIN: queue full, nothing posted. -ETIMEDOUT (or the latched
+	 * connection error) once posts have been refused for MKERNEL_TIMEOUT with nothing
+	 * completing: the connection is then broken.
 	 */
 	int (*write)(struct mk_conn *c, int lane, const void *src, size_t len, struct mk_bmr *src_mr,
 		     uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx);

@@ -99,6 +99,7 @@ static int fake_dev_props(int dev, struct mk_dev_props *p)
 	p->max_lanes = MK_TP_MAX_LANES;
 	p->max_msg = (size_t)1 << 40;
 	strcpy(p->provider, "fake");
+	p->rma_lands_unpolled = !fake_tp_faults.needs_poll;	/* memcpy at post time */
 	return 0;
 }
 

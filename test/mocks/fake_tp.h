@@ -18,6 +18,7 @@ struct fake_tp_faults {
 	int blackhole;		/* writes are accepted but never complete nor land */
 	int fail_reg;		/* reg_mr returns this */
 	int max_inflight;	/* per-connection queue depth before -EAGAIN (default 256) */
+	int needs_poll;		/* report rma_lands_unpolled = 0, like tcp or shm */
 };
 
 extern struct fake_tp_faults fake_tp_faults;

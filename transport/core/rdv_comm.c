@@ -235,6 +235,15 @@ static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct 
 		goto undo_alloc;
 	r->staging = r->cs.region.base;
 	r->next_seq = rdv_initial_seq;
+	{
+		struct mk_dev_props props;
+
+		/*
+		 * Finishing an optional receive before its data is in is only safe when nobody
+		 * has to poll for the data to land: NCCL may stop calling us once it is done.
+		 */
+		r->early_ok = ops->dev_props(dev, &props) == 0 && props.rma_lands_unpolled;
+	}
 	for (int i = 0; i < MK_RDV_CTS_GROUPS; i++) {
 		r->reqs[i].magic = MK_RDV_REQ_MAGIC;
 		r->reqs[i].kind = MK_RDV_REQ_RECV;

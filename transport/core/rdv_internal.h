@@ -187,6 +187,7 @@ struct mk_rdv_recv {
 	uint64_t peer_ring;		/* the sender's CTS ring VA */
 	uint32_t next_seq;		/* sequence of the next receive group */
 	int outstanding;		/* posted, not yet reported done */
+	bool early_ok;			/* writes land unpolled: optional receives may finish early */
 	struct mk_rdv_req reqs[MK_RDV_CTS_GROUPS];	/* indexed by seq % MK_RDV_CTS_GROUPS */
 	struct mk_rdv_req flush_reqs[MK_RDV_MAX_REQUESTS];
 	struct mk_rdv_recv *next_free;

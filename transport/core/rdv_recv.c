@@ -153,7 +153,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	req->status = 0;
 	req->seq = seq;
 	req->n = n;
-	req->optional = optional;
+	req->optional = optional && r->early_ok;
 	req->cts_posted = true;
 	req->cts_done = false;
 	r->next_seq++;

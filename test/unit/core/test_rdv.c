@@ -361,6 +361,35 @@ static void test_rdv_optional_completion_finishes_early_and_data_still_lands(voi
 	pair_close(&p);
 }
 
+static void test_rdv_optional_completion_waits_for_data_when_target_must_poll(void **state)
+{
+	struct pair p;
+	char sbuf[64], rbuf[64];
+	struct mk_mr *smr, *rmr;
+	struct mk_rdv_req *sreq = NULL, *rreq = NULL;
+	void *d = rbuf;
+	size_t cap = sizeof(rbuf), got = 0;
+	int tag = 0, done = 0;
+
+	fake_tp_faults.needs_poll = 1;
+	pair_open(&p);
+	smr = reg(p.s, sbuf, sizeof(sbuf));
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	memset(sbuf, 0x6b, sizeof(sbuf));
+	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, true, &rreq), 0);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(mk_rdv_test(rreq, &done, NULL), 0);
+	assert_int_equal(done, 0);	/* nobody would poll for the data after an early finish */
+	while (sreq == NULL)
+		assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), tag, smr, &sreq), 0);
+	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+	assert_int_equal(got, sizeof(sbuf));
+	assert_memory_equal(rbuf, sbuf, sizeof(sbuf));
+	mk_rdv_dereg(p.s, smr);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+}
+
 static void test_rdv_backend_full_queue_is_retried(void **state)
 {
 	struct pair p;
@@ -517,6 +546,8 @@ int main(void)
 		cmocka_unit_test_setup(test_rdv_zero_bytes_and_striping, setup),
 		cmocka_unit_test_setup(test_rdv_optional_completion_finishes_early_and_data_still_lands,
 				       setup),
+		cmocka_unit_test_setup(
+			test_rdv_optional_completion_waits_for_data_when_target_must_poll, setup),
 		cmocka_unit_test_setup(test_rdv_backend_full_queue_is_retried, setup),
 		cmocka_unit_test_setup(test_rdv_dead_peer_fails_pending_requests, setup),
 		cmocka_unit_test_setup(test_rdv_silent_peer_times_out, setup),
