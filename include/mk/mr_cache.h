@@ -13,7 +13,10 @@
 
 #include "mk/transport.h"
 
+#define MK_MR_MAGIC 0x6d6b6d72u
+
 struct mk_mr {
+	uint32_t magic;		/* MK_MR_MAGIC while registered; entries are recycled, never freed */
 	const struct mk_transport_ops *ops;
 	int dev;
 	int type;		/* MK_PTR_HOST / MK_PTR_CUDA */
@@ -31,6 +34,12 @@ int mk_mr_get(const struct mk_transport_ops *ops, int dev, void *addr, size_t le
 
 /* Drop one reference; deregisters at 0. -EINVAL for a handle the cache does not know. */
 int mk_mr_put(struct mk_mr *mr);
+
+/* Cheap data-path check of a caller-supplied handle: registered and not yet released. */
+static inline int mk_mr_valid(const struct mk_mr *mr)
+{
+	return mr != NULL && __atomic_load_n(&mr->magic, __ATOMIC_RELAXED) == MK_MR_MAGIC;
+}
 
 struct mk_mr_stats {
 	uint64_t hits;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "mk/compiler.h"
@@ -16,6 +17,7 @@
 
 static pthread_mutex_t mr_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mk_mr *mr_list;
+static struct mk_mr *mr_free;	/* released entries: stale handles stay readable */
 static struct mk_mr_stats mr_stats;
 
 static uintptr_t mr_page_size(void)
@@ -65,7 +67,13 @@ int mk_mr_get(const struct mk_transport_ops *ops, int dev, void *addr, size_t le
 			goto unlock;
 		}
 	}
-	m = calloc(1, sizeof(*m));
+	m = mr_free;
+	if (m != NULL)
+		mr_free = m->next;
+	else
+		m = malloc(sizeof(*m));
+	if (m != NULL)
+		memset(m, 0, sizeof(*m));
 	if (m == NULL) {
 		rc = -ENOMEM;
 		goto unlock;
@@ -84,6 +92,7 @@ int mk_mr_get(const struct mk_transport_ops *ops, int dev, void *addr, size_t le
 		goto undo_alloc;
 	}
 	m->refs = 1;
+	__atomic_store_n(&m->magic, MK_MR_MAGIC, __ATOMIC_RELAXED);
 	m->next = mr_list;
 	mr_list = m;
 	mr_stats.misses++;
@@ -92,7 +101,8 @@ int mk_mr_get(const struct mk_transport_ops *ops, int dev, void *addr, size_t le
 	goto unlock;
 
 undo_alloc:
-	free(m);
+	m->next = mr_free;
+	mr_free = m;
 unlock:
 	pthread_mutex_unlock(&mr_lock);
 	return rc;
@@ -121,7 +131,9 @@ int mk_mr_put(struct mk_mr *mr)
 		MK_WARN("%s: deregistering 0x%lx+%lu failed: %s", mr->ops->name,
 			(unsigned long)mr->start, (unsigned long)(mr->end - mr->start),
 			mk_strerror(rc));
-	free(mr);
+	__atomic_store_n(&mr->magic, 0, __ATOMIC_RELAXED);
+	mr->next = mr_free;
+	mr_free = mr;
 unlock:
 	pthread_mutex_unlock(&mr_lock);
 	return rc;

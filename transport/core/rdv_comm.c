@@ -139,8 +139,12 @@ void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy, void *probe_src)
 		return;
 	rc = cs->conn->ops->write(cs->conn, 0, probe_src, 8, cs->region.mr->bmr, cs->peer_probe,
 				  &cs->peer_rkey, false, 0, cs);
-	if (rc == -EAGAIN)
+	if (rc == -EAGAIN) {
+		/* a transport refusing every post for that long is as dead as a silent peer */
+		if (now - cs->last_event_ms > (uint64_t)mk_param_timeout_ms())
+			mk_rdv_fail(cs, -ETIMEDOUT, "transport refused every post for MKERNEL_TIMEOUT");
 		return;
+	}
 	if (rc) {
 		mk_rdv_fail(cs, rc, "liveness probe");
 		return;

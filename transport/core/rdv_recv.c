@@ -118,9 +118,12 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	*out = NULL;
 	if (n < 1 || n > mk_rdv_max_recvs())
 		return -EINVAL;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		if (mrs[i] == NULL && sizes[i] > 0)
 			return -EINVAL;
+		if (mrs[i] != NULL && !mk_mr_valid(mrs[i]))
+			return -EBADF;
+	}
 	rc = mk_rdv_recv_progress(r);
 	if (rc)
 		return rc;
@@ -140,8 +143,10 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	}
 	rc = c->ops->write(c, 0, cts, (size_t)n * sizeof(*cts), r->cs.region.mr->bmr, dst,
 			   &r->cs.peer_rkey, false, 0, req);
-	if (rc == -EAGAIN)
-		return 0;
+	if (rc == -EAGAIN) {
+		mk_rdv_keepalive(&r->cs, true, (char *)r->cs.region.base + r->cs.region.len - 64);
+		return r->cs.error;
+	}
 	if (rc) {
 		mk_rdv_fail(&r->cs, rc, "clear-to-send write");
 		return rc;

@@ -479,6 +479,17 @@ static void test_rdv_stale_and_foreign_pointers_are_rejected(void **state)
 	struct mk_rdv_comm *l, *s = NULL;
 
 	pair_open(&p);
+	{
+		char buf[64];
+		struct mk_mr *mr = reg(p.s, buf, sizeof(buf));
+		struct mk_rdv_req *req = NULL;
+
+		assert_int_equal(mk_rdv_dereg(p.s, mr), 0);
+		/* a deregistered handle is refused on the data path, not dereferenced */
+		assert_int_equal(mk_rdv_isend(p.s, buf, 8, 0, mr, &req), -EBADF);
+		assert_int_equal(mk_rdv_isend(p.s, buf, 8, 0, NULL, &req), -EINVAL);
+		assert_null(req);
+	}
 	stale = p.s;
 	assert_int_equal(mk_rdv_check(p.s, MK_RDV_SEND), 0);
 	assert_int_equal(mk_rdv_check(p.s, MK_RDV_RECV), -EBADF);
