@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Knobs of the device runtime: command queues and the host proxy. */
+#include "fused/runtime/runtime_params.h"
+
+MK_PARAM_INT(cmdq_slots, "fused", "MKERNEL_CMDQ_SLOTS", 4096,
+	     "command-queue entries per queue (power of two, 64 B each, host-pinned)")
+MK_PARAM_INT(proxy_threads, "fused", "MKERNEL_PROXY_THREADS", 1,
+	     "host proxy threads per comm draining command queues")
+MK_PARAM_INT(proxy_batch, "fused", "MKERNEL_PROXY_BATCH", 64,
+	     "most commands a proxy thread takes from one queue before publishing credits")

@@ -1,0 +1,12 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Knobs of the device runtime (defined in runtime_params.c). */
+#ifndef MK_FUSED_RUNTIME_PARAMS_H
+#define MK_FUSED_RUNTIME_PARAMS_H
+
+#include "mk/param.h"
+
+MK_PARAM_DECLARE_INT(cmdq_slots);	/* MKERNEL_CMDQ_SLOTS */
+MK_PARAM_DECLARE_INT(proxy_threads);	/* MKERNEL_PROXY_THREADS */
+MK_PARAM_DECLARE_INT(proxy_batch);	/* MKERNEL_PROXY_BATCH */
+
+#endif
