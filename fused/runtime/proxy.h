@@ -22,6 +22,10 @@
 #include "fused/runtime/cmdq.h"
 #include "mk/transport.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Host side of one queue: memory (owned by the caller) plus the consumer's state. */
 struct mk_cmdq {
 	struct mk_cmdq_slot *slots;	/* nslots, host memory the producer writes */
@@ -111,5 +115,9 @@ void mk_proxy_get_stats(struct mk_proxy *p, struct mk_proxy_stats *st);
 
 /* Monotonic clocks used by the proxy, benchmarks and tests. */
 uint64_t mk_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* MK_FUSED_RUNTIME_PROXY_H */

@@ -8,3 +8,5 @@ MK_PARAM_INT(proxy_threads, "fused", "MKERNEL_PROXY_THREADS", 1,
 	     "host proxy threads per comm draining command queues")
 MK_PARAM_INT(proxy_batch, "fused", "MKERNEL_PROXY_BATCH", 64,
 	     "most commands a proxy thread takes from one queue before publishing credits")
+MK_PARAM_INT(symm_heap, "fused", "MKERNEL_SYMM_HEAP", 512 << 20,
+	     "bytes of symmetric heap per rank that mkMemAlloc hands out (host-pinned, registered)")
