@@ -47,7 +47,8 @@ run_job() {
 	done
 	local rc=0
 	for p in "${pids[@]}"; do wait "$p" || rc=1; done
-	cat "$out/$label-$mode-rank0.out"
+	# NCCL's INFO lines go to stdout too: keep only our JSON records
+	grep -h '^{' "$out/$label-$mode-rank0.out"
 	return $rc
 }
 
@@ -62,7 +63,7 @@ grep -m3 "NET/mkernel" "$log"
 run_job mkernel-tcp bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
 run_job mkernel-shm bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm || fail=1
 run_job nccl-socket bench NCCL_NET=Socket NCCL_IB_DISABLE=1 || fail=1
-cat "$out"/*-bench-rank0.out > "$out/bench.jsonl"
+grep -h '^{' "$out"/*-bench-rank0.out > "$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

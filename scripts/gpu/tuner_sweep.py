@@ -30,7 +30,7 @@ NCCL_LINE = re.compile(
 OUR_LINE = re.compile(
     r"TUNER/mkernel decision allreduce (\d+) bytes .*-> algo (\w+) proto (\w+) channels (\d+) "
     r"\(algo from (\w+)")
-SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def norm(name):

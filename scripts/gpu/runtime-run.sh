@@ -1,0 +1,65 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Device runtime on a GPU host, in one go: what the host offers (GPU, NCCL libraries, MPS), the
+# command-queue gpu test at full size for both slot-publication scopes (throughput and round-trip
+# JSON lines), compute-sanitizer (memcheck, racecheck, synccheck) on the quick test, and the
+# CPU-producer queue benchmark. Binaries come prebuilt in BIN (test-cmdq-gpu,
+# test-cmdq-gpu-sysrel, mkernel-bench-cmdq); logs go to OUTDIR.
+# Usage: scripts/gpu/runtime-run.sh BIN OUTDIR [steps...]
+#   steps: info test sanitize bench (default: all four)
+set -u
+bin=$(cd "$1" && pwd)
+out=$2
+shift 2
+steps=${*:-info test sanitize bench}
+mkdir -p "$out"
+# Never NVLink multicast, in this process tree or any it starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH="$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+fails=0
+
+for s in $steps; do
+	case $s in
+	info)
+		echo "== host"
+		{
+			nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+			date -u
+			nproc
+			nvcc --version | tail -2
+			command -v nvidia-cuda-mps-control || echo "no nvidia-cuda-mps-control"
+			ls /usr/local/cuda/lib64/libnccl* 2>&1 | head -3
+			python3 -c 'import nvidia.nccl, os; d = os.path.join(nvidia.nccl.__path__[0], "lib"); print(d, os.listdir(d))' 2>&1
+			python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>&1
+			ls "$(python3 -c 'import nvidia.nccl, os; print(nvidia.nccl.__path__[0])' 2>/dev/null)/include" 2>&1 | head
+		} 2>&1 | tee "$out/info.txt"
+		;;
+	test)
+		for t in test-cmdq-gpu test-cmdq-gpu-sysrel; do
+			echo "== $t"
+			timeout 90 "$bin/$t" >"$out/$t.log" 2>&1
+			rc=$?
+			cat "$out/$t.log"
+			echo "$t exit: $rc"
+			[ "$rc" = 0 ] || fails=$((fails + 1))
+		done
+		;;
+	sanitize)
+		for tool in memcheck racecheck synccheck; do
+			echo "== compute-sanitizer --tool $tool test-cmdq-gpu --quick"
+			timeout 45 compute-sanitizer --tool $tool --error-exitcode 3 \
+				"$bin/test-cmdq-gpu" --quick >"$out/sanitize-$tool.log" 2>&1
+			rc=$?
+			grep -E "ERROR SUMMARY|FAIL|failure" "$out/sanitize-$tool.log" | tail -3
+			echo "$tool exit: $rc"
+			[ "$rc" = 0 ] || fails=$((fails + 1))
+		done
+		;;
+	bench)
+		echo "== mkernel-bench-cmdq (CPU producer thread)"
+		timeout 40 "$bin/mkernel-bench-cmdq" -n 4000000 -l 50000 2>&1 | tee "$out/bench-cmdq.log"
+		;;
+	esac
+done
+echo "runtime-run: $fails failing step(s)"
+exit $((fails > 0))
