@@ -47,7 +47,32 @@ struct nb_opts {
 	FILE *json;
 	const char *provider;
 	const char *transport;
+	char rawtmp[64];	/* raw baseline JSON lines; "" when there is no baseline */
 };
+
+static int nb_free_port(void);
+
+/*
+ * The raw libfabric ceiling for one point, run between the plugin's points (the plugin's
+ * processes wait idle meanwhile) so background load hits both alike.
+ */
+static void nb_raw_point(const struct nb_opts *o, size_t size, int win, int nmsg)
+{
+	const char *prov = *o->provider ? o->provider : "tcp;ofi_rxm";
+	int port = nb_free_port();
+	char cmd[8192];
+
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --provider '%s' --iface lo --server %d --mode bw --sizes %zu --window %d "
+		 "--iters %d --warmup %d --reps %d >/dev/null & sleep 0.3; '%s' --provider '%s' "
+		 "--iface lo --client 127.0.0.1:%d --mode bw --sizes %zu --window %d --iters %d "
+		 "--warmup %d --reps %d >> %s; wait",
+		 o->raw, prov, port, size, win, nmsg, o->warmup, o->reps, o->raw, prov, port, size,
+		 win, nmsg, o->warmup, o->reps, o->rawtmp);
+	if (system(cmd) != 0)
+		fprintf(stderr, "mkernel-netbench: raw baseline failed at %zu B, window %d\n", size,
+			win);
+}
 
 struct nb_side {
 	const struct mk_nccl_net_v11 *net;
@@ -333,6 +358,16 @@ static void nb_run_side(const struct nb_opts *o, size_t bytes, int first, int to
 			}
 			if (first)
 				nb_record(o, "bw", o->sizes[i], win, v, o->reps, 1.0);
+			if (o->rawtmp[0] != '\0') {
+				char go = 'g';
+
+				if (first) {
+					nb_raw_point(o, o->sizes[i], win, nmsg);
+					nb_xfer(s.to_peer, &go, 1, 1);
+				} else {
+					nb_xfer(s.from_peer, &go, 1, 0);	/* idle meanwhile */
+				}
+			}
 		}
 	}
 	for (int i = 0; i < o->nlat; i++) {
@@ -395,6 +430,17 @@ static void nb_usage(const char *prog)
 }
 
 static void nb_table(const char *plugin_json, const char *raw_json);
+
+static void nb_copy_lines(const char *path, FILE *to)
+{
+	FILE *f = fopen(path, "r");
+	char line[1024];
+
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+		fputs(line, to);
+	if (f != NULL)
+		fclose(f);
+}
 
 /* A free TCP port on the loopback interface for the raw baseline's address exchange. */
 static int nb_free_port(void)
@@ -519,6 +565,16 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		plugin_json = fdopen(fd, "w+");
+		if (o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0) {
+			int rfd;
+
+			snprintf(o.rawtmp, sizeof(o.rawtmp), "/tmp/mkernel-rawbench-XXXXXX");
+			rfd = mkstemp(o.rawtmp);
+			if (rfd < 0)
+				o.rawtmp[0] = '\0';
+			else
+				close(rfd);
+		}
 		child = fork();
 		if (child == 0) {
 			nb_run_side(&o, maxs, 0, c2p[1], p2c[0]);
@@ -536,64 +592,17 @@ int main(int argc, char **argv)
 			fprintf(stderr, "mkernel-netbench: receiver process failed\n");
 			return 1;
 		}
-		fflush(plugin_json);
-		rewind(plugin_json);
-		{
-			char line[1024];
-
-			while (fgets(line, sizeof(line), plugin_json) != NULL)
-				fputs(line, o.json);
-		}
 		fclose(plugin_json);
+		nb_copy_lines(tmpl, o.json);
 	}
-	/* the raw libfabric ceiling on the same provider, same sizes and windows */
-	{
-		char rawtmp[] = "/tmp/mkernel-rawbench-XXXXXX";
-		int have_raw = o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0;
-
-		if (have_raw) {
-			const char *prov = *o.provider ? o.provider : "tcp;ofi_rxm";
-			int rfd = mkstemp(rawtmp);
-
-			close(rfd);
-			for (i = 0; i < o.nsizes; i++) {
-				for (int w = 0; w < o.nwin; w++) {
-					int nmsg = nb_nmsg(&o, o.sizes[i], o.windows[w]);
-					int port = nb_free_port();
-					char cmd[8192];
-
-					/* server in the background, client prints the JSON line */
-					snprintf(cmd, sizeof(cmd),
-						 "'%s' --provider '%s' --iface lo --server %d --mode bw "
-						 "--sizes %zu --window %d --iters %d --warmup %d --reps %d "
-						 ">/dev/null & sleep 0.3; '%s' --provider '%s' --iface lo "
-						 "--client 127.0.0.1:%d --mode bw --sizes %zu --window %d "
-						 "--iters %d --warmup %d --reps %d >> %s; wait",
-						 o.raw, prov, port, o.sizes[i], o.windows[w], nmsg, o.warmup,
-						 o.reps, o.raw, prov, port, o.sizes[i], o.windows[w], nmsg,
-						 o.warmup, o.reps, rawtmp);
-					if (system(cmd) != 0)
-						fprintf(stderr, "mkernel-netbench: raw baseline failed at "
-								"%zu B, window %d\n",
-							o.sizes[i], o.windows[w]);
-				}
-			}
-			{
-				FILE *f = fopen(rawtmp, "r");
-				char line[1024];
-
-				while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-					fputs(line, o.json);
-				if (f != NULL)
-					fclose(f);
-			}
-		}
-		fflush(o.json);
-		nb_table(tmpl, have_raw ? rawtmp : NULL);
-		unlink(tmpl);
-		if (have_raw)
-			unlink(rawtmp);
-	}
+	/* the raw ceiling's lines (measured between the plugin's points) follow the plugin's */
+	if (o.rawtmp[0] != '\0')
+		nb_copy_lines(o.rawtmp, o.json);
+	fflush(o.json);
+	nb_table(tmpl, o.rawtmp[0] != '\0' ? o.rawtmp : NULL);
+	unlink(tmpl);
+	if (o.rawtmp[0] != '\0')
+		unlink(o.rawtmp);
 	return 0;
 }
 
