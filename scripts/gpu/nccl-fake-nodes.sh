@@ -61,6 +61,7 @@ for want in "Loaded net plugin mkernel" "Assigned NET plugin mkernel" "NET/mkern
 done
 grep -m3 "NET/mkernel" "$log"
 run_job mkernel-tcp bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
+run_job mkernel-net bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net || fail=1
 run_job mkernel-shm bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm || fail=1
 run_job nccl-socket bench NCCL_NET=Socket NCCL_IB_DISABLE=1 || fail=1
 grep -h '^{' "$out"/*-bench-rank0.out > "$out/bench.jsonl"
@@ -70,11 +71,13 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
     by.setdefault(r["bytes"], {})[r["config"]] = r["busbw_gbps"]
-print(f"{'bytes':>12} {'mkernel-tcp':>12} {'mkernel-shm':>12} {'nccl-socket':>12} {'tcp/socket':>10}")
+cols = ["mkernel-tcp", "mkernel-net", "mkernel-shm", "nccl-socket"]
+print(f"{'bytes':>12} " + " ".join(f"{c:>12}" for c in cols) + f" {'tcp/socket':>10}")
 for b in sorted(by):
     d = by[b]
-    t, s, k = d.get("mkernel-tcp", 0), d.get("mkernel-shm", 0), d.get("nccl-socket", 0)
-    print(f"{b:>12} {t:>12.3f} {s:>12.3f} {k:>12.3f} {t / k if k else 0:>10.2f}")
+    k = d.get("nccl-socket", 0)
+    print(f"{b:>12} " + " ".join(f"{d.get(c, 0):>12.3f}" for c in cols) +
+          f" {d.get('mkernel-tcp', 0) / k if k else 0:>10.2f}")
 PY
 echo "nccl-fake-nodes: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail
