@@ -55,11 +55,12 @@ run_job() {
 fail=0
 plugin_env=(NCCL_NET_PLUGIN=$plugin NCCL_NET=mkernel MKERNEL_TRANSPORT=ofi MKERNEL_OFI_IFACE=lo)
 run_job mkernel-tcp check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
-log=$out/mkernel-tcp-check-rank0.log
+# NCCL writes its INFO lines to stdout, its WARN lines to stderr: search both.
+logs=("$out/mkernel-tcp-check-rank0.out" "$out/mkernel-tcp-check-rank0.log")
 for want in "Loaded net plugin mkernel" "Assigned NET plugin mkernel" "NET/mkernel"; do
-	if grep -q "$want" "$log"; then echo "log: found '$want'"; else echo "log: MISSING '$want'"; fail=1; fi
+	if grep -qh "$want" "${logs[@]}"; then echo "log: found '$want'"; else echo "log: MISSING '$want'"; fail=1; fi
 done
-grep -m3 "NET/mkernel" "$log"
+grep -h -m3 "NET/mkernel" "${logs[@]}"
 run_job mkernel-tcp bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
 run_job mkernel-net bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net || fail=1
 run_job mkernel-shm bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm || fail=1

@@ -4,7 +4,7 @@
 # command-queue gpu test at full size for both slot-publication scopes (throughput and round-trip
 # JSON lines), compute-sanitizer (memcheck, racecheck, synccheck) on the quick test, and the
 # CPU-producer queue benchmark. Binaries come prebuilt in BIN (test-cmdq-gpu,
-# test-cmdq-gpu-sysrel, mkernel-bench-cmdq); logs go to OUTDIR.
+# test-cmdq-gpu-sysrel, test-roles-gpu, mkernel-bench-cmdq); logs go to OUTDIR.
 # Usage: scripts/gpu/runtime-run.sh BIN OUTDIR [steps...]
 #   steps: info test sanitize bench (default: all four)
 set -u
@@ -35,7 +35,7 @@ for s in $steps; do
 		} 2>&1 | tee "$out/info.txt"
 		;;
 	test)
-		for t in test-cmdq-gpu test-cmdq-gpu-sysrel; do
+		for t in test-cmdq-gpu test-cmdq-gpu-sysrel test-roles-gpu; do
 			echo "== $t"
 			timeout 90 "$bin/$t" >"$out/$t.log" 2>&1
 			rc=$?
