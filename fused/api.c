@@ -17,8 +17,7 @@
 #include "mk/log.h"
 #include "mk/param.h"
 
-MK_PARAM_INT(gemm_force_fallback, "fused", "MKERNEL_GEMM_FORCE_FALLBACK", 0,
-	     "1 = mkGemm always runs cuBLAS instead of mkernel's Hopper GEMM engine");
+MK_PARAM_DECLARE_INT(gemm_force_fallback);	/* fused/gemm/gemm_params.c */
 
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 

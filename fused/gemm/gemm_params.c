@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * Knobs of the GEMM engine itself (declared in C: the registry's records use C designated
- * initializers). mkGemm's own knobs live in fused/api.c.
+ * initializers), with mkGemm's own knobs, in a file of declarations only so that
+ * mkernel-params lists them on machines without CUDA too.
  */
 #include "mk/param.h"
 
 MK_PARAM_DECLARE_INT(gemm_no_tma_store);
+MK_PARAM_DECLARE_INT(gemm_force_fallback);
 
 MK_PARAM_INT(gemm_no_tma_store, "fused", "MKERNEL_GEMM_NO_TMA_STORE", 0,
 	     "1 = the GEMM epilogue writes every output with per-thread stores instead of TMA");
+
+MK_PARAM_INT(gemm_force_fallback, "fused", "MKERNEL_GEMM_FORCE_FALLBACK", 0,
+	     "1 = mkGemm always runs cuBLAS instead of mkernel's Hopper GEMM engine");
