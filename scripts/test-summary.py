@@ -14,7 +14,8 @@ with open(path) as f:
         if not line:
             continue
         t = json.loads(line)
-        suite = (t.get("suite") or ["?"])[0].split(":")[-1]
+        # meson 1.0 writes no suite key: the name reads "<project>:<suite> / <test>"
+        suite = t.get("name", "?").split(" / ")[0].split(":")[-1]
         res = t.get("result", "ERROR")
         counts[suite][res] += 1
         if res in ("FAIL", "TIMEOUT", "ERROR", "UNEXPECTEDPASS"):
