@@ -62,13 +62,17 @@ static void nb_raw_point(const struct nb_opts *o, size_t size, int win, int nmsg
 	int port = nb_free_port();
 	char cmd[8192];
 
+	/* shm has no interface (its addresses are process names); the rest stay on loopback */
+	const char *iface = strcmp(prov, "shm") == 0 ? "" : "--iface lo";
+
+	/* bounded: a failed client must not leave us waiting on its server forever */
 	snprintf(cmd, sizeof(cmd),
-		 "'%s' --provider '%s' --iface lo --server %d --mode bw --sizes %zu --window %d "
-		 "--iters %d --warmup %d --reps %d >/dev/null & sleep 0.3; '%s' --provider '%s' "
-		 "--iface lo --client 127.0.0.1:%d --mode bw --sizes %zu --window %d --iters %d "
-		 "--warmup %d --reps %d >> %s; wait",
-		 o->raw, prov, port, size, win, nmsg, o->warmup, o->reps, o->raw, prov, port, size,
-		 win, nmsg, o->warmup, o->reps, o->rawtmp);
+		 "timeout 120 '%s' --provider '%s' %s --server %d --mode bw --sizes %zu --window %d "
+		 "--iters %d --warmup %d --reps %d >/dev/null & sleep 0.3; timeout 120 '%s' "
+		 "--provider '%s' %s --client 127.0.0.1:%d --mode bw --sizes %zu --window %d "
+		 "--iters %d --warmup %d --reps %d >> %s; wait",
+		 o->raw, prov, iface, port, size, win, nmsg, o->warmup, o->reps, o->raw, prov, iface,
+		 port, size, win, nmsg, o->warmup, o->reps, o->rawtmp);
 	if (system(cmd) != 0)
 		fprintf(stderr, "mkernel-netbench: raw baseline failed at %zu B, window %d\n", size,
 			win);

@@ -210,6 +210,7 @@ struct mk_ofi_conn {
 	 * makes every later post and poll spin inside libfabric, so both check it is alive first.
 	 */
 	int peer_pid;
+	uint64_t peer_checked_ns;	/* last liveness check of peer_pid (CLOCK_MONOTONIC) */
 	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	int inflight;
 	struct fi_context2 tx_ctx; /* setup message contexts, told apart in poll */
