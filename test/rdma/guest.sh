@@ -32,6 +32,15 @@ run_built() {
 run_built verbs-loopback test/rdma/verbs/test-verbs-loopback
 run_built net-loopback test/loopback/net/test-net-loopback --all --transport verbs "$BUILD/nccl_plugin/libnccl-net-mkernel.so"
 
+# The same plugin binary on a host without libfabric: hidden from the loader, auto selection
+# must take verbs (the host's loopback suite checks the converse).
+if [ -x "$BUILD/nccl_plugin/tools/mkernel-netbench" ]; then
+	MKERNEL_OFI_LIB=/nonexistent/libfabric.so.1 MKERNEL_TRANSPORT=auto \
+		mk_run plugin-without-libfabric sh "$SRC/test/loopback/net/hidden-lib.sh" \
+		"$BUILD/nccl_plugin/tools/mkernel-netbench" "$BUILD/nccl_plugin/libnccl-net-mkernel.so" \
+		verbs: || fails=$((fails + 1))
+fi
+
 # Benchmark: the same sizes through ib_write_bw and through our plugin, alternating in this run.
 bench=$BUILD/rdma-bench.jsonl
 : >"$bench"
