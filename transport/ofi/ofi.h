@@ -71,6 +71,7 @@ MK_PARAM_DECLARE_STR(ofi_iface);	 /* MKERNEL_OFI_IFACE */
 MK_PARAM_DECLARE_INT(ofi_cq_read_count); /* MKERNEL_OFI_CQ_READ_COUNT */
 MK_PARAM_DECLARE_INT(ofi_tx_depth);	 /* MKERNEL_OFI_TX_DEPTH */
 MK_PARAM_DECLARE_INT(ofi_speed_mbps);	 /* MKERNEL_OFI_SPEED_MBPS */
+MK_PARAM_DECLARE_INT(ofi_progress_thread); /* MKERNEL_OFI_PROGRESS_THREAD */
 
 /* ---- devices (ofi_init.c) ---- */
 
@@ -212,6 +213,14 @@ struct mk_ofi_conn {
 	int peer_pid;
 	uint64_t peer_checked_ns;	/* last liveness check of peer_pid (CLOCK_MONOTONIC) */
 	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
+	/*
+	 * MKERNEL_OFI_PROGRESS_THREAD: a thread that only drives the provider's progress
+	 * (fi_cq_read of zero entries; the domain is FI_THREAD_SAFE), so socket copies run beside
+	 * the caller's thread and writes land while nobody polls. Completions stay with poll().
+	 */
+	pthread_t progress;
+	bool progress_on;
+	int progress_stop;
 	int inflight;
 	struct fi_context2 tx_ctx; /* setup message contexts, told apart in poll */
 	struct fi_context2 rx_ctx;
@@ -291,6 +300,7 @@ uint64_t mk_ofi_now_ns(void);
 
 /* shm peers only: 0 while the peer process exists, else -ECONNRESET (latched). */
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
+void mk_ofi_progress_start(struct mk_ofi_conn *conn);
 
 extern const struct mk_transport_ops mk_ofi_ops;
 

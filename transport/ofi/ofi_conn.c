@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <signal.h>
@@ -218,9 +219,38 @@ undo_alloc:
 }
 
 /* Tears down in dependency order; keeps the first error, never stops early, never waits. */
+static void *ofi_progress_main(void *arg)
+{
+	struct mk_ofi_conn *conn = arg;
+
+	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE)) {
+		fi_cq_read(conn->cq, NULL, 0);	/* progress only: completions stay queued */
+		sched_yield();
+	}
+	return NULL;
+}
+
+void mk_ofi_progress_start(struct mk_ofi_conn *conn)
+{
+	if (!mk_param_ofi_progress_thread() || conn->progress_on)
+		return;
+	conn->progress_stop = 0;
+	if (pthread_create(&conn->progress, NULL, ofi_progress_main, conn) == 0)
+		conn->progress_on = true;
+	else
+		MK_WARN_ONCE("ofi: %s: no progress thread (%s); progress stays in poll()",
+			     conn->dev->props.name, strerror(errno));
+}
+
 static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 {
 	int rc = 0, r;
+
+	if (conn->progress_on) {
+		__atomic_store_n(&conn->progress_stop, 1, __ATOMIC_RELEASE);
+		pthread_join(conn->progress, NULL);
+		conn->progress_on = false;
+	}
 
 	r = fi_close(&conn->ep->fid);
 	rc = rc ? rc : r;
@@ -488,6 +518,7 @@ int mk_ofi_connected(struct mk_conn *c)
 		memcpy(c->peer_blob, conn->ctrl_rx.blob, c->peer_blob_len);
 		conn->rx_full = false;
 		conn->state = MK_OFI_READY;
+		mk_ofi_progress_start(conn);
 		return 1;
 	}
 	if (mk_ofi_now_ns() > conn->deadline_ns) {
@@ -535,6 +566,7 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, st
 	if (conn->tx_due || conn->tx_posted)
 		return 0;
 	conn->state = MK_OFI_READY;
+	mk_ofi_progress_start(conn);
 	l->pending = NULL;
 	*out = &conn->base;
 	return 0;

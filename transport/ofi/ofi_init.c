@@ -270,8 +270,9 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	 * Only a NIC that places RMA itself (efa) lands writes while we do not poll: tcp, net
 	 * and rxm progress the target inside fi_cq_read (measured), shm needs the target too.
 	 */
-	p->rma_lands_unpolled = strcmp(i->fabric_attr->prov_name, "efa") == 0 &&
-				i->domain_attr->data_progress == FI_PROGRESS_AUTO;
+	p->rma_lands_unpolled = (strcmp(i->fabric_attr->prov_name, "efa") == 0 &&
+				 i->domain_attr->data_progress == FI_PROGRESS_AUTO) ||
+				mk_param_ofi_progress_thread();
 	p->max_msg = i->ep_attr->max_msg_size;
 	if (d->len_in_data && p->max_msg > UINT32_MAX)
 		p->max_msg = UINT32_MAX; /* the length rides in 32 bits of the CQ data */

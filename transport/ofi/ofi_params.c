@@ -17,3 +17,6 @@ MK_PARAM_INT(ofi_tx_depth, "ofi", "MKERNEL_OFI_TX_DEPTH", 256,
 	     "writes+reads one connection may have in flight; more return -EAGAIN (8..65536)")
 MK_PARAM_INT(ofi_speed_mbps, "ofi", "MKERNEL_OFI_SPEED_MBPS", 0,
 	     "port speed reported to NCCL in Mbit/s; 0 = from the provider or sysfs, else 10000")
+MK_PARAM_INT(ofi_progress_thread, "ofi", "MKERNEL_OFI_PROGRESS_THREAD", 0,
+	     "1: one thread per connection drives the provider's progress (tcp/net/shm copy the "
+	     "bytes there), for hosts with spare cores; 0: progress only inside the caller's polls")
