@@ -7,6 +7,7 @@
 # shm providers) and through NCCL's internal Socket transport in the same run.
 #
 # usage: scripts/gpu/nccl-fake-nodes.sh <build-dir> [out-dir]
+# Environment: CONFIGS (bandwidth configurations to run), SKIP_CHECK=1 (bandwidth only).
 # The plugin's libfabric must be loadable (LD_LIBRARY_PATH). Figures are one-host emulation.
 set -uo pipefail
 build=$(cd "${1:?build dir}" && pwd)
@@ -54,17 +55,28 @@ run_job() {
 
 fail=0
 plugin_env=(NCCL_NET_PLUGIN=$plugin NCCL_NET=mkernel MKERNEL_TRANSPORT=ofi MKERNEL_OFI_IFACE=lo)
-run_job mkernel-tcp check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
-# NCCL writes its INFO lines to stdout, its WARN lines to stderr: search both.
-logs=("$out/mkernel-tcp-check-rank0.out" "$out/mkernel-tcp-check-rank0.log")
-for want in "Loaded net plugin mkernel" "Assigned NET plugin mkernel" "NET/mkernel"; do
-	if grep -qh "$want" "${logs[@]}"; then echo "log: found '$want'"; else echo "log: MISSING '$want'"; fail=1; fi
+if [ -z "${SKIP_CHECK:-}" ]; then
+	run_job mkernel-tcp check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
+	# NCCL writes its INFO lines to stdout, its WARN lines to stderr: search both.
+	logs=("$out/mkernel-tcp-check-rank0.out" "$out/mkernel-tcp-check-rank0.log")
+	for want in "Loaded net plugin mkernel" "Assigned NET plugin mkernel" "NET/mkernel"; do
+		if grep -qh "$want" "${logs[@]}"; then echo "log: found '$want'"; else echo "log: MISSING '$want'"; fail=1; fi
+	done
+	grep -h -m3 "NET/mkernel" "${logs[@]}"
+fi
+# Bandwidth configurations (CONFIGS selects a subset): the plugin over libfabric's tcp, net and
+# shm providers, tcp with a progress thread per connection, and NCCL's own Socket transport.
+for c in ${CONFIGS:-mkernel-tcp mkernel-tcp-pt mkernel-net mkernel-shm nccl-socket}; do
+	case $c in
+	mkernel-tcp) run_job $c bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1 ;;
+	mkernel-tcp-pt) run_job $c bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" \
+		MKERNEL_OFI_PROGRESS_THREAD=1 || fail=1 ;;
+	mkernel-net) run_job $c bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net || fail=1 ;;
+	mkernel-shm) run_job $c bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm || fail=1 ;;
+	nccl-socket) run_job $c bench NCCL_NET=Socket NCCL_IB_DISABLE=1 || fail=1 ;;
+	*) echo "unknown configuration $c"; fail=1 ;;
+	esac
 done
-grep -h -m3 "NET/mkernel" "${logs[@]}"
-run_job mkernel-tcp bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
-run_job mkernel-net bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net || fail=1
-run_job mkernel-shm bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm || fail=1
-run_job nccl-socket bench NCCL_NET=Socket NCCL_IB_DISABLE=1 || fail=1
 grep -h '^{' "$out"/*-bench-rank0.out > "$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
@@ -72,7 +84,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
     by.setdefault(r["bytes"], {})[r["config"]] = r["busbw_gbps"]
-cols = ["mkernel-tcp", "mkernel-net", "mkernel-shm", "nccl-socket"]
+cols = ["mkernel-tcp", "mkernel-tcp-pt", "mkernel-net", "mkernel-shm", "nccl-socket"]
 print(f"{'bytes':>12} " + " ".join(f"{c:>12}" for c in cols) + f" {'tcp/socket':>10}")
 for b in sorted(by):
     d = by[b]
