@@ -43,6 +43,66 @@ typedef enum {
 MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size_t n, size_t k,
 			   ncclDataType_t type, mkLayout_t bLayout, cudaStream_t stream);
 
+/* ---- communicators over an NCCL communicator ---- */
+
+/* A communicator of the device runtime, bound to one ncclComm_t and one CUDA device. */
+typedef struct mk_comm *mkComm_t;
+
+#define MK_CONFIG_UNDEF_INT  (-2147483647 - 1)
+#define MK_CONFIG_UNDEF_SIZE ((size_t)0)
+#define MK_CONFIG_MAGIC	     0x6d6b6366u
+
+/*
+ * Options of mkCommInit; start from MK_CONFIG_INITIALIZER and set what you need. Fields left
+ * undefined take their MKERNEL_* environment value (or its default).
+ */
+typedef struct {
+	size_t size;		/* sizeof(mkConfig_t), set by the initializer */
+	unsigned int magic;	/* MK_CONFIG_MAGIC */
+	unsigned int version;	/* MK_VERSION_MAJOR * 100 + MK_VERSION_MINOR */
+	size_t heapBytes;	/* symmetric heap per rank (MKERNEL_SYMM_HEAP) */
+	int proxyThreads;	/* host proxy threads (MKERNEL_PROXY_THREADS) */
+	int queueSlots;		/* command-queue entries, power of two (MKERNEL_CMDQ_SLOTS) */
+	int timeoutMs;		/* bound of every wait, host and device (MKERNEL_TIMEOUT) */
+} mkConfig_t;
+
+#define MK_CONFIG_INITIALIZER                                                                   \
+	{                                                                                       \
+		sizeof(mkConfig_t), MK_CONFIG_MAGIC, MK_VERSION_MAJOR * 100 + MK_VERSION_MINOR,  \
+			MK_CONFIG_UNDEF_SIZE, MK_CONFIG_UNDEF_INT, MK_CONFIG_UNDEF_INT,          \
+			MK_CONFIG_UNDEF_INT                                                     \
+	}
+
+/*
+ * Collective over `nccl` (every rank calls it; every exchange goes through NCCL itself): discovers
+ * nodes exactly as NCCL does (NCCL_HOSTID honoured), connects the transport between ranks, sets
+ * up the symmetric heap, the GPU -> host command queue and the host proxy. config may be NULL.
+ * The caller's current CUDA device must be the one `nccl` uses.
+ */
+MK_API ncclResult_t mkCommInit(ncclComm_t nccl, const mkConfig_t *config, mkComm_t *comm);
+/* Collective: waits (bounded) until no rank still sends, then frees everything. */
+MK_API ncclResult_t mkCommDestroy(mkComm_t comm);
+/* Local: stops the proxy and frees everything without talking to any peer. */
+MK_API ncclResult_t mkCommAbort(mkComm_t comm);
+/* ncclSuccess, or the error the proxy or a kernel of this comm hit (dead peer, timeout, ...). */
+MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError);
+
+/*
+ * Symmetric memory, collective: every rank allocates the same size in the same order and gets a
+ * buffer at the same offset of its symmetric heap; peers can put into it. The pointer is usable
+ * from the host and from kernels.
+ */
+MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr);
+MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr);
+
+/*
+ * All-to-all with ncclAllToAll's meaning: block r (count elements) of sendbuff goes to rank r,
+ * block r of recvbuff comes from rank r. Both buffers must come from mkMemAlloc. Enqueued on
+ * `stream`; GPU-initiated puts through the command queue and the host proxy.
+ */
+MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+			       ncclDataType_t datatype, mkComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,424 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * mkComm: the device runtime's communicator over an ncclComm_t. Init is collective and exchanges
+ * everything through NCCL itself (ncclAllGather): host identities (node discovery agreeing with
+ * NCCL's), transport listen handles, remote keys of the symmetric heap. It owns the symmetric
+ * heap (host-pinned, mapped for kernels, registered with the transport), the signal words, the
+ * GPU -> host command queue and the host proxy. Ranks of the same node reach each other through
+ * the transport as well in this version (no peer pointers yet).
+ */
+#define MK_LOG_PREFIX "RUNTIME/mkernel"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fused/ops/alltoall.h"
+#include "fused/runtime/comm.h"
+#include "fused/runtime/runtime_params.h"
+#include "mk/core_params.h"
+#include "mk/err.h"
+#include "mk/log.h"
+
+#define COMM_HEAP_ALIGN 256
+
+struct comm_info {
+	uint64_t host_hash;
+	int32_t cuda_dev;
+	int32_t pid;
+};
+
+static int cuda_rc(cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return 0;
+	MK_WARN("%s failed: %s", what, cudaGetErrorString(e));
+	return -EIO;
+}
+
+static int nccl_rc(ncclResult_t r, const char *what)
+{
+	if (r == ncclSuccess)
+		return 0;
+	MK_WARN("%s failed: %s", what, ncclGetErrorString(r));
+	return -EIO;
+}
+
+/* Every rank's `bytes` from `mine` into all[nranks * bytes], through NCCL on the comm. */
+int mk_comm_allgather(struct mk_comm *c, const void *mine, void *all, size_t bytes)
+{
+	char *d = NULL;
+	int rc;
+
+	rc = cuda_rc(cudaMalloc((void **)&d, bytes * (size_t)c->nranks), "cudaMalloc(allgather)");
+	if (rc)
+		return rc;
+	rc = cuda_rc(cudaMemcpy(d + bytes * (size_t)c->rank, mine, bytes, cudaMemcpyHostToDevice),
+		     "cudaMemcpy(allgather in)");
+	if (rc == 0)
+		rc = nccl_rc(ncclAllGather(d + bytes * (size_t)c->rank, d, bytes, ncclUint8, c->nccl,
+					   c->stream), "ncclAllGather");
+	if (rc == 0)
+		rc = cuda_rc(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize(allgather)");
+	if (rc == 0)
+		rc = cuda_rc(cudaMemcpy(all, d, bytes * (size_t)c->nranks, cudaMemcpyDeviceToHost),
+			     "cudaMemcpy(allgather out)");
+	cudaFree(d);
+	return rc;
+}
+
+static int comm_topology(struct mk_comm *c)
+{
+	struct comm_info mine = { mk_topo_host_hash(), c->cuda_dev, (int32_t)getpid() };
+	struct comm_info *all = calloc((size_t)c->nranks, sizeof(*all));
+	uint64_t *hashes = calloc((size_t)c->nranks, sizeof(*hashes));
+	int rc = -ENOMEM;
+
+	if (all == NULL || hashes == NULL)
+		goto out;
+	rc = mk_comm_allgather(c, &mine, all, sizeof(mine));
+	if (rc)
+		goto out;
+	for (int r = 0; r < c->nranks; r++)
+		hashes[r] = all[r].host_hash;
+	rc = mk_topo_assign(hashes, c->nranks, c->rank, &c->topo);
+	if (rc == 0)
+		MK_INFO(MK_SUBSYS_INIT, "rank %d/%d: node %d of %d, local rank %d of %d", c->rank,
+			c->nranks, c->topo.node, c->topo.nnodes, c->topo.local_rank,
+			c->topo.nlocal);
+out:
+	free(all);
+	free(hashes);
+	return rc;
+}
+
+/* Heap, signals, error word and queue: host-pinned and mapped so kernels use the same pointers. */
+static int comm_memory(struct mk_comm *c)
+{
+	struct mk_cmdq_prod prod;
+	int rc;
+
+	rc = cuda_rc(cudaHostAlloc((void **)&c->heap, c->heap_len, cudaHostAllocMapped),
+		     "cudaHostAlloc(symmetric heap)");
+	if (rc)
+		return rc;
+	rc = cuda_rc(cudaHostAlloc((void **)&c->signals, c->nsignals * sizeof(uint64_t),
+				   cudaHostAllocMapped), "cudaHostAlloc(signals)");
+	if (rc)
+		return rc;
+	memset(c->signals, 0, c->nsignals * sizeof(uint64_t));
+	rc = cuda_rc(cudaHostAlloc((void **)&c->kerr, 64, cudaHostAllocMapped),
+		     "cudaHostAlloc(error word)");
+	if (rc)
+		return rc;
+	memset(c->kerr, 0, 64);
+	rc = cuda_rc(cudaHostAlloc((void **)&c->slots, (size_t)c->nslots * sizeof(*c->slots),
+				   cudaHostAllocMapped), "cudaHostAlloc(command queue)");
+	if (rc)
+		return rc;
+	rc = cuda_rc(cudaHostAlloc((void **)&c->ctrl, sizeof(*c->ctrl), cudaHostAllocMapped),
+		     "cudaHostAlloc(queue control)");
+	if (rc)
+		return rc;
+	rc = cuda_rc(cudaMalloc((void **)&c->prod_d, sizeof(*c->prod_d)), "cudaMalloc(producer)");
+	if (rc)
+		return rc;
+	rc = mk_cmdq_init(&c->q, c->slots, c->ctrl, c->nslots, 0, &prod);
+	if (rc)
+		return rc;
+	c->q_ready = 1;
+	return cuda_rc(cudaMemcpy(c->prod_d, &prod, sizeof(prod), cudaMemcpyHostToDevice),
+		       "cudaMemcpy(producer)");
+}
+
+/*
+ * Full mesh over the transport: rank j listens for every lower rank i, the handles travel in one
+ * all-gather (row j, column i), i connects, j accepts; both poll until established or timeout.
+ */
+static int comm_connect(struct mk_comm *c)
+{
+	const size_t hsz = MK_TP_HANDLE_MAX;
+	const int n = c->nranks;
+	struct mk_listener **ls = calloc((size_t)n, sizeof(*ls));
+	uint8_t *mine = calloc((size_t)n, hsz), *all = calloc((size_t)n * n, hsz);
+	int32_t me = c->rank;
+	uint64_t t0;
+	int rc = -ENOMEM, pending;
+
+	if (ls == NULL || mine == NULL || all == NULL)
+		goto out;
+	for (int p = 0; p < me; p++) {
+		rc = c->ops->listen(c->tp_dev, mine + (size_t)p * hsz, &ls[p]);
+		if (rc)
+			goto out;
+	}
+	rc = mk_comm_allgather(c, mine, all, (size_t)n * hsz);
+	if (rc)
+		goto out;
+	for (int p = me + 1; p < n; p++) {
+		rc = c->ops->connect(c->tp_dev, all + ((size_t)p * n + (size_t)me) * hsz, &me,
+				     sizeof(me), &c->conns[p]);
+		if (rc)
+			goto out;
+	}
+	t0 = mk_now_ns();
+	do {
+		pending = 0;
+		for (int p = 0; p < n; p++) {
+			if (p < me && c->conns[p] == NULL) {
+				rc = c->ops->accept(ls[p], &me, sizeof(me), &c->conns[p]);
+				if (rc)
+					goto out;
+				pending += c->conns[p] == NULL;
+			} else if (p > me && !c->connected[p]) {
+				rc = c->ops->connected(c->conns[p]);
+				if (rc < 0)
+					goto out;
+				c->connected[p] = rc;
+				pending += rc == 0;
+			}
+		}
+		if (pending && mk_now_ns() - t0 > (uint64_t)c->timeout_ms * 1000000u) {
+			MK_WARN("rank %d: %d transport connections still pending after %d ms", me,
+				pending, c->timeout_ms);
+			rc = -ETIMEDOUT;
+			goto out;
+		}
+	} while (pending);
+	rc = 0;
+	for (int p = 0; p < me && rc == 0; p++) {
+		int32_t who;
+
+		memcpy(&who, c->conns[p]->peer_blob, sizeof(who));
+		if (c->conns[p]->peer_blob_len != sizeof(who) || who != p)
+			rc = -EPROTO;
+	}
+out:
+	for (int p = 0; p < n && ls != NULL; p++) {
+		if (ls[p] != NULL)
+			c->ops->close_listen(ls[p]);
+	}
+	free(ls);
+	free(mine);
+	free(all);
+	return rc;
+}
+
+static int comm_transport(struct mk_comm *c)
+{
+	const struct mk_mr_attr attr = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
+	struct mk_rkey mine = { 0 };
+	int rc;
+
+	if (c->nranks > 1) {
+		rc = mk_transport_get(&c->ops);
+		if (rc) {
+			MK_WARN("no transport backend (MKERNEL_TRANSPORT): %s", mk_strerror(rc));
+			return rc;
+		}
+		c->have_tp = 1;
+		rc = c->ops->reg_mr(c->tp_dev, c->heap, c->heap_len, &attr, &c->heap_mr, &mine);
+		if (rc) {
+			MK_WARN("registering the %zu-byte symmetric heap failed: %s", c->heap_len,
+				mk_strerror(rc));
+			return rc;
+		}
+	}
+	rc = mk_comm_allgather(c, &mine, c->rkeys, sizeof(mine));
+	if (rc || c->nranks == 1)
+		return rc;
+	return comm_connect(c);
+}
+
+static int comm_proxy(struct mk_comm *c)
+{
+	struct mk_proxy_peer *peers = calloc((size_t)c->nranks, sizeof(*peers));
+	struct mk_cmdq *qs[1] = { &c->q };
+	struct mk_proxy_attr a = {
+		.ops = c->ops,
+		.rank = c->rank,
+		.nranks = c->nranks,
+		.peers = peers,
+		.heap = c->heap,
+		.heap_len = c->heap_len,
+		.heap_mr = c->heap_mr,
+		.signals = c->signals,
+		.nsignals = c->nsignals,
+		.queues = qs,
+		.nqueues = 1,
+		.nthreads = c->nthreads,
+		.batch = (int)mk_param_proxy_batch(),
+		.timeout_ms = c->timeout_ms,
+	};
+	int rc;
+
+	if (peers == NULL)
+		return -ENOMEM;
+	for (int p = 0; p < c->nranks; p++) {
+		peers[p].conn = c->conns[p];
+		peers[p].heap = c->rkeys[p];
+	}
+	if (a.batch < 1)
+		a.batch = 1;
+	rc = mk_proxy_create(&a, &c->proxy);
+	free(peers);
+	if (rc)
+		return rc;
+	return mk_proxy_start(c->proxy);
+}
+
+static int comm_config(struct mk_comm *c, const mkConfig_t *cfg)
+{
+	int64_t slots = mk_param_cmdq_slots();
+
+	c->heap_len = (size_t)mk_param_symm_heap();
+	c->nthreads = (int)mk_param_proxy_threads();
+	c->timeout_ms = (int)mk_param_timeout_ms();
+	if (cfg != NULL) {
+		if (cfg->magic != MK_CONFIG_MAGIC || cfg->size != sizeof(*cfg))
+			return -EINVAL;
+		if (cfg->heapBytes != MK_CONFIG_UNDEF_SIZE)
+			c->heap_len = cfg->heapBytes;
+		if (cfg->proxyThreads != MK_CONFIG_UNDEF_INT)
+			c->nthreads = cfg->proxyThreads;
+		if (cfg->queueSlots != MK_CONFIG_UNDEF_INT)
+			slots = cfg->queueSlots;
+		if (cfg->timeoutMs != MK_CONFIG_UNDEF_INT)
+			c->timeout_ms = cfg->timeoutMs;
+	}
+	c->heap_len = (c->heap_len + 4095) & ~(size_t)4095;
+	if (c->heap_len == 0 || c->nthreads < 1 || c->timeout_ms < 1 || slots < 2 ||
+	    slots > MK_CMDQ_MAX_SLOTS || (slots & (slots - 1)) != 0)
+		return -EINVAL;
+	c->nslots = (uint32_t)slots;
+	c->nsignals = MK_COMM_SIGNALS;
+	if ((uint32_t)(2 * c->nranks) > c->nsignals)
+		return -EINVAL;
+	return 0;
+}
+
+int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
+{
+	struct mk_comm *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (c == NULL)
+		return -ENOMEM;
+	c->nccl = nccl;
+	rc = nccl_rc(ncclCommCount(nccl, &c->nranks), "ncclCommCount");
+	if (rc == 0)
+		rc = nccl_rc(ncclCommUserRank(nccl, &c->rank), "ncclCommUserRank");
+	if (rc == 0)
+		rc = cuda_rc(cudaGetDevice(&c->cuda_dev), "cudaGetDevice");
+	if (rc == 0)
+		rc = comm_config(c, cfg);
+	if (rc)
+		goto undo;
+	c->conns = calloc((size_t)c->nranks, sizeof(*c->conns));
+	c->connected = calloc((size_t)c->nranks, sizeof(*c->connected));
+	c->rkeys = calloc((size_t)c->nranks, sizeof(*c->rkeys));
+	if (c->conns == NULL || c->connected == NULL || c->rkeys == NULL) {
+		rc = -ENOMEM;
+		goto undo;
+	}
+	rc = cuda_rc(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+		     "cudaStreamCreate");
+	if (rc == 0)
+		rc = comm_topology(c);
+	if (rc == 0)
+		rc = comm_memory(c);
+	if (rc == 0)
+		rc = comm_transport(c);
+	if (rc == 0)
+		rc = comm_proxy(c);
+	if (rc == 0)
+		rc = mk_symm_init(&c->symm, c->heap_len);
+	if (rc == 0)
+		rc = mk_alltoall_preload();
+	if (rc)
+		goto undo;
+	*out = c;
+	return 0;
+undo:
+	mk_comm_free(c);
+	return rc;
+}
+
+void mk_comm_free(struct mk_comm *c)
+{
+	if (c == NULL)
+		return;
+	mk_proxy_destroy(c->proxy);
+	for (int p = 0; c->conns != NULL && p < c->nranks; p++) {
+		if (c->conns[p] != NULL)
+			c->ops->close(c->conns[p]);
+	}
+	if (c->heap_mr != NULL)
+		c->ops->dereg_mr(c->tp_dev, c->heap_mr);
+	if (c->have_tp)
+		mk_transport_put();
+	if (c->q_ready)
+		mk_cmdq_fini(&c->q);
+	cudaFreeHost(c->heap);
+	cudaFreeHost(c->signals);
+	cudaFreeHost(c->kerr);
+	cudaFreeHost(c->slots);
+	cudaFreeHost(c->ctrl);
+	cudaFree(c->prod_d);
+	if (c->stream != NULL)
+		cudaStreamDestroy(c->stream);
+	mk_symm_fini(&c->symm);
+	mk_topo_fini(&c->topo);
+	free(c->conns);
+	free(c->connected);
+	free(c->rkeys);
+	free(c);
+}
+
+/* No rank still sends once every rank's queue is drained and a NCCL barrier passed. */
+int mk_comm_quiesce(struct mk_comm *c)
+{
+	uint64_t t0 = mk_now_ns();
+	struct mk_cmdq_prod prod;
+	int one = 1, *d = NULL;
+	int rc;
+
+	/* Every command pushed so far (the producer index lives on the GPU) has completed. */
+	rc = cuda_rc(cudaMemcpy(&prod, c->prod_d, sizeof(prod), cudaMemcpyDeviceToHost),
+		     "cudaMemcpy(producer index)");
+	if (rc)
+		return rc;
+	while (mk_proxy_error(c->proxy) == 0 &&
+	       mk_seq_after(prod.head, __atomic_load_n(&c->ctrl->done, __ATOMIC_ACQUIRE))) {
+		if (mk_now_ns() - t0 > (uint64_t)c->timeout_ms * 1000000u)
+			return -ETIMEDOUT;
+		usleep(100);
+	}
+	rc = cuda_rc(cudaMalloc((void **)&d, sizeof(int)), "cudaMalloc(barrier)");
+	if (rc)
+		return rc;
+	rc = cuda_rc(cudaMemcpy(d, &one, sizeof(one), cudaMemcpyHostToDevice), "cudaMemcpy");
+	if (rc == 0)
+		rc = nccl_rc(ncclAllReduce(d, d, 1, ncclInt32, ncclSum, c->nccl, c->stream),
+			     "ncclAllReduce(barrier)");
+	if (rc == 0)
+		rc = cuda_rc(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize(barrier)");
+	cudaFree(d);
+	return rc;
+}
+
+void mk_comm_dev(const struct mk_comm *c, struct mk_dev_comm *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->q = mk_cmdq_dev(&c->q, c->prod_d);
+	d->rank = c->rank;
+	d->nranks = c->nranks;
+	d->heap = c->heap;
+	d->net_signals = c->signals;
+	d->nsignals = c->nsignals;
+	d->local_rank = c->topo.local_rank;
+	d->nlocal = c->topo.nlocal;
+	d->error = c->kerr;
+	d->timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+}

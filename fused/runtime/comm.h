@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The communicator behind mkComm_t (comm.c) and what ops need of it. */
+#ifndef MK_FUSED_RUNTIME_COMM_H
+#define MK_FUSED_RUNTIME_COMM_H
+
+#include <stdint.h>
+
+#include "fused/runtime/dev_comm.h"
+#include "fused/runtime/proxy.h"
+#include "fused/runtime/symm.h"
+#include "fused/runtime/topo.h"
+#include "mkernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Signal words per comm; ops use [0, 2 * nranks) today (arrivals, then ready-to-receive). */
+#define MK_COMM_SIGNALS 4096
+
+struct mk_comm {
+	ncclComm_t nccl;
+	int rank;
+	int nranks;
+	int cuda_dev;
+	cudaStream_t stream;		/* internal: NCCL exchanges at init and teardown */
+	struct mk_topo topo;
+	/* transport */
+	const struct mk_transport_ops *ops;
+	int have_tp;			/* mk_transport_get succeeded: put it back */
+	int tp_dev;
+	struct mk_conn **conns;		/* [nranks], NULL for myself */
+	int *connected;
+	struct mk_rkey *rkeys;		/* [nranks]: every rank's heap registration */
+	/* memory */
+	char *heap;			/* host-pinned, mapped: same pointer on host and device */
+	size_t heap_len;
+	struct mk_bmr *heap_mr;
+	struct mk_symm symm;
+	uint64_t *signals;		/* mapped: incremented by the proxy */
+	uint32_t nsignals;
+	int *kerr;			/* mapped: first error a kernel of this comm hit */
+	/* command queue + proxy */
+	struct mk_cmdq_slot *slots;
+	struct mk_cmdq_ctrl *ctrl;
+	struct mk_cmdq_prod *prod_d;
+	uint32_t nslots;
+	struct mk_cmdq q;
+	int q_ready;
+	struct mk_proxy *proxy;
+	int nthreads;
+	int timeout_ms;
+	/* ops state */
+	uint64_t a2a_epoch;		/* mkAllToAll calls so far */
+};
+
+int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out);
+void mk_comm_free(struct mk_comm *c);
+int mk_comm_quiesce(struct mk_comm *c);
+int mk_comm_allgather(struct mk_comm *c, const void *mine, void *all, size_t bytes);
+void mk_comm_dev(const struct mk_comm *c, struct mk_dev_comm *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_FUSED_RUNTIME_COMM_H */
