@@ -47,6 +47,7 @@ struct mk_rdv_comm {
 	enum mk_rdv_kind kind;
 	const struct mk_transport_ops *ops;
 	int dev;
+	struct mk_rdv_comm *pool_next;	/* private: link in the free list of recycled objects */
 };
 
 struct mk_rdv_req;

@@ -20,9 +20,6 @@
 #include "rdv_internal.h"
 
 static pthread_mutex_t rdv_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct mk_rdv_send *free_sends;
-static struct mk_rdv_recv *free_recvs;
-static struct mk_rdv_listen *free_listens;
 static uint32_t rdv_initial_seq = 1;
 
 /* Connects in progress, found again by handle content (NCCL calls connect repeatedly). */
@@ -164,60 +161,65 @@ void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
 
 /* ---- object pools ---- */
 
-static struct mk_rdv_send *rdv_send_alloc(void)
+/* One free list per kind; objects of a kind all have that kind's size. */
+static struct mk_rdv_comm *rdv_pools[MK_RDV_RECV + 1];
+
+static void *rdv_pool_get(enum mk_rdv_kind kind, size_t size)
 {
-	struct mk_rdv_send *s;
+	struct mk_rdv_comm *c;
 
 	pthread_mutex_lock(&rdv_lock);
-	s = free_sends;
-	if (s != NULL)
-		free_sends = s->next_free;
+	c = rdv_pools[kind];
+	if (c != NULL)
+		rdv_pools[kind] = c->pool_next;
 	pthread_mutex_unlock(&rdv_lock);
-	if (s == NULL)
-		s = malloc(sizeof(*s));
-	if (s != NULL)
-		memset(s, 0, sizeof(*s));
-	return s;
+	if (c == NULL)
+		c = malloc(size);
+	if (c != NULL) {
+		memset(c, 0, size);
+		c->kind = kind;
+	}
+	return c;
+}
+
+static void rdv_pool_put(struct mk_rdv_comm *c)
+{
+	c->magic = MK_RDV_DEAD;
+	pthread_mutex_lock(&rdv_lock);
+	c->pool_next = rdv_pools[c->kind];
+	rdv_pools[c->kind] = c;
+	pthread_mutex_unlock(&rdv_lock);
+}
+
+static struct mk_rdv_send *rdv_send_alloc(void)
+{
+	struct mk_rdv_comm *c = rdv_pool_get(MK_RDV_SEND, sizeof(struct mk_rdv_send));
+
+	return c != NULL ? container_of(c, struct mk_rdv_send, head) : NULL;
 }
 
 static struct mk_rdv_recv *rdv_recv_alloc(void)
 {
-	struct mk_rdv_recv *r;
+	struct mk_rdv_comm *c = rdv_pool_get(MK_RDV_RECV, sizeof(struct mk_rdv_recv));
 
-	pthread_mutex_lock(&rdv_lock);
-	r = free_recvs;
-	if (r != NULL)
-		free_recvs = r->next_free;
-	pthread_mutex_unlock(&rdv_lock);
-	if (r == NULL)
-		r = malloc(sizeof(*r));
-	if (r != NULL)
-		memset(r, 0, sizeof(*r));
-	return r;
+	return c != NULL ? container_of(c, struct mk_rdv_recv, head) : NULL;
 }
 
+/* Requests of a released comm must fail validation too: clear their magic. */
 static void rdv_send_release(struct mk_rdv_send *s)
 {
-	s->head.magic = MK_RDV_DEAD;
 	for (int i = 0; i < MK_RDV_SEND_REQS; i++)
 		s->reqs[i].magic = 0;
-	pthread_mutex_lock(&rdv_lock);
-	s->next_free = free_sends;
-	free_sends = s;
-	pthread_mutex_unlock(&rdv_lock);
+	rdv_pool_put(&s->head);
 }
 
 static void rdv_recv_release(struct mk_rdv_recv *r)
 {
-	r->head.magic = MK_RDV_DEAD;
 	for (int i = 0; i < MK_RDV_CTS_GROUPS; i++)
 		r->reqs[i].magic = 0;
 	for (int i = 0; i < MK_RDV_MAX_REQUESTS; i++)
 		r->flush_reqs[i].magic = 0;
-	pthread_mutex_lock(&rdv_lock);
-	r->next_free = free_recvs;
-	free_recvs = r;
-	pthread_mutex_unlock(&rdv_lock);
+	rdv_pool_put(&r->head);
 }
 
 /* ---- receive side setup ---- */
@@ -230,7 +232,6 @@ static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct 
 
 	if (r == NULL)
 		return -ENOMEM;
-	r->head.kind = MK_RDV_RECV;
 	r->head.ops = ops;
 	r->head.dev = dev;
 	/* staging entries, then the probe slot (peer writes) and the probe source (we write) */
@@ -281,17 +282,13 @@ int mk_rdv_listen(const struct mk_transport_ops *ops, int dev, void *handle,
 
 	if (handle == NULL || out == NULL)
 		return -EINVAL;
-	pthread_mutex_lock(&rdv_lock);
-	l = free_listens;
-	if (l != NULL)
-		free_listens = l->next_free;
-	pthread_mutex_unlock(&rdv_lock);
-	if (l == NULL)
-		l = malloc(sizeof(*l));
-	if (l == NULL)
-		return -ENOMEM;
-	memset(l, 0, sizeof(*l));
-	l->head.kind = MK_RDV_LISTEN;
+	{
+		struct mk_rdv_comm *c = rdv_pool_get(MK_RDV_LISTEN, sizeof(*l));
+
+		if (c == NULL)
+			return -ENOMEM;
+		l = container_of(c, struct mk_rdv_listen, head);
+	}
 	l->head.ops = ops;
 	l->head.dev = dev;
 	rc = rdv_recv_prepare(ops, dev, &l->recv);
@@ -310,11 +307,7 @@ undo_recv:
 	mk_rdv_region_fini(&l->recv->cs.region);
 	rdv_recv_release(l->recv);
 undo_alloc:
-	l->head.magic = MK_RDV_DEAD;
-	pthread_mutex_lock(&rdv_lock);
-	l->next_free = free_listens;
-	free_listens = l;
-	pthread_mutex_unlock(&rdv_lock);
+	rdv_pool_put(&l->head);
 	return rc;
 }
 
@@ -403,7 +396,6 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 
 	if (s == NULL)
 		return -ENOMEM;
-	s->head.kind = MK_RDV_SEND;
 	s->head.ops = ops;
 	s->head.dev = dev;
 	rc = mk_rdv_region_init(&s->head, &s->cs.region, ring + 128);
@@ -525,11 +517,7 @@ int mk_rdv_close(struct mk_rdv_comm *comm)
 			mk_rdv_region_fini(&l->recv->cs.region);
 			rdv_recv_release(l->recv);
 		}
-		comm->magic = MK_RDV_DEAD;
-		pthread_mutex_lock(&rdv_lock);
-		l->next_free = free_listens;
-		free_listens = l;
-		pthread_mutex_unlock(&rdv_lock);
+		rdv_pool_put(&l->head);
 		return rc;
 	}
 	case MK_RDV_SEND:

@@ -177,7 +177,6 @@ struct mk_rdv_send {
 	struct mk_rdv_req *pending_head, *pending_tail;
 	struct mk_rdv_req *free_reqs;
 	struct mk_rdv_req reqs[MK_RDV_SEND_REQS];
-	struct mk_rdv_send *next_free;
 };
 
 struct mk_rdv_recv {
@@ -190,14 +189,12 @@ struct mk_rdv_recv {
 	bool early_ok;			/* writes land unpolled: optional receives may finish early */
 	struct mk_rdv_req reqs[MK_RDV_CTS_GROUPS];	/* indexed by seq % MK_RDV_CTS_GROUPS */
 	struct mk_rdv_req flush_reqs[MK_RDV_MAX_REQUESTS];
-	struct mk_rdv_recv *next_free;
 };
 
 struct mk_rdv_listen {
 	struct mk_rdv_comm head;
 	struct mk_listener *l;
 	struct mk_rdv_recv *recv;	/* prepared at listen so accept can send its blob */
-	struct mk_rdv_listen *next_free;
 };
 
 /* rdv_comm.c */
