@@ -58,7 +58,10 @@ for ins in 'wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16' \
 done
 
 syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^$' | sort | tr '\n' ' ')
-if [ "$syms" = "mkGemm " ]; then
+# exactly the global names of fused/exports.map
+want=$(sed -n '/global:/,/local:/p' "$(dirname "$0")/../../../fused/exports.map" |
+	tr -d ' \t;' | grep -v -e 'global:' -e 'local:' -e '^$' | sort | tr '\n' ' ')
+if [ "$syms" = "$want" ]; then
 	echo "ok 4 - $lib exports exactly: $syms"
 else
 	echo "not ok 4 - $lib exports: $syms"
