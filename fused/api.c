@@ -17,7 +17,7 @@
 #include "mk/log.h"
 #include "mk/param.h"
 
-MK_PARAM_DECLARE_INT(gemm_force_fallback);	/* fused/gemm/gemm_params.c */
+MK_PARAM_DECLARE_INT(gemm_force_fallback); /* fused/gemm/gemm_params.c */
 
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 

@@ -28,11 +28,13 @@ static int fallback_handle(cublasHandle_t *out)
 		st = cublasCreate(&fallback_handles[dev]);
 		/* fp32 accumulation end to end, as the engine: no split-K reduction in bf16. */
 		if (st == CUBLAS_STATUS_SUCCESS)
-			st = cublasSetMathMode(fallback_handles[dev],
-					       CUBLAS_DEFAULT_MATH |
-						       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+			st = cublasSetMathMode(
+				fallback_handles[dev],
+				CUBLAS_DEFAULT_MATH |
+					CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
 		if (st != CUBLAS_STATUS_SUCCESS) {
-			MK_WARN("cublasCreate failed on device %d: %s", dev, cublasGetStatusString(st));
+			MK_WARN("cublasCreate failed on device %d: %s", dev,
+				cublasGetStatusString(st));
 			fallback_handles[dev] = NULL;
 			return -EIO;
 		}
@@ -54,8 +56,8 @@ int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, i
 		return rc;
 	st = cublasSetStream(h, stream);
 	if (st == CUBLAS_STATUS_SUCCESS)
-		st = cublasGemmEx(h, b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b,
-				  CUDA_R_16BF, b_nk ? k : n, a, CUDA_R_16BF, k, &zero, c,
+		st = cublasGemmEx(h, b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+				  b, CUDA_R_16BF, b_nk ? k : n, a, CUDA_R_16BF, k, &zero, c,
 				  CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		MK_WARN("cublasGemmEx(m %d, n %d, k %d) failed: %s", m, n, k,

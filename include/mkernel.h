@@ -57,20 +57,20 @@ typedef struct mk_comm *mkComm_t;
  * undefined take their MKERNEL_* environment value (or its default).
  */
 typedef struct {
-	size_t size;		/* sizeof(mkConfig_t), set by the initializer */
-	unsigned int magic;	/* MK_CONFIG_MAGIC */
-	unsigned int version;	/* MK_VERSION_MAJOR * 100 + MK_VERSION_MINOR */
-	size_t heapBytes;	/* symmetric heap per rank (MKERNEL_SYMM_HEAP) */
-	int proxyThreads;	/* host proxy threads (MKERNEL_PROXY_THREADS) */
-	int queueSlots;		/* command-queue entries, power of two (MKERNEL_CMDQ_SLOTS) */
-	int timeoutMs;		/* bound of every wait, host and device (MKERNEL_TIMEOUT) */
+	size_t size;	      /* sizeof(mkConfig_t), set by the initializer */
+	unsigned int magic;   /* MK_CONFIG_MAGIC */
+	unsigned int version; /* MK_VERSION_MAJOR * 100 + MK_VERSION_MINOR */
+	size_t heapBytes;     /* symmetric heap per rank (MKERNEL_SYMM_HEAP) */
+	int proxyThreads;     /* host proxy threads (MKERNEL_PROXY_THREADS) */
+	int queueSlots;	      /* command-queue entries, power of two (MKERNEL_CMDQ_SLOTS) */
+	int timeoutMs;	      /* bound of every wait, host and device (MKERNEL_TIMEOUT) */
 } mkConfig_t;
 
-#define MK_CONFIG_INITIALIZER                                                                   \
-	{                                                                                       \
-		sizeof(mkConfig_t), MK_CONFIG_MAGIC, MK_VERSION_MAJOR * 100 + MK_VERSION_MINOR,  \
-			MK_CONFIG_UNDEF_SIZE, MK_CONFIG_UNDEF_INT, MK_CONFIG_UNDEF_INT,          \
-			MK_CONFIG_UNDEF_INT                                                     \
+#define MK_CONFIG_INITIALIZER                                                                      \
+	{                                                                                          \
+		sizeof(mkConfig_t), MK_CONFIG_MAGIC, MK_VERSION_MAJOR * 100 + MK_VERSION_MINOR,    \
+			MK_CONFIG_UNDEF_SIZE, MK_CONFIG_UNDEF_INT, MK_CONFIG_UNDEF_INT,            \
+			MK_CONFIG_UNDEF_INT                                                        \
 	}
 
 /*

@@ -6,6 +6,7 @@ set -euo pipefail
 
 pkgs=(
 	build-essential
+	clang-format
 	cpio
 	ibverbs-providers
 	ibverbs-utils

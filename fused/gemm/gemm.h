@@ -25,17 +25,17 @@ extern "C" {
 #endif
 
 /* Tile shape and pipeline (README.md in this folder says why these values). */
-#define MK_GEMM_BM	    128
-#define MK_GEMM_BN	    256
-#define MK_GEMM_BK	    64
-#define MK_GEMM_STAGES	    4
-#define MK_GEMM_THREADS	    384 /* producer warpgroup + 2 consumer warpgroups */
-#define MK_GEMM_GROUP_M	    16	/* default raster: bands of 16 tile rows (L2 reuse) */
-#define MK_GEMM_A_STAGE	    (MK_GEMM_BM * MK_GEMM_BK * 2)
-#define MK_GEMM_B_STAGE	    (MK_GEMM_BN * MK_GEMM_BK * 2)
-#define MK_GEMM_C_BOX	    64 /* TMA store box: 64 x 64 bf16, 128-byte swizzle */
-#define MK_GEMM_C_STAGE	    (2 * MK_GEMM_C_BOX * MK_GEMM_C_BOX * 2) /* per consumer warpgroup */
-#define MK_GEMM_SMEM_BYTES                                                                      \
+#define MK_GEMM_BM	128
+#define MK_GEMM_BN	256
+#define MK_GEMM_BK	64
+#define MK_GEMM_STAGES	4
+#define MK_GEMM_THREADS 384 /* producer warpgroup + 2 consumer warpgroups */
+#define MK_GEMM_GROUP_M 16  /* default raster: bands of 16 tile rows (L2 reuse) */
+#define MK_GEMM_A_STAGE (MK_GEMM_BM * MK_GEMM_BK * 2)
+#define MK_GEMM_B_STAGE (MK_GEMM_BN * MK_GEMM_BK * 2)
+#define MK_GEMM_C_BOX	64 /* TMA store box: 64 x 64 bf16, 128-byte swizzle */
+#define MK_GEMM_C_STAGE (2 * MK_GEMM_C_BOX * MK_GEMM_C_BOX * 2) /* per consumer warpgroup */
+#define MK_GEMM_SMEM_BYTES                                                                         \
 	(MK_GEMM_STAGES * (MK_GEMM_A_STAGE + MK_GEMM_B_STAGE) + 2 * MK_GEMM_C_STAGE + 1024 + 256)
 
 enum mk_gemm_b_layout {
@@ -45,8 +45,9 @@ enum mk_gemm_b_layout {
 
 /* What the epilogue does with a finished fp32 tile, per destination. */
 enum mk_gemm_epi_mode {
-	MK_GEMM_EPI_STORE = 0,	    /* out = bf16(acc); out may be a peer GPU's pointer */
-	MK_GEMM_EPI_ACCUMULATE = 1, /* out = bf16(out + acc); the caller owns the tile exclusively */
+	MK_GEMM_EPI_STORE = 0, /* out = bf16(acc); out may be a peer GPU's pointer */
+	MK_GEMM_EPI_ACCUMULATE =
+		1, /* out = bf16(out + acc); the caller owns the tile exclusively */
 	MK_GEMM_EPI_ATOMIC_ADD = 2, /* out += acc with bf16x2 atomics: several writers per tile */
 };
 
@@ -58,9 +59,9 @@ enum mk_gemm_flag_scope {
 #define MK_GEMM_MAX_OUT 2
 
 struct mk_gemm_epilogue {
-	void *out[MK_GEMM_MAX_OUT];	    /* bf16 row-major M x N; out[1] optional (NULL) */
-	long long ld[MK_GEMM_MAX_OUT];	    /* row stride in elements (>= N) */
-	int mode[MK_GEMM_MAX_OUT];	    /* enum mk_gemm_epi_mode */
+	void *out[MK_GEMM_MAX_OUT];    /* bf16 row-major M x N; out[1] optional (NULL) */
+	long long ld[MK_GEMM_MAX_OUT]; /* row stride in elements (>= N) */
+	int mode[MK_GEMM_MAX_OUT];     /* enum mk_gemm_epi_mode */
 	/*
 	 * Per-tile ready flags indexed by tile id (tm * tiles_n + tn), or NULL. After a tile's
 	 * stores to every destination the engine adds 1 with release semantics at `ready_scope`,
@@ -98,7 +99,7 @@ struct mk_gemm_sched {
 
 struct mk_gemm_args {
 	int m, n, k;
-	int b_layout;	/* enum mk_gemm_b_layout */
+	int b_layout; /* enum mk_gemm_b_layout */
 	int tiles_m, tiles_n;
 	struct mk_gemm_sched sched;
 	struct mk_gemm_epilogue epi;
@@ -112,9 +113,9 @@ struct mk_gemm_tmaps {
 
 /* A standalone launch of the engine: the kernel's CTAs are all compute-role CTAs. */
 struct mk_gemm_launch {
-	const void *a;	/* bf16 row-major M x K */
-	const void *b;	/* bf16, see b_layout */
-	int ctas;	/* grid size; 0 = min(tiles, SMs) */
+	const void *a; /* bf16 row-major M x K */
+	const void *b; /* bf16, see b_layout */
+	int ctas;      /* grid size; 0 = min(tiles, SMs) */
 	struct mk_gemm_args args;
 };
 

@@ -72,8 +72,10 @@ MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError)
 	rc = mk_proxy_error(comm->proxy);
 	if (rc == 0)
 		rc = __atomic_load_n(comm->kerr, __ATOMIC_ACQUIRE);
-	*asyncError = rc == 0 ? ncclSuccess : rc == -EINVAL ? ncclInvalidUsage :
-		      rc == -EIO || rc == -ENOMEM ? ncclSystemError : ncclRemoteError;
+	*asyncError = rc == 0			    ? ncclSuccess
+		      : rc == -EINVAL		    ? ncclInvalidUsage
+		      : rc == -EIO || rc == -ENOMEM ? ncclSystemError
+						    : ncclRemoteError;
 	return ncclSuccess;
 }
 
@@ -86,8 +88,8 @@ MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr)
 		return rt_result(-EINVAL, "mkMemAlloc(NULL or 0 bytes)");
 	rc = mk_symm_alloc(&comm->symm, size, &off);
 	if (rc == -ENOMEM)
-		MK_WARN("symmetric heap exhausted: %zu bytes asked of %zu (MKERNEL_SYMM_HEAP)", size,
-			comm->heap_len);
+		MK_WARN("symmetric heap exhausted: %zu bytes asked of %zu (MKERNEL_SYMM_HEAP)",
+			size, comm->heap_len);
 	/* Symmetric by construction; check it, and that every rank succeeded. */
 	all = calloc((size_t)comm->nranks, sizeof(*all));
 	if (all == NULL) {
@@ -128,8 +130,8 @@ MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t coun
 			       ncclDataType_t datatype, mkComm_t comm, cudaStream_t stream)
 {
 	static const size_t tsize[] = {
-		[ncclInt8] = 1, [ncclUint8] = 1, [ncclInt32] = 4, [ncclUint32] = 4,
-		[ncclInt64] = 8, [ncclUint64] = 8, [ncclFloat16] = 2, [ncclFloat32] = 4,
+		[ncclInt8] = 1,	   [ncclUint8] = 1,    [ncclInt32] = 4,	  [ncclUint32] = 4,
+		[ncclInt64] = 8,   [ncclUint64] = 8,   [ncclFloat16] = 2, [ncclFloat32] = 4,
 		[ncclFloat64] = 8, [ncclBfloat16] = 2,
 	};
 	struct mk_dev_comm d;

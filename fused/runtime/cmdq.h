@@ -38,43 +38,43 @@
 
 /* Command opcodes (mk_cmdq_slot.op). */
 enum mk_cmd_op {
-	MK_CMD_NOP = 0,		/* completes at once: benchmarks, tests, padding */
-	MK_CMD_PUT = 1,		/* bytes from my heap at src_off to peer's heap at dst_off */
-	MK_CMD_PUT_SIGNAL = 2,	/* PUT, then peer's signal word `signal` += 1 after the data */
-	MK_CMD_SIGNAL = 3,	/* peer's signal word `signal` += 1, no data (ordered after PUTs) */
+	MK_CMD_NOP = 0,	       /* completes at once: benchmarks, tests, padding */
+	MK_CMD_PUT = 1,	       /* bytes from my heap at src_off to peer's heap at dst_off */
+	MK_CMD_PUT_SIGNAL = 2, /* PUT, then peer's signal word `signal` += 1 after the data */
+	MK_CMD_SIGNAL = 3,     /* peer's signal word `signal` += 1, no data (ordered after PUTs) */
 	MK_CMD_OP_MAX = 4,
 };
 
 /* One 64-byte command. Field order keeps the 64-bit members naturally aligned. */
 struct mk_cmdq_slot {
-	uint32_t seq;		/* valid word: == entry index once the body is complete */
-	uint8_t op;		/* enum mk_cmd_op */
-	uint8_t lane;		/* connection lane hint (taken modulo the connection's lanes) */
-	uint16_t flags;		/* reserved, 0 */
-	uint32_t peer;		/* target rank in the comm */
-	uint32_t signal;	/* signal word index at the target (PUT_SIGNAL, SIGNAL) */
-	uint64_t bytes;		/* payload length (PUT, PUT_SIGNAL); <= 2^32 - 1 */
-	uint64_t src_off;	/* offset in my symmetric heap */
-	uint64_t dst_off;	/* offset in the target's symmetric heap */
-	uint64_t stamp;		/* producer's timestamp in ns (0 = none): latency statistics only */
-	uint64_t user;		/* opaque to the proxy: tests tag commands with it */
+	uint32_t seq;	  /* valid word: == entry index once the body is complete */
+	uint8_t op;	  /* enum mk_cmd_op */
+	uint8_t lane;	  /* connection lane hint (taken modulo the connection's lanes) */
+	uint16_t flags;	  /* reserved, 0 */
+	uint32_t peer;	  /* target rank in the comm */
+	uint32_t signal;  /* signal word index at the target (PUT_SIGNAL, SIGNAL) */
+	uint64_t bytes;	  /* payload length (PUT, PUT_SIGNAL); <= 2^32 - 1 */
+	uint64_t src_off; /* offset in my symmetric heap */
+	uint64_t dst_off; /* offset in the target's symmetric heap */
+	uint64_t stamp;	  /* producer's timestamp in ns (0 = none): latency statistics only */
+	uint64_t user;	  /* opaque to the proxy: tests tag commands with it */
 	uint64_t pad;
 };
 
 /* Proxy -> producer mirror; each word on its own 64-byte line (no false sharing over PCIe). */
 struct mk_cmdq_ctrl {
-	uint32_t tail;		/* consumer index (credits) */
+	uint32_t tail; /* consumer index (credits) */
 	uint32_t pad0[15];
-	uint32_t done;		/* completion index (quiet) */
+	uint32_t done; /* completion index (quiet) */
 	uint32_t pad1[15];
-	int32_t error;		/* 0, or -errno of the proxy's first failure */
+	int32_t error; /* 0, or -errno of the proxy's first failure */
 	uint32_t pad2[15];
 };
 
 /* Producer state (GPU memory for a GPU producer). */
 struct mk_cmdq_prod {
-	uint32_t head;		/* next ticket */
-	uint32_t tail_cache;	/* last tail observed */
+	uint32_t head;	     /* next ticket */
+	uint32_t tail_cache; /* last tail observed */
 };
 
 /* What a producer needs; passed by value to kernels. */
@@ -82,7 +82,7 @@ struct mk_cmdq_dev {
 	struct mk_cmdq_slot *slots;
 	struct mk_cmdq_ctrl *ctrl;
 	struct mk_cmdq_prod *prod;
-	uint32_t mask;		/* nslots - 1 */
+	uint32_t mask; /* nslots - 1 */
 };
 
 #if defined(__cplusplus) && !defined(__CUDACC__)

@@ -49,7 +49,7 @@ static void percentiles(uint32_t *v, size_t n, struct result *r)
 /* ---- baseline: one-way hand-off of a stamped word between two threads ---- */
 
 struct handoff {
-	uint64_t stamp;		/* written by the sender, 0 = empty */
+	uint64_t stamp; /* written by the sender, 0 = empty */
 	char pad[56];
 	uint64_t ack;
 	long iters;
@@ -262,7 +262,8 @@ int main(int argc, char **argv)
 			cfg.batch = atoi(optarg);
 			break;
 		default:
-			fprintf(stderr, "usage: %s [-n cmds] [-l lat_iters] [-s slots] [-b batch]\n",
+			fprintf(stderr,
+				"usage: %s [-n cmds] [-l lat_iters] [-s slots] [-b batch]\n",
 				argv[0]);
 			return 2;
 		}

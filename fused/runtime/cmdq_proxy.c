@@ -26,7 +26,7 @@ enum {
 
 struct proxy_peer {
 	struct mk_proxy_peer pub;
-	pthread_mutex_t lock;		/* serialises data ops on pub.conn */
+	pthread_mutex_t lock; /* serialises data ops on pub.conn */
 };
 
 struct proxy_thread {
@@ -41,9 +41,9 @@ struct mk_proxy {
 	struct proxy_peer *peers;
 	struct mk_cmdq **queues;
 	struct proxy_thread *threads;
-	int stop;			/* atomic: threads leave their loop */
-	int error;			/* atomic: first failure, -errno */
-	struct mk_proxy_stats st;	/* updated with relaxed atomics */
+	int stop;		  /* atomic: threads leave their loop */
+	int error;		  /* atomic: first failure, -errno */
+	struct mk_proxy_stats st; /* updated with relaxed atomics */
 };
 
 uint64_t mk_now_ns(void)
@@ -135,8 +135,8 @@ void mk_proxy_fail(struct mk_proxy *p, int err)
 		MK_WARN("proxy of rank %d failed: %s; the comm is unusable", p->a.rank,
 			mk_strerror(err));
 	for (int q = 0; q < p->a.nqueues; q++)
-		__atomic_store_n(&p->queues[q]->ctrl->error, __atomic_load_n(&p->error,
-				 __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+		__atomic_store_n(&p->queues[q]->ctrl->error,
+				 __atomic_load_n(&p->error, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
 }
 
 int mk_proxy_error(struct mk_proxy *p)
@@ -333,8 +333,8 @@ static int proxy_exec(struct mk_proxy *p, int qid, uint32_t idx, const struct mk
 	__atomic_store_n(cs, MK_CSTATE_POSTED, __ATOMIC_RELAXED);
 	q->posted_ms[idx & q->mask] = proxy_now_ms();
 	pthread_mutex_lock(&pp->lock);
-	rc = p->a.ops->write(pp->pub.conn, c->lane % (pp->pub.conn->nlanes > 0 ?
-						    pp->pub.conn->nlanes : 1),
+	rc = p->a.ops->write(pp->pub.conn,
+			     c->lane % (pp->pub.conn->nlanes > 0 ? pp->pub.conn->nlanes : 1),
 			     len > 0 ? heap + c->src_off : heap, len, p->a.heap_mr,
 			     pp->pub.heap.base + c->dst_off, &pp->pub.heap, has_imm,
 			     has_imm ? mk_imm_signal(c->signal) : 0, proxy_ctx(qid, idx));
@@ -365,7 +365,8 @@ static int proxy_drain(struct mk_proxy *p, int qid, uint64_t now_ms)
 			p->a.on_dequeue(p->a.on_dequeue_arg, qid, q->head, &c);
 		rc = proxy_exec(p, qid, q->head, &c);
 		if (rc == -EAGAIN) {
-			/* Back-pressure from the transport: retry the same entry, but not forever. */
+			/* Back-pressure from the transport: retry the same entry, but not forever.
+			 */
 			proxy_stat_add(&p->st.eagain, 1);
 			rc = 0;
 			if (q->stall_ms == 0)
@@ -382,8 +383,8 @@ static int proxy_drain(struct mk_proxy *p, int qid, uint64_t now_ms)
 
 			if (now == 0)
 				now = mk_now_ns();
-			p->a.lat_ns[k % p->a.lat_cap] = (uint32_t)(now > c.stamp ?
-								  now - c.stamp : 0);
+			p->a.lat_ns[k % p->a.lat_cap] =
+				(uint32_t)(now > c.stamp ? now - c.stamp : 0);
 		}
 		q->head++;
 		n++;

@@ -57,8 +57,9 @@ int mk_comm_allgather(struct mk_comm *c, const void *mine, void *all, size_t byt
 	rc = cuda_rc(cudaMemcpy(d + bytes * (size_t)c->rank, mine, bytes, cudaMemcpyHostToDevice),
 		     "cudaMemcpy(allgather in)");
 	if (rc == 0)
-		rc = nccl_rc(ncclAllGather(d + bytes * (size_t)c->rank, d, bytes, ncclUint8, c->nccl,
-					   c->stream), "ncclAllGather");
+		rc = nccl_rc(ncclAllGather(d + bytes * (size_t)c->rank, d, bytes, ncclUint8,
+					   c->nccl, c->stream),
+			     "ncclAllGather");
 	if (rc == 0)
 		rc = cuda_rc(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize(allgather)");
 	if (rc == 0)
@@ -104,7 +105,8 @@ static int comm_memory(struct mk_comm *c)
 	if (rc)
 		return rc;
 	rc = cuda_rc(cudaHostAlloc((void **)&c->signals, c->nsignals * sizeof(uint64_t),
-				   cudaHostAllocMapped), "cudaHostAlloc(signals)");
+				   cudaHostAllocMapped),
+		     "cudaHostAlloc(signals)");
 	if (rc)
 		return rc;
 	memset(c->signals, 0, c->nsignals * sizeof(uint64_t));
@@ -114,7 +116,8 @@ static int comm_memory(struct mk_comm *c)
 		return rc;
 	memset(c->kerr, 0, 64);
 	rc = cuda_rc(cudaHostAlloc((void **)&c->slots, (size_t)c->nslots * sizeof(*c->slots),
-				   cudaHostAllocMapped), "cudaHostAlloc(command queue)");
+				   cudaHostAllocMapped),
+		     "cudaHostAlloc(command queue)");
 	if (rc)
 		return rc;
 	rc = cuda_rc(cudaHostAlloc((void **)&c->ctrl, sizeof(*c->ctrl), cudaHostAllocMapped),

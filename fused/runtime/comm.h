@@ -23,23 +23,23 @@ struct mk_comm {
 	int rank;
 	int nranks;
 	int cuda_dev;
-	cudaStream_t stream;		/* internal: NCCL exchanges at init and teardown */
+	cudaStream_t stream; /* internal: NCCL exchanges at init and teardown */
 	struct mk_topo topo;
 	/* transport */
 	const struct mk_transport_ops *ops;
-	int have_tp;			/* mk_transport_get succeeded: put it back */
+	int have_tp; /* mk_transport_get succeeded: put it back */
 	int tp_dev;
-	struct mk_conn **conns;		/* [nranks], NULL for myself */
+	struct mk_conn **conns; /* [nranks], NULL for myself */
 	int *connected;
-	struct mk_rkey *rkeys;		/* [nranks]: every rank's heap registration */
+	struct mk_rkey *rkeys; /* [nranks]: every rank's heap registration */
 	/* memory */
-	char *heap;			/* host-pinned, mapped: same pointer on host and device */
+	char *heap; /* host-pinned, mapped: same pointer on host and device */
 	size_t heap_len;
 	struct mk_bmr *heap_mr;
 	struct mk_symm symm;
-	uint64_t *signals;		/* mapped: incremented by the proxy */
+	uint64_t *signals; /* mapped: incremented by the proxy */
 	uint32_t nsignals;
-	int *kerr;			/* mapped: first error a kernel of this comm hit */
+	int *kerr; /* mapped: first error a kernel of this comm hit */
 	/* command queue + proxy */
 	struct mk_cmdq_slot *slots;
 	struct mk_cmdq_ctrl *ctrl;
@@ -51,7 +51,7 @@ struct mk_comm {
 	int nthreads;
 	int timeout_ms;
 	/* ops state */
-	uint64_t a2a_epoch;		/* mkAllToAll calls so far */
+	uint64_t a2a_epoch; /* mkAllToAll calls so far */
 };
 
 int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out);

@@ -28,15 +28,15 @@ extern "C" {
 
 /* Host side of one queue: memory (owned by the caller) plus the consumer's state. */
 struct mk_cmdq {
-	struct mk_cmdq_slot *slots;	/* nslots, host memory the producer writes */
-	struct mk_cmdq_ctrl *ctrl;	/* host memory the producer reads */
+	struct mk_cmdq_slot *slots; /* nslots, host memory the producer writes */
+	struct mk_cmdq_ctrl *ctrl;  /* host memory the producer reads */
 	uint32_t nslots;
 	uint32_t mask;
-	uint32_t head;			/* next entry to read (consumer index) */
-	uint32_t done;			/* next entry to complete */
-	uint8_t *cstate;		/* per slot: MK_CSTATE_* (atomic) */
-	uint64_t *posted_ms;		/* per slot: when its operation was posted */
-	uint64_t stall_ms;		/* when the head entry was first refused (-EAGAIN); 0 = none */
+	uint32_t head;	     /* next entry to read (consumer index) */
+	uint32_t done;	     /* next entry to complete */
+	uint8_t *cstate;     /* per slot: MK_CSTATE_* (atomic) */
+	uint64_t *posted_ms; /* per slot: when its operation was posted */
+	uint64_t stall_ms;   /* when the head entry was first refused (-EAGAIN); 0 = none */
 };
 
 /*
@@ -54,41 +54,41 @@ struct mk_cmdq_dev mk_cmdq_dev(const struct mk_cmdq *q, struct mk_cmdq_prod *pro
 
 /* One remote (or local) rank as the proxy sees it. */
 struct mk_proxy_peer {
-	struct mk_conn *conn;		/* NULL: not reachable through the transport */
-	struct mk_rkey heap;		/* the peer's symmetric heap registration */
+	struct mk_conn *conn; /* NULL: not reachable through the transport */
+	struct mk_rkey heap;  /* the peer's symmetric heap registration */
 };
 
 struct mk_proxy_attr {
-	const struct mk_transport_ops *ops;	/* transport of every conn below */
+	const struct mk_transport_ops *ops; /* transport of every conn below */
 	int rank;
 	int nranks;
-	struct mk_proxy_peer *peers;	/* nranks entries (copied); peers[rank] may be empty */
-	void *heap;			/* my symmetric heap: source of puts, target of peers' */
-	size_t heap_len;		/* same on every rank */
-	struct mk_bmr *heap_mr;		/* its registration (NULL with only local targets) */
-	uint64_t *signals;		/* my signal words; immediates increment them */
-	uint32_t nsignals;		/* same on every rank */
-	struct mk_cmdq **queues;	/* queues to drain (copied; the queues stay the caller's) */
+	struct mk_proxy_peer *peers; /* nranks entries (copied); peers[rank] may be empty */
+	void *heap;		     /* my symmetric heap: source of puts, target of peers' */
+	size_t heap_len;	     /* same on every rank */
+	struct mk_bmr *heap_mr;	     /* its registration (NULL with only local targets) */
+	uint64_t *signals;	     /* my signal words; immediates increment them */
+	uint32_t nsignals;	     /* same on every rank */
+	struct mk_cmdq **queues;     /* queues to drain (copied; the queues stay the caller's) */
 	int nqueues;
-	int nthreads;			/* proxy threads (>= 1) */
-	int batch;			/* most entries taken from one queue per sweep (>= 1) */
-	int64_t timeout_ms;		/* an operation incomplete for longer is an error */
-	uint32_t *lat_ns;		/* optional: dequeue latency of stamped commands, ring */
-	uint32_t lat_cap;		/* entries in lat_ns */
-	/* Optional tracing hook, called by the consuming thread for each entry before it runs (again
-	 * for an entry retried after the transport refused it with -EAGAIN). */
+	int nthreads;	    /* proxy threads (>= 1) */
+	int batch;	    /* most entries taken from one queue per sweep (>= 1) */
+	int64_t timeout_ms; /* an operation incomplete for longer is an error */
+	uint32_t *lat_ns;   /* optional: dequeue latency of stamped commands, ring */
+	uint32_t lat_cap;   /* entries in lat_ns */
+	/* Optional tracing hook, called by the consuming thread for each entry before it runs
+	 * (again for an entry retried after the transport refused it with -EAGAIN). */
 	void (*on_dequeue)(void *arg, int queue, uint32_t index, const struct mk_cmdq_slot *c);
 	void *on_dequeue_arg;
 };
 
 struct mk_proxy_stats {
-	uint64_t cmds;			/* entries dequeued */
-	uint64_t batches;		/* sweeps that dequeued >= 1 entry from a queue */
-	uint64_t credit_writes;		/* ctrl->tail publications (one per batch) */
-	uint64_t writes;		/* transport writes posted */
-	uint64_t eagain;		/* writes refused with -EAGAIN and retried */
-	uint64_t imms;			/* immediates turned into signal increments */
-	uint64_t lat_samples;		/* entries written to lat_ns (modulo lat_cap) */
+	uint64_t cmds;		/* entries dequeued */
+	uint64_t batches;	/* sweeps that dequeued >= 1 entry from a queue */
+	uint64_t credit_writes; /* ctrl->tail publications (one per batch) */
+	uint64_t writes;	/* transport writes posted */
+	uint64_t eagain;	/* writes refused with -EAGAIN and retried */
+	uint64_t imms;		/* immediates turned into signal increments */
+	uint64_t lat_samples;	/* entries written to lat_ns (modulo lat_cap) */
 };
 
 struct mk_proxy;

@@ -50,8 +50,8 @@ int mk_roles_setup(struct mk_roles_state *s, uint32_t nworkers, const uint32_t n
 	roles_scale(split, total, nworkers, s->init);
 	for (int r = 0; r < MK_ROLES; r++) {
 		int64_t mn = (int64_t)min_sms[r] * nworkers / total;
-		int64_t mx = max_sms[r] > 0 ? ((int64_t)max_sms[r] * nworkers + total - 1) / total :
-					      nworkers;
+		int64_t mx = max_sms[r] > 0 ? ((int64_t)max_sms[r] * nworkers + total - 1) / total
+					    : nworkers;
 
 		s->ntasks[r] = ntasks[r];
 		s->active[r] = s->init[r];

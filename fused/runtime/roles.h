@@ -12,17 +12,17 @@
 extern "C" {
 #endif
 
-#define MK_ROLES 4	/* compute, intra-node comm, inter-node send, inter-node reduce */
+#define MK_ROLES 4 /* compute, intra-node comm, inter-node send, inter-node reduce */
 
 struct mk_roles_state {
-	uint32_t next[MK_ROLES];	/* next task per role (claimed by atomicAdd) */
+	uint32_t next[MK_ROLES]; /* next task per role (claimed by atomicAdd) */
 	uint32_t ntasks[MK_ROLES];
-	uint32_t done[MK_ROLES];	/* tasks finished per role */
+	uint32_t done[MK_ROLES]; /* tasks finished per role */
 	uint32_t pad0;
-	unsigned long long cycles[MK_ROLES];	/* clock cycles spent in each role's tasks */
-	int32_t init[MK_ROLES];		/* initial CTAs per role (sum = nworkers) */
-	int32_t active[MK_ROLES];	/* CTAs in each role now */
-	int32_t target[MK_ROLES];	/* the controller's targets (= init while static) */
+	unsigned long long cycles[MK_ROLES]; /* clock cycles spent in each role's tasks */
+	int32_t init[MK_ROLES];		     /* initial CTAs per role (sum = nworkers) */
+	int32_t active[MK_ROLES];	     /* CTAs in each role now */
+	int32_t target[MK_ROLES];	     /* the controller's targets (= init while static) */
 	int32_t min[MK_ROLES];
 	int32_t max[MK_ROLES];
 	uint32_t nworkers;
@@ -31,7 +31,7 @@ struct mk_roles_state {
 	uint32_t switches;		/* role changes so far */
 	uint32_t rebalances;		/* of which: left a role that still had work (targets) */
 	uint32_t exited;		/* workers that left */
-	uint32_t controller_saw_exited;	/* `exited` when the controller left */
+	uint32_t controller_saw_exited; /* `exited` when the controller left */
 	uint32_t decisions;		/* controller decisions that set targets */
 	int32_t error;			/* 0 or -ETIMEDOUT (controller saw no progress) */
 };

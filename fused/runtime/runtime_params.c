@@ -10,6 +10,7 @@ MK_PARAM_INT(proxy_batch, "fused", "MKERNEL_PROXY_BATCH", 64,
 	     "most commands a proxy thread takes from one queue before publishing credits")
 MK_PARAM_INT(symm_heap, "fused", "MKERNEL_SYMM_HEAP", 512 << 20,
 	     "bytes of symmetric heap per rank that mkMemAlloc hands out (host-pinned, registered)")
-MK_PARAM_STR(role_split, "fused", "MKERNEL_ROLE_SPLIT", "",
-	     "initial CTAs per role of persistent kernels, \"compute,intra,send,reduce\" (scaled to "
-	     "the grid); empty = the policy engine's split")
+MK_PARAM_STR(
+	role_split, "fused", "MKERNEL_ROLE_SPLIT", "",
+	"initial CTAs per role of persistent kernels, \"compute,intra,send,reduce\" (scaled to "
+	"the grid); empty = the policy engine's split")

@@ -37,8 +37,8 @@ int mk_symm_alloc(struct mk_symm *s, uint64_t len, uint64_t *off)
 			continue;
 		if (b->len > len) {
 			if (s->n == s->max) {
-				struct mk_symm_block *nb = realloc(s->b, 2 * (size_t)s->max *
-								   sizeof(*nb));
+				struct mk_symm_block *nb =
+					realloc(s->b, 2 * (size_t)s->max * sizeof(*nb));
 
 				if (nb == NULL)
 					return -ENOMEM;
@@ -48,7 +48,8 @@ int mk_symm_alloc(struct mk_symm *s, uint64_t len, uint64_t *off)
 			}
 			memmove(&s->b[i + 2], &s->b[i + 1], (size_t)(s->n - i - 1) * sizeof(*b));
 			s->b[i + 1] = (struct mk_symm_block){ .off = b->off + len,
-							      .len = b->len - len, .used = 0 };
+							      .len = b->len - len,
+							      .used = 0 };
 			s->n++;
 			b->len = len;
 		}
@@ -94,7 +95,8 @@ int mk_symm_contains(const struct mk_symm *s, uint64_t off, uint64_t len)
 	for (int i = 0; i < s->n; i++) {
 		const struct mk_symm_block *b = &s->b[i];
 
-		if (b->used && off >= b->off && off - b->off <= b->len && len <= b->len - (off - b->off))
+		if (b->used && off >= b->off && off - b->off <= b->len &&
+		    len <= b->len - (off - b->off))
 			return 1;
 	}
 	return 0;

@@ -24,7 +24,7 @@ struct mk_symm_block {
 
 struct mk_symm {
 	uint64_t cap;
-	struct mk_symm_block *b;	/* sorted by offset, covering [0, cap) */
+	struct mk_symm_block *b; /* sorted by offset, covering [0, cap) */
 	int n;
 	int max;
 };

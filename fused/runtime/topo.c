@@ -65,7 +65,7 @@ int mk_topo_assign(const uint64_t *host_hash, int nranks, int rank, struct mk_to
 	memset(out, 0, sizeof(*out));
 	out->node_of = calloc((size_t)nranks, sizeof(int));
 	out->local_of = calloc((size_t)nranks, sizeof(int));
-	first = calloc((size_t)nranks, sizeof(int));	/* first rank of each node */
+	first = calloc((size_t)nranks, sizeof(int)); /* first rank of each node */
 	if (out->node_of == NULL || out->local_of == NULL || first == NULL) {
 		free(first);
 		mk_topo_fini(out);

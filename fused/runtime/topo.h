@@ -24,12 +24,12 @@ uint64_t mk_topo_hash_str(const char *s);
 struct mk_topo {
 	int rank;
 	int nranks;
-	int node;		/* index of my node, nodes numbered by their lowest rank */
+	int node; /* index of my node, nodes numbered by their lowest rank */
 	int nnodes;
-	int local_rank;		/* my index among my node's ranks, in rank order */
-	int nlocal;		/* ranks in my node */
-	int *node_of;		/* node_of[r] for every rank (owned; mk_topo_fini frees it) */
-	int *local_of;		/* local rank of every rank */
+	int local_rank; /* my index among my node's ranks, in rank order */
+	int nlocal;	/* ranks in my node */
+	int *node_of;	/* node_of[r] for every rank (owned; mk_topo_fini frees it) */
+	int *local_of;	/* local rank of every rank */
 };
 
 /* From every rank's host hash (in rank order). 0, -EINVAL or -ENOMEM. */

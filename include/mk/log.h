@@ -42,8 +42,8 @@ extern mk_log_fn mk_log_sink;
 
 void mk_log_discard(int level, unsigned long flags, const char *file, int line, const char *fmt,
 		    ...) __attribute__((format(printf, 5, 6)));
-void mk_log_stderr(int level, unsigned long flags, const char *file, int line, const char *fmt,
-		   ...) __attribute__((format(printf, 5, 6)));
+void mk_log_stderr(int level, unsigned long flags, const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 
 /* Install a sink; NULL installs the stderr sink (used by tools, tests and libmkernel.so). */
 void mk_log_set_sink(mk_log_fn fn);
@@ -56,30 +56,30 @@ void mk_log_set_sink(mk_log_fn fn);
 #define MK_ENABLE_TRACE 0
 #endif
 
-#define MK_LOG(level, subsys, fmt, ...)                                                         \
-	do {                                                                                    \
-		int mk_log_errno_ = errno;                                                      \
-		mk_log_sink((level), (subsys), __FILE__, __LINE__, MK_LOG_PREFIX " " fmt,       \
-			    ##__VA_ARGS__);                                                     \
-		errno = mk_log_errno_;                                                          \
+#define MK_LOG(level, subsys, fmt, ...)                                                            \
+	do {                                                                                       \
+		int mk_log_errno_ = errno;                                                         \
+		mk_log_sink((level), (subsys), __FILE__, __LINE__, MK_LOG_PREFIX " " fmt,          \
+			    ##__VA_ARGS__);                                                        \
+		errno = mk_log_errno_;                                                             \
 	} while (0)
 
 #define MK_WARN(fmt, ...)	  MK_LOG(MK_LOG_WARN, MK_SUBSYS_ALL, fmt, ##__VA_ARGS__)
 #define MK_INFO(subsys, fmt, ...) MK_LOG(MK_LOG_INFO, (subsys), fmt, ##__VA_ARGS__)
 
 /* Warn once per call site: for conditions that repeat on a data path. */
-#define MK_WARN_ONCE(fmt, ...)                                                                  \
-	do {                                                                                    \
-		static int mk_warned_;                                                          \
-		if (!__atomic_exchange_n(&mk_warned_, 1, __ATOMIC_RELAXED))                     \
-			MK_WARN(fmt, ##__VA_ARGS__);                                            \
+#define MK_WARN_ONCE(fmt, ...)                                                                     \
+	do {                                                                                       \
+		static int mk_warned_;                                                             \
+		if (!__atomic_exchange_n(&mk_warned_, 1, __ATOMIC_RELAXED))                        \
+			MK_WARN(fmt, ##__VA_ARGS__);                                               \
 	} while (0)
 
 #if MK_ENABLE_TRACE
 #define MK_TRACE(subsys, fmt, ...) MK_LOG(MK_LOG_TRACE, (subsys), fmt, ##__VA_ARGS__)
 #else
-#define MK_TRACE(subsys, fmt, ...)                                                              \
-	do {                                                                                    \
+#define MK_TRACE(subsys, fmt, ...)                                                                 \
+	do {                                                                                       \
 	} while (0)
 #endif
 

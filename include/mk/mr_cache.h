@@ -16,15 +16,15 @@
 #define MK_MR_MAGIC 0x6d6b6d72u
 
 struct mk_mr {
-	uint32_t magic;		/* MK_MR_MAGIC while registered; entries are recycled, never freed */
+	uint32_t magic; /* MK_MR_MAGIC while registered; entries are recycled, never freed */
 	const struct mk_transport_ops *ops;
 	int dev;
-	int type;		/* MK_PTR_HOST / MK_PTR_CUDA */
-	uintptr_t start;	/* page-aligned registered range [start, end) */
+	int type;	 /* MK_PTR_HOST / MK_PTR_CUDA */
+	uintptr_t start; /* page-aligned registered range [start, end) */
 	uintptr_t end;
-	struct mk_bmr *bmr;	/* the backend's registration */
-	struct mk_rkey rkey;	/* what a peer needs to reach it */
-	int refs;		/* under the cache lock */
+	struct mk_bmr *bmr;  /* the backend's registration */
+	struct mk_rkey rkey; /* what a peer needs to reach it */
+	int refs;	     /* under the cache lock */
 	struct mk_mr *next;
 };
 

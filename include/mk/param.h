@@ -28,9 +28,9 @@ enum mk_param_source {
 };
 
 struct mk_param {
-	const char *id;		/* C name, for messages */
-	const char *component;	/* "core", "ofi", "verbs", "tuner", "fused", ... */
-	const char *env;	/* MKERNEL_* */
+	const char *id;	       /* C name, for messages */
+	const char *component; /* "core", "ofi", "verbs", "tuner", "fused", ... */
+	const char *env;       /* MKERNEL_* */
 	enum mk_param_type type;
 	int64_t def_int;
 	const char *def_str;
@@ -57,31 +57,31 @@ void mk_param_dump(void);
 /* Parse an integer with optional K/M/G suffix; 0 or -EINVAL. Exposed for tests. */
 int mk_param_parse_int(const char *s, int64_t *out);
 
-#define MK_PARAM_RECORD_(id_, comp_, env_, type_, dint_, dstr_, help_)                          \
-	static struct mk_param mk_param_rec_##id_ = {                                           \
-		.id = #id_,                                                                     \
-		.component = (comp_),                                                           \
-		.env = (env_),                                                                  \
-		.type = (type_),                                                                \
-		.def_int = (dint_),                                                             \
-		.def_str = (dstr_),                                                             \
-		.help = (help_),                                                                \
-	};                                                                                      \
-	static struct mk_param *const mk_param_ptr_##id_                                        \
+#define MK_PARAM_RECORD_(id_, comp_, env_, type_, dint_, dstr_, help_)                             \
+	static struct mk_param mk_param_rec_##id_ = {                                              \
+		.id = #id_,                                                                        \
+		.component = (comp_),                                                              \
+		.env = (env_),                                                                     \
+		.type = (type_),                                                                   \
+		.def_int = (dint_),                                                                \
+		.def_str = (dstr_),                                                                \
+		.help = (help_),                                                                   \
+	};                                                                                         \
+	static struct mk_param *const mk_param_ptr_##id_                                           \
 		__attribute__((used, section("mk_params"))) = &mk_param_rec_##id_
 
-#define MK_PARAM_INT(id_, comp_, env_, def_, help_)                                             \
-	MK_PARAM_RECORD_(id_, comp_, env_, MK_PARAM_TYPE_INT, (def_), NULL, help_);             \
-	int64_t mk_param_##id_(void)                                                            \
-	{                                                                                       \
-		return mk_param_get_int(&mk_param_rec_##id_);                                   \
+#define MK_PARAM_INT(id_, comp_, env_, def_, help_)                                                \
+	MK_PARAM_RECORD_(id_, comp_, env_, MK_PARAM_TYPE_INT, (def_), NULL, help_);                \
+	int64_t mk_param_##id_(void)                                                               \
+	{                                                                                          \
+		return mk_param_get_int(&mk_param_rec_##id_);                                      \
 	}
 
-#define MK_PARAM_STR(id_, comp_, env_, def_, help_)                                             \
-	MK_PARAM_RECORD_(id_, comp_, env_, MK_PARAM_TYPE_STR, 0, (def_), help_);                \
-	const char *mk_param_##id_(void)                                                        \
-	{                                                                                       \
-		return mk_param_get_str(&mk_param_rec_##id_);                                   \
+#define MK_PARAM_STR(id_, comp_, env_, def_, help_)                                                \
+	MK_PARAM_RECORD_(id_, comp_, env_, MK_PARAM_TYPE_STR, 0, (def_), help_);                   \
+	const char *mk_param_##id_(void)                                                           \
+	{                                                                                          \
+		return mk_param_get_str(&mk_param_rec_##id_);                                      \
 	}
 
 /* Prototypes for accessors defined in another file. */

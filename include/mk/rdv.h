@@ -31,7 +31,7 @@
 #include "mk/mr_cache.h"
 #include "mk/transport.h"
 
-#define MK_RDV_HANDLE_SIZE  128	/* NCCL_NET_HANDLE_MAXSIZE */
+#define MK_RDV_HANDLE_SIZE  128 /* NCCL_NET_HANDLE_MAXSIZE */
 #define MK_RDV_MAX_REQUESTS 32	/* NCCL_NET_MAX_REQUESTS */
 #define MK_RDV_MAX_RECVS    8	/* largest multi-receive */
 
@@ -43,11 +43,11 @@ enum mk_rdv_kind {
 
 /* Common head of listen, send and recv comms: what the plugin may read. */
 struct mk_rdv_comm {
-	uint32_t magic;			/* MK_RDV_MAGIC while alive */
+	uint32_t magic; /* MK_RDV_MAGIC while alive */
 	enum mk_rdv_kind kind;
 	const struct mk_transport_ops *ops;
 	int dev;
-	struct mk_rdv_comm *pool_next;	/* private: link in the free list of recycled objects */
+	struct mk_rdv_comm *pool_next; /* private: link in the free list of recycled objects */
 };
 
 struct mk_rdv_req;
@@ -77,8 +77,8 @@ int mk_rdv_isend(struct mk_rdv_comm *send, void *data, size_t size, int tag, str
  * request may then complete once the CTS is out (the data still lands before the sender's
  * request completes, and NCCL polls flags inside the data).
  */
-int mk_rdv_irecv(struct mk_rdv_comm *recv, int n, void **data, const size_t *sizes,
-		 const int *tags, struct mk_mr **mrs, bool optional, struct mk_rdv_req **req);
+int mk_rdv_irecv(struct mk_rdv_comm *recv, int n, void **data, const size_t *sizes, const int *tags,
+		 struct mk_mr **mrs, bool optional, struct mk_rdv_req **req);
 /* Make received GPU data visible; completes at once where the backend needs no flush. */
 int mk_rdv_iflush(struct mk_rdv_comm *recv, int n, void **data, const int *sizes,
 		  struct mk_mr **mrs, struct mk_rdv_req **req);

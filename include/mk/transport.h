@@ -33,10 +33,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MK_TP_HANDLE_MAX   120	/* bytes a backend's listen handle may use (NCCL gives 128) */
-#define MK_TP_BLOB_MAX	   96	/* bytes each side hands the other during connection setup */
-#define MK_TP_MAX_LANES	   16	/* QPs / endpoints one connection may stripe over */
-#define MK_TP_NAME_MAX	   64
+#define MK_TP_HANDLE_MAX 120 /* bytes a backend's listen handle may use (NCCL gives 128) */
+#define MK_TP_BLOB_MAX	 96  /* bytes each side hands the other during connection setup */
+#define MK_TP_MAX_LANES	 16  /* QPs / endpoints one connection may stripe over */
+#define MK_TP_NAME_MAX	 64
 
 /* Pointer kinds a device can register (values match NCCL's NCCL_PTR_*). */
 #define MK_PTR_HOST   0x1
@@ -44,20 +44,20 @@
 #define MK_PTR_DMABUF 0x4
 
 struct mk_dev_props {
-	char name[MK_TP_NAME_MAX];	/* unique per device: NCCL keys its topology by it */
-	char pci_path[256];		/* realpath of the PCI device in sysfs; "" when virtual */
-	uint64_t guid;			/* equal GUID = same physical port */
-	int ptr_support;		/* MK_PTR_* this device can register (probed once) */
-	int speed_mbps;			/* port speed in Mbit/s */
-	int port;			/* port number (1-based for verbs, 0 otherwise) */
-	float latency_us;		/* 0 = unknown */
-	int max_comms;			/* connections the device supports */
-	int max_lanes;			/* lanes (QPs) a connection can stripe over */
-	int force_flush;		/* 1: received GPU data needs a read-back flush */
-	size_t max_msg;			/* largest single write */
-	int rma_lands_unpolled;		/* 1: a peer's write reaches memory without this side
-					 * calling poll() (NIC offload); 0: the target must poll */
-	char provider[32];		/* backend detail for logs: "tcp;ofi_rxm", "rxe", "mlx5" */
+	char name[MK_TP_NAME_MAX]; /* unique per device: NCCL keys its topology by it */
+	char pci_path[256];	   /* realpath of the PCI device in sysfs; "" when virtual */
+	uint64_t guid;		   /* equal GUID = same physical port */
+	int ptr_support;	   /* MK_PTR_* this device can register (probed once) */
+	int speed_mbps;		   /* port speed in Mbit/s */
+	int port;		   /* port number (1-based for verbs, 0 otherwise) */
+	float latency_us;	   /* 0 = unknown */
+	int max_comms;		   /* connections the device supports */
+	int max_lanes;		   /* lanes (QPs) a connection can stripe over */
+	int force_flush;	   /* 1: received GPU data needs a read-back flush */
+	size_t max_msg;		   /* largest single write */
+	int rma_lands_unpolled;	   /* 1: a peer's write reaches memory without this side
+				    * calling poll() (NIC offload); 0: the target must poll */
+	char provider[32];	   /* backend detail for logs: "tcp;ofi_rxm", "rxe", "mlx5" */
 };
 
 /*
@@ -72,28 +72,28 @@ struct mk_rkey {
 
 /* Registration request. Exactly one of (host/cuda VA) or (dmabuf fd + offset) describes it. */
 struct mk_mr_attr {
-	int type;		/* MK_PTR_HOST or MK_PTR_CUDA */
-	int dmabuf_fd;		/* -1 unless registering a DMA-BUF; imported during the call */
+	int type;      /* MK_PTR_HOST or MK_PTR_CUDA */
+	int dmabuf_fd; /* -1 unless registering a DMA-BUF; imported during the call */
 	uint64_t dmabuf_offset;
-	int cuda_device;	/* CUDA ordinal for MK_PTR_CUDA (FI_HMEM), else -1 */
-	unsigned int flags;	/* MK_MR_FLAG_* */
+	int cuda_device;    /* CUDA ordinal for MK_PTR_CUDA (FI_HMEM), else -1 */
+	unsigned int flags; /* MK_MR_FLAG_* */
 };
 
-#define MK_MR_FLAG_STRICT_ORDER 0x1	/* no relaxed ordering: signal words (GIN FORCE_SO) */
+#define MK_MR_FLAG_STRICT_ORDER 0x1 /* no relaxed ordering: signal words (GIN FORCE_SO) */
 
 /* Completion events returned by poll(). */
 enum mk_event_type {
-	MK_EV_WRITE_DONE = 1,	/* a local write finished (ctx = caller's) */
-	MK_EV_READ_DONE = 2,	/* a local read finished (ctx = caller's) */
-	MK_EV_IMM = 3,		/* a peer's write with immediate landed here: imm, len */
+	MK_EV_WRITE_DONE = 1, /* a local write finished (ctx = caller's) */
+	MK_EV_READ_DONE = 2,  /* a local read finished (ctx = caller's) */
+	MK_EV_IMM = 3,	      /* a peer's write with immediate landed here: imm, len */
 };
 
 struct mk_event {
 	enum mk_event_type type;
-	int status;		/* 0, or -errno: the operation (or the connection) failed */
-	void *ctx;		/* the ctx given to write/read; NULL for MK_EV_IMM */
-	uint32_t imm;		/* MK_EV_IMM only */
-	size_t len;		/* MK_EV_IMM: bytes written by that write; else the op's length */
+	int status;   /* 0, or -errno: the operation (or the connection) failed */
+	void *ctx;    /* the ctx given to write/read; NULL for MK_EV_IMM */
+	uint32_t imm; /* MK_EV_IMM only */
+	size_t len;   /* MK_EV_IMM: bytes written by that write; else the op's length */
 };
 
 struct mk_transport_ops;
@@ -106,10 +106,10 @@ struct mk_transport_ops;
 struct mk_conn {
 	const struct mk_transport_ops *ops;
 	int dev;
-	int nlanes;				/* lanes write() accepts: 0 .. nlanes-1 */
-	uint8_t peer_blob[MK_TP_BLOB_MAX];	/* what the other side passed to connect/accept */
+	int nlanes;			   /* lanes write() accepts: 0 .. nlanes-1 */
+	uint8_t peer_blob[MK_TP_BLOB_MAX]; /* what the other side passed to connect/accept */
 	size_t peer_blob_len;
-	void *user;				/* consumer state (rdv, proxy); backends ignore it */
+	void *user; /* consumer state (rdv, proxy); backends ignore it */
 };
 
 /* A listening endpoint; accepts exactly one connection (as NCCL uses it). */
@@ -122,7 +122,7 @@ struct mk_listener {
 struct mk_bmr;
 
 struct mk_transport_ops {
-	const char *name;	/* "ofi", "verbs": MKERNEL_TRANSPORT selects by it */
+	const char *name; /* "ofi", "verbs": MKERNEL_TRANSPORT selects by it */
 
 	/* ---- control ---- */
 
@@ -173,13 +173,14 @@ struct mk_transport_ops {
 	/*
 	 * One-sided write of len bytes (len may be 0 with an immediate) from src (inside src_mr) to
 	 * the peer's VA dst inside the region described by rkey, on lane. With has_imm the peer's
-	 * poll() reports MK_EV_IMM{imm, len} after the data is placed. ctx comes back in this side's
-	 * MK_EV_WRITE_DONE. -EAGAIN: queue full, nothing posted. -ETIMEDOUT (or the latched
+	 * poll() reports MK_EV_IMM{imm, len} after the data is placed. ctx comes back in this
+	 * side's MK_EV_WRITE_DONE. -EAGAIN: queue full, nothing posted. -ETIMEDOUT (or the latched
 	 * connection error) once posts have been refused for MKERNEL_TIMEOUT with nothing
 	 * completing: the connection is then broken.
 	 */
-	int (*write)(struct mk_conn *c, int lane, const void *src, size_t len, struct mk_bmr *src_mr,
-		     uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx);
+	int (*write)(struct mk_conn *c, int lane, const void *src, size_t len,
+		     struct mk_bmr *src_mr, uint64_t dst, const struct mk_rkey *rkey, bool has_imm,
+		     uint32_t imm, void *ctx);
 	/* Optional (NULL = unsupported): one-sided read from the peer into dst. */
 	int (*read)(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bmr *dst_mr,
 		    uint64_t src, const struct mk_rkey *rkey, void *ctx);

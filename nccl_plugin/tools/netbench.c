@@ -43,11 +43,11 @@ struct nb_opts {
 	int reps;
 	int warmup;
 	int lat_iters;
-	size_t min_bytes;	/* bytes per repetition at least (bandwidth) */
+	size_t min_bytes; /* bytes per repetition at least (bandwidth) */
 	FILE *json;
 	const char *provider;
 	const char *transport;
-	char rawtmp[64];	/* raw baseline JSON lines; "" when there is no baseline */
+	char rawtmp[64]; /* raw baseline JSON lines; "" when there is no baseline */
 };
 
 static int nb_free_port(void);
@@ -66,13 +66,14 @@ static void nb_raw_point(const struct nb_opts *o, size_t size, int win, int nmsg
 	const char *iface = strcmp(prov, "shm") == 0 ? "" : "--iface lo";
 
 	/* bounded: a failed client must not leave us waiting on its server forever */
-	snprintf(cmd, sizeof(cmd),
-		 "timeout 120 '%s' --provider '%s' %s --server %d --mode bw --sizes %zu --window %d "
-		 "--iters %d --warmup %d --reps %d >/dev/null & sleep 0.3; timeout 120 '%s' "
-		 "--provider '%s' %s --client 127.0.0.1:%d --mode bw --sizes %zu --window %d "
-		 "--iters %d --warmup %d --reps %d >> %s; wait",
-		 o->raw, prov, iface, port, size, win, nmsg, o->warmup, o->reps, o->raw, prov, iface,
-		 port, size, win, nmsg, o->warmup, o->reps, o->rawtmp);
+	snprintf(
+		cmd, sizeof(cmd),
+		"timeout 120 '%s' --provider '%s' %s --server %d --mode bw --sizes %zu --window %d "
+		"--iters %d --warmup %d --reps %d >/dev/null & sleep 0.3; timeout 120 '%s' "
+		"--provider '%s' %s --client 127.0.0.1:%d --mode bw --sizes %zu --window %d "
+		"--iters %d --warmup %d --reps %d >> %s; wait",
+		o->raw, prov, iface, port, size, win, nmsg, o->warmup, o->reps, o->raw, prov, iface,
+		port, size, win, nmsg, o->warmup, o->reps, o->rawtmp);
 	if (system(cmd) != 0)
 		fprintf(stderr, "mkernel-netbench: raw baseline failed at %zu B, window %d\n", size,
 			win);
@@ -81,10 +82,10 @@ static void nb_raw_point(const struct nb_opts *o, size_t size, int win, int nmsg
 struct nb_side {
 	const struct mk_nccl_net_v11 *net;
 	void *ctx;
-	void *send, *recv;	/* send: to the peer; recv: from the peer */
+	void *send, *recv; /* send: to the peer; recv: from the peer */
 	void *smh, *rmh;
 	char *sbuf, *rbuf;
-	int to_peer, from_peer;	/* pipes for handles and acknowledgements */
+	int to_peer, from_peer; /* pipes for handles and acknowledgements */
 };
 
 static double nb_now(void)
@@ -116,11 +117,11 @@ static void nb_die(const char *what, int rc)
 	exit(1);
 }
 
-#define NB_CHECK(call)                                                                          \
-	do {                                                                                    \
-		ncclResult_t nb_rc_ = (call);                                                   \
-		if (nb_rc_ != ncclSuccess)                                                      \
-			nb_die(#call, nb_rc_);                                                  \
+#define NB_CHECK(call)                                                                             \
+	do {                                                                                       \
+		ncclResult_t nb_rc_ = (call);                                                      \
+		if (nb_rc_ != ncclSuccess)                                                         \
+			nb_die(#call, nb_rc_);                                                     \
 	} while (0)
 
 static void nb_xfer(int fd, void *buf, size_t len, int writing)
@@ -191,8 +192,8 @@ static void nb_open(struct nb_side *s, const struct nb_opts *o, size_t bytes, in
 		nb_die("devices", -1);
 	NB_CHECK(s->net->getProperties(0, &props));
 	if (first)
-		fprintf(stderr, "mkernel-netbench: device 0 '%s', %d Mb/s, maxRecvs %d\n", props.name,
-			props.speed, props.maxRecvs);
+		fprintf(stderr, "mkernel-netbench: device 0 '%s', %d Mb/s, maxRecvs %d\n",
+			props.name, props.speed, props.maxRecvs);
 	s->sbuf = aligned_alloc(4096, bytes);
 	s->rbuf = aligned_alloc(4096, bytes);
 	if (s->sbuf == NULL || s->rbuf == NULL)
@@ -226,7 +227,7 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 	double t0 = 0;
 
 	if (sender) {
-		nb_xfer(s->from_peer, &ack, 1, 0);	/* receiver has its window posted */
+		nb_xfer(s->from_peer, &ack, 1, 0); /* receiver has its window posted */
 		t0 = nb_now();
 	}
 	while (done_n < nmsg) {
@@ -238,14 +239,14 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 
 			if (req[w] == NULL && posted < nmsg) {
 				if (sender) {
-					NB_CHECK(s->net->isend(s->send, buf, size, tag, s->smh, NULL,
-							       &req[w]));
+					NB_CHECK(s->net->isend(s->send, buf, size, tag, s->smh,
+							       NULL, &req[w]));
 				} else {
 					size_t sz = size;
 					void *d = buf;
 
-					NB_CHECK(s->net->irecv(s->recv, 1, &d, &sz, &tag, &s->rmh, NULL,
-							       &req[w]));
+					NB_CHECK(s->net->irecv(s->recv, 1, &d, &sz, &tag, &s->rmh,
+							       NULL, &req[w]));
 				}
 				posted += req[w] != NULL;
 				progressed |= req[w] != NULL;
@@ -270,7 +271,7 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 		if (!progressed)
 			sched_yield();
 		if (!sender && posted == nmsg && posted < win && done_n == 0)
-			nb_xfer(s->to_peer, &ack, 1, 1);	/* fewer messages than the window */
+			nb_xfer(s->to_peer, &ack, 1, 1); /* fewer messages than the window */
 	}
 	if (!sender) {
 		nb_xfer(s->to_peer, &ack, 1, 1);
@@ -294,21 +295,23 @@ static double nb_lat_rep(struct nb_side *s, int first, size_t size, int iters)
 			NB_CHECK(s->net->irecv(s->recv, 1, &d, &sz, &tag, &s->rmh, NULL, &r));
 		if (first) {
 			while (q == NULL)
-				NB_CHECK(s->net->isend(s->send, s->sbuf, size, tag, s->smh, NULL, &q));
+				NB_CHECK(s->net->isend(s->send, s->sbuf, size, tag, s->smh, NULL,
+						       &q));
 			nb_wait(s->net, q, NULL);
 			nb_wait(s->net, r, NULL);
 		} else {
 			nb_wait(s->net, r, NULL);
 			while (q == NULL)
-				NB_CHECK(s->net->isend(s->send, s->sbuf, size, tag, s->smh, NULL, &q));
+				NB_CHECK(s->net->isend(s->send, s->sbuf, size, tag, s->smh, NULL,
+						       &q));
 			nb_wait(s->net, q, NULL);
 		}
 	}
 	return (nb_now() - t0) / iters / 2.0;
 }
 
-static void nb_record(const struct nb_opts *o, const char *mode, size_t size, int win,
-		      double *v, int n, double scale)
+static void nb_record(const struct nb_opts *o, const char *mode, size_t size, int win, double *v,
+		      int n, double scale)
 {
 	double med = nb_pct(v, n, 0.5) * scale, p10 = nb_pct(v, n, 0.1) * scale,
 	       p90 = nb_pct(v, n, 0.9) * scale;
@@ -369,7 +372,7 @@ static void nb_run_side(const struct nb_opts *o, size_t bytes, int first, int to
 					nb_raw_point(o, o->sizes[i], win, nmsg);
 					nb_xfer(s.to_peer, &go, 1, 1);
 				} else {
-					nb_xfer(s.from_peer, &go, 1, 0);	/* idle meanwhile */
+					nb_xfer(s.from_peer, &go, 1, 0); /* idle meanwhile */
 				}
 			}
 		}
@@ -419,7 +422,8 @@ static void nb_usage(const char *prog)
 		"usage: %s [options]\n"
 		"  --plugin PATH      libnccl-net-mkernel.so to load (default: next to this tool)\n"
 		"  --transport T      ofi | verbs (sets MKERNEL_TRANSPORT)\n"
-		"  --provider P       libfabric provider (sets MKERNEL_OFI_PROVIDER), e.g. 'tcp;ofi_rxm'\n"
+		"  --provider P       libfabric provider (sets MKERNEL_OFI_PROVIDER), e.g. "
+		"'tcp;ofi_rxm'\n"
 		"  --sizes LIST       bandwidth sizes, e.g. 4K,64K,1M,64M\n"
 		"  --windows LIST     messages in flight, e.g. 1,8,32\n"
 		"  --lat-sizes LIST   latency sizes (empty list: no latency), e.g. 8,256,4K\n"
@@ -427,7 +431,8 @@ static void nb_usage(const char *prog)
 		"  --warmup N         discarded repetitions, default 2\n"
 		"  --lat-iters N      ping-pongs per latency repetition, default 200\n"
 		"  --min-bytes N      bytes per bandwidth repetition, default 64M\n"
-		"  --raw PATH|none    raw libfabric baseline binary (default: mkernel-rawbench-ofi\n"
+		"  --raw PATH|none    raw libfabric baseline binary (default: "
+		"mkernel-rawbench-ofi\n"
 		"                     next to this tool when the transport is ofi)\n"
 		"  --json FILE        JSON lines go to FILE instead of stdout\n",
 		prog);
@@ -464,8 +469,13 @@ static int nb_free_port(void)
 int main(int argc, char **argv)
 {
 	static char plugin_path[8192], raw_path[8192];
-	struct nb_opts o = { .reps = 5, .warmup = 2, .lat_iters = 200, .min_bytes = 64u << 20,
-			     .json = stdout, .transport = "ofi", .provider = "" };
+	struct nb_opts o = { .reps = 5,
+			     .warmup = 2,
+			     .lat_iters = 200,
+			     .min_bytes = 64u << 20,
+			     .json = stdout,
+			     .transport = "ofi",
+			     .provider = "" };
 	int p2c[2], c2p[2], status = 0;
 	char tmpl[] = "/tmp/mkernel-netbench-XXXXXX";
 	pid_t child;
@@ -538,7 +548,8 @@ int main(int argc, char **argv)
 		*strrchr(self, '/') = '\0';
 		snprintf(plugin_path, sizeof(plugin_path), "%s/../libnccl-net-mkernel.so", self);
 		if (access(plugin_path, R_OK) != 0)
-			snprintf(plugin_path, sizeof(plugin_path), "%s/libnccl-net-mkernel.so", self);
+			snprintf(plugin_path, sizeof(plugin_path), "%s/libnccl-net-mkernel.so",
+				 self);
 		o.plugin = plugin_path;
 		if (o.raw == NULL && strcmp(o.transport, "ofi") == 0) {
 			snprintf(raw_path, sizeof(raw_path),

@@ -26,7 +26,7 @@ struct fake_conn {
 	int dead;
 	int inflight;
 	uint64_t started_ms;
-	uint32_t want_id;		/* connecting side: the listener's id */
+	uint32_t want_id; /* connecting side: the listener's id */
 	uint8_t blob[MK_TP_BLOB_MAX];
 	size_t blob_len;
 	struct mk_event evq[FAKE_EVQ];
@@ -99,7 +99,7 @@ static int fake_dev_props(int dev, struct mk_dev_props *p)
 	p->max_lanes = MK_TP_MAX_LANES;
 	p->max_msg = (size_t)1 << 40;
 	strcpy(p->provider, "fake");
-	p->rma_lands_unpolled = !fake_tp_faults.needs_poll;	/* memcpy at post time */
+	p->rma_lands_unpolled = !fake_tp_faults.needs_poll; /* memcpy at post time */
 	return 0;
 }
 
@@ -163,7 +163,7 @@ static int fake_connected(struct mk_conn *base)
 	if (c->established)
 		return 1;
 	if (c->started_ms++ > (uint64_t)mk_param_timeout_ms())
-		return -ETIMEDOUT;	/* counted in calls: tests pass a small timeout */
+		return -ETIMEDOUT; /* counted in calls: tests pass a small timeout */
 	return 0;
 }
 
@@ -270,7 +270,8 @@ static int fake_key_ok(const struct mk_rkey *rkey, uint64_t dst, size_t len)
 	for (struct fake_bmr *b = regs; b != NULL; b = b->next) {
 		uint64_t lo = (uint64_t)(uintptr_t)b->addr;
 
-		if (b->key == rkey->key && lo == rkey->base && dst >= lo && dst + len <= lo + b->len)
+		if (b->key == rkey->key && lo == rkey->base && dst >= lo &&
+		    dst + len <= lo + b->len)
 			return 1;
 	}
 	return 0;

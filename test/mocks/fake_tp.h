@@ -12,13 +12,13 @@
 extern const struct mk_transport_ops fake_tp_ops;
 
 struct fake_tp_faults {
-	int fail_next_write;	/* returned once by the next write (e.g. -EIO) */
-	int eagain_writes;	/* the next N writes return -EAGAIN */
-	int nlanes;		/* lanes of new connections (default 1) */
-	int blackhole;		/* writes are accepted but never complete nor land */
-	int fail_reg;		/* reg_mr returns this */
-	int max_inflight;	/* per-connection queue depth before -EAGAIN (default 256) */
-	int needs_poll;		/* report rma_lands_unpolled = 0, like tcp or shm */
+	int fail_next_write; /* returned once by the next write (e.g. -EIO) */
+	int eagain_writes;   /* the next N writes return -EAGAIN */
+	int nlanes;	     /* lanes of new connections (default 1) */
+	int blackhole;	     /* writes are accepted but never complete nor land */
+	int fail_reg;	     /* reg_mr returns this */
+	int max_inflight;    /* per-connection queue depth before -EAGAIN (default 256) */
+	int needs_poll;	     /* report rma_lands_unpolled = 0, like tcp or shm */
 };
 
 extern struct fake_tp_faults fake_tp_faults;

@@ -36,9 +36,9 @@ static const struct {
 	const char *name;
 	unsigned long bit;
 } log_subsys[] = {
-	{ "INIT", MK_SUBSYS_INIT },	{ "COLL", MK_SUBSYS_COLL },   { "P2P", MK_SUBSYS_P2P },
-	{ "NET", MK_SUBSYS_NET },	{ "GRAPH", MK_SUBSYS_GRAPH }, { "TUNING", MK_SUBSYS_TUNING },
-	{ "ENV", MK_SUBSYS_ENV },	{ "ALLOC", MK_SUBSYS_ALLOC }, { "PROXY", MK_SUBSYS_PROXY },
+	{ "INIT", MK_SUBSYS_INIT }, { "COLL", MK_SUBSYS_COLL },	  { "P2P", MK_SUBSYS_P2P },
+	{ "NET", MK_SUBSYS_NET },   { "GRAPH", MK_SUBSYS_GRAPH }, { "TUNING", MK_SUBSYS_TUNING },
+	{ "ENV", MK_SUBSYS_ENV },   { "ALLOC", MK_SUBSYS_ALLOC }, { "PROXY", MK_SUBSYS_PROXY },
 	{ "ALL", MK_SUBSYS_ALL },
 };
 
@@ -89,8 +89,7 @@ static void log_init(void)
 	log_mask = log_parse_mask(log_env("MKERNEL_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS"));
 }
 
-void mk_log_stderr(int level, unsigned long flags, const char *file, int line, const char *fmt,
-		   ...)
+void mk_log_stderr(int level, unsigned long flags, const char *file, int line, const char *fmt, ...)
 {
 	static const char *names[] = { "", "VERSION", "WARN", "INFO", "ABORT", "TRACE" };
 	char msg[1024];

@@ -17,7 +17,7 @@
 
 static pthread_mutex_t mr_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mk_mr *mr_list;
-static struct mk_mr *mr_free;	/* released entries: stale handles stay readable */
+static struct mk_mr *mr_free; /* released entries: stale handles stay readable */
 static struct mk_mr_stats mr_stats;
 
 static uintptr_t mr_page_size(void)
@@ -29,8 +29,8 @@ static uintptr_t mr_page_size(void)
 	return page;
 }
 
-static struct mk_mr *mr_find(const struct mk_transport_ops *ops, int dev, int type,
-			     uintptr_t start, uintptr_t end)
+static struct mk_mr *mr_find(const struct mk_transport_ops *ops, int dev, int type, uintptr_t start,
+			     uintptr_t end)
 {
 	for (struct mk_mr *m = mr_list; m != NULL; m = m->next)
 		if (m->ops == ops && m->dev == dev && m->type == type && m->start <= start &&
@@ -119,7 +119,7 @@ int mk_mr_put(struct mk_mr *mr)
 	for (pp = &mr_list; *pp != NULL && *pp != mr; pp = &(*pp)->next)
 		;
 	if (*pp == NULL) {
-		rc = -EINVAL;	/* stale or foreign handle: refuse instead of freeing it */
+		rc = -EINVAL; /* stale or foreign handle: refuse instead of freeing it */
 		goto unlock;
 	}
 	if (--mr->refs > 0)

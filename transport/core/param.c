@@ -25,8 +25,8 @@ int mk_param_parse_int(const char *s, int64_t *out)
 	static const struct {
 		const char *word;
 		int64_t v;
-	} words[] = { { "true", 1 }, { "yes", 1 }, { "on", 1 },
-		      { "false", 0 }, { "no", 0 },   { "off", 0 } };
+	} words[] = { { "true", 1 },  { "yes", 1 }, { "on", 1 },
+		      { "false", 0 }, { "no", 0 },  { "off", 0 } };
 	char *end;
 	long long v;
 
@@ -60,7 +60,7 @@ int mk_param_parse_int(const char *s, int64_t *out)
 	default:
 		break;
 	}
-	if (toupper((unsigned char)*end) == 'I')	/* KiB, MiB, GiB */
+	if (toupper((unsigned char)*end) == 'I') /* KiB, MiB, GiB */
 		end++;
 	if (toupper((unsigned char)*end) == 'B')
 		end++;
@@ -97,8 +97,8 @@ static void param_resolve(struct mk_param *p)
 			MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_ENV, "%s set by environment to %" PRId64,
 				p->env, v);
 		} else {
-			MK_WARN("%s='%s' is not an integer; using the default %" PRId64, p->env, env,
-				p->def_int);
+			MK_WARN("%s='%s' is not an integer; using the default %" PRId64, p->env,
+				env, p->def_int);
 		}
 	}
 	__atomic_store_n(&p->state, 2, __ATOMIC_RELEASE);
@@ -159,7 +159,7 @@ int mk_param_foreach(void (*fn)(struct mk_param *p, void *arg), void *arg)
 	}
 	qsort(sorted, k, sizeof(*sorted), param_cmp);
 	for (size_t i = 0; i < k; i++) {
-		mk_param_get_int(sorted[i]);	/* resolve so callers see the effective value */
+		mk_param_get_int(sorted[i]); /* resolve so callers see the effective value */
 		fn(sorted[i], arg);
 	}
 	free(sorted);
@@ -171,7 +171,8 @@ static void param_dump_one(struct mk_param *p, void *arg)
 	(void)arg;
 	if (p->type == MK_PARAM_TYPE_STR)
 		MK_INFO(MK_SUBSYS_INIT, "param %s = '%s' (%s)", p->env,
-			p->val_str ? p->val_str : "", p->src == MK_PARAM_SRC_ENV ? "env" : "default");
+			p->val_str ? p->val_str : "",
+			p->src == MK_PARAM_SRC_ENV ? "env" : "default");
 	else
 		MK_INFO(MK_SUBSYS_INIT, "param %s = %" PRId64 " (%s)", p->env, p->val_int,
 			p->src == MK_PARAM_SRC_ENV ? "env" : "default");

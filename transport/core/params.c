@@ -8,8 +8,9 @@ MK_PARAM_INT(timeout_ms, "core", "MKERNEL_TIMEOUT", 30000,
 	     "milliseconds after which an unanswered connect or an unresponsive peer is an error")
 MK_PARAM_INT(keepalive_ms, "core", "MKERNEL_KEEPALIVE", 1000,
 	     "milliseconds of silence on a busy connection before a liveness probe is sent")
-MK_PARAM_INT(mr_cache, "core", "MKERNEL_MR_CACHE", 1,
-	     "1: share registrations of overlapping page ranges (refcounted); 0: register every call")
+MK_PARAM_INT(
+	mr_cache, "core", "MKERNEL_MR_CACHE", 1,
+	"1: share registrations of overlapping page ranges (refcounted); 0: register every call")
 MK_PARAM_INT(dump_params, "core", "MKERNEL_DUMP_PARAMS", 0,
 	     "1: log every parameter with its effective value and source at init")
 MK_PARAM_INT(stripe_min, "core", "MKERNEL_STRIPE_MIN", 131072,

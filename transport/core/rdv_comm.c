@@ -67,7 +67,7 @@ int mk_rdv_check(const void *comm, enum mk_rdv_kind kind)
 
 static uint32_t rdv_name_hash(const char *s)
 {
-	uint32_t h = 2166136261u;	/* FNV-1a */
+	uint32_t h = 2166136261u; /* FNV-1a */
 
 	while (*s != '\0')
 		h = (h ^ (uint8_t)*s++) * 16777619u;
@@ -139,7 +139,8 @@ void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy, void *probe_src)
 	if (rc == -EAGAIN) {
 		/* a transport refusing every post for that long is as dead as a silent peer */
 		if (now - cs->last_event_ms > (uint64_t)mk_param_timeout_ms())
-			mk_rdv_fail(cs, -ETIMEDOUT, "transport refused every post for MKERNEL_TIMEOUT");
+			mk_rdv_fail(cs, -ETIMEDOUT,
+				    "transport refused every post for MKERNEL_TIMEOUT");
 		return;
 	}
 	if (rc) {
@@ -359,7 +360,7 @@ int mk_rdv_accept(struct mk_rdv_comm *comm, struct mk_rdv_comm **out)
 
 	*out = NULL;
 	if (r == NULL)
-		return -EALREADY;	/* a listener accepts exactly one connection */
+		return -EALREADY; /* a listener accepts exactly one connection */
 	blob = (struct mk_rdv_recv_blob){
 		.magic = MK_RDV_HANDLE_TAG,
 		.version = MK_RDV_BLOB_VERSION,
@@ -456,7 +457,7 @@ int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *hand
 			break;
 	p = *pp;
 	if (p != NULL)
-		*pp = p->next;	/* taken out while we work on it; put back if still pending */
+		*pp = p->next; /* taken out while we work on it; put back if still pending */
 	pthread_mutex_unlock(&rdv_lock);
 
 	if (p == NULL) {
@@ -562,8 +563,7 @@ int mk_rdv_dereg(struct mk_rdv_comm *comm, struct mk_mr *mr)
 int mk_rdv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 {
 	if (req == NULL || done == NULL || req->magic != MK_RDV_REQ_MAGIC ||
-	    req->state == MK_RDV_REQ_FREE || req->comm == NULL ||
-	    req->comm->magic != MK_RDV_MAGIC)
+	    req->state == MK_RDV_REQ_FREE || req->comm == NULL || req->comm->magic != MK_RDV_MAGIC)
 		return -EBADF;
 	if (req->kind == MK_RDV_REQ_SEND)
 		return mk_rdv_send_test(req, done, sizes);

@@ -20,27 +20,27 @@
 
 #include "mk/rdv.h"
 
-#define MK_RDV_MAGIC	  0x6d6b7276u	/* live comm */
-#define MK_RDV_DEAD	  0x64656164u	/* closed comm, object on a free list */
-#define MK_RDV_REQ_MAGIC  0x6d6b7271u
-#define MK_RDV_CTS_GROUPS (2 * MK_RDV_MAX_REQUESTS)
-#define MK_RDV_SEND_REQS  (MK_RDV_MAX_REQUESTS * MK_RDV_MAX_RECVS)
-#define MK_RDV_MAX_SEGS	  16
-#define MK_RDV_CHUNK_ALIGN 128		/* LL/LL128 lines never straddle two segments */
+#define MK_RDV_MAGIC	    0x6d6b7276u /* live comm */
+#define MK_RDV_DEAD	    0x64656164u /* closed comm, object on a free list */
+#define MK_RDV_REQ_MAGIC    0x6d6b7271u
+#define MK_RDV_CTS_GROUPS   (2 * MK_RDV_MAX_REQUESTS)
+#define MK_RDV_SEND_REQS    (MK_RDV_MAX_REQUESTS * MK_RDV_MAX_RECVS)
+#define MK_RDV_MAX_SEGS	    16
+#define MK_RDV_CHUNK_ALIGN  128 /* LL/LL128 lines never straddle two segments */
 #define MK_RDV_BLOB_VERSION 1
-#define MK_RDV_HANDLE_TAG 0x4d4b5256u	/* 'MKRV' in the handle trailer */
+#define MK_RDV_HANDLE_TAG   0x4d4b5256u /* 'MKRV' in the handle trailer */
 
 struct mk_rdv_cts {
-	uint64_t addr;		/* receive buffer VA */
-	uint64_t size;		/* its capacity */
-	uint64_t rkey_base;	/* registration start VA (struct mk_rkey) */
+	uint64_t addr;	    /* receive buffer VA */
+	uint64_t size;	    /* its capacity */
+	uint64_t rkey_base; /* registration start VA (struct mk_rkey) */
 	uint64_t rkey_key;
 	int32_t tag;
-	uint16_t nsub;		/* sub-receives in this group */
-	uint16_t idx;		/* this entry's index in the group */
+	uint16_t nsub; /* sub-receives in this group */
+	uint16_t idx;  /* this entry's index in the group */
 	uint32_t flags;
 	uint32_t pad[4];
-	uint32_t seq;		/* written last; valid when equal to the group's sequence */
+	uint32_t seq; /* written last; valid when equal to the group's sequence */
 };
 _Static_assert(sizeof(struct mk_rdv_cts) == 64, "CTS entry is 64 bytes");
 
@@ -79,7 +79,7 @@ struct mk_rdv_send_blob {
 	uint32_t version;
 	uint64_t ring_addr;
 	uint64_t probe_addr;
-	struct mk_rkey rkey;	/* covers ring and probe slot */
+	struct mk_rkey rkey; /* covers ring and probe slot */
 };
 
 /* Sent by the accepting (receiving) side: where the sender writes its probes. */
@@ -94,8 +94,8 @@ _Static_assert(sizeof(struct mk_rdv_send_blob) <= MK_TP_BLOB_MAX, "blob fits");
 
 /* Handle trailer after the backend's bytes: rejects handles of another backend or program. */
 struct mk_rdv_handle_tail {
-	uint32_t tag;		/* MK_RDV_HANDLE_TAG */
-	uint32_t backend;	/* hash of the backend name */
+	uint32_t tag;	  /* MK_RDV_HANDLE_TAG */
+	uint32_t backend; /* hash of the backend name */
 };
 
 #define MK_RDV_TAIL_OFF (MK_RDV_HANDLE_SIZE - sizeof(struct mk_rdv_handle_tail))
@@ -109,15 +109,15 @@ enum mk_rdv_req_kind {
 
 enum mk_rdv_req_state {
 	MK_RDV_REQ_FREE = 0,
-	MK_RDV_REQ_POSTED,	/* in flight, caller polls it */
-	MK_RDV_REQ_LINGER,	/* reported done early (optional completion); data still due */
+	MK_RDV_REQ_POSTED, /* in flight, caller polls it */
+	MK_RDV_REQ_LINGER, /* reported done early (optional completion); data still due */
 };
 
 struct mk_rdv_req {
 	uint32_t magic;
 	enum mk_rdv_req_kind kind;
 	enum mk_rdv_req_state state;
-	int status;			/* first error, 0 if none */
+	int status; /* first error, 0 if none */
 	struct mk_rdv_comm *comm;
 	struct mk_rdv_req *next_free;
 	/* send */
@@ -130,7 +130,7 @@ struct mk_rdv_req {
 	unsigned idx;
 	unsigned nseg, posted, completed;
 	size_t chunk;
-	bool trunc;			/* send larger than the receive: tell the peer, fail both */
+	bool trunc; /* send larger than the receive: tell the peer, fail both */
 	struct mk_rdv_req *next_pending; /* segments still to post, in order */
 	/* recv */
 	int n;
@@ -153,19 +153,19 @@ struct mk_rdv_region {
 struct mk_rdv_conn_state {
 	struct mk_conn *conn;
 	struct mk_rdv_region region;
-	uint64_t peer_probe;		/* peer's probe slot VA */
-	struct mk_rkey peer_rkey;	/* peer's region key */
-	int error;			/* sticky: first failure of the connection */
-	uint64_t last_event_ms;		/* last sign of life from the peer */
-	uint64_t probe_posted_ms;	/* 0 = no probe in flight */
-	uint64_t probes;		/* probes posted (tests read it) */
+	uint64_t peer_probe;	  /* peer's probe slot VA */
+	struct mk_rkey peer_rkey; /* peer's region key */
+	int error;		  /* sticky: first failure of the connection */
+	uint64_t last_event_ms;	  /* last sign of life from the peer */
+	uint64_t probe_posted_ms; /* 0 = no probe in flight */
+	uint64_t probes;	  /* probes posted (tests read it) */
 };
 
 struct mk_rdv_send {
 	struct mk_rdv_comm head;
 	struct mk_rdv_conn_state cs;
-	struct mk_rdv_cts *ring;	/* [MK_RDV_CTS_GROUPS][MK_RDV_MAX_RECVS] inside region */
-	uint32_t next_group;		/* oldest group not fully consumed */
+	struct mk_rdv_cts *ring; /* [MK_RDV_CTS_GROUPS][MK_RDV_MAX_RECVS] inside region */
+	uint32_t next_group;	 /* oldest group not fully consumed */
 	/*
 	 * Per ring group: consumed sub-slots (bitmask), and the group's sequence and size cached
 	 * when first seen, because the receiver may overwrite a fully consumed group's entries
@@ -182,19 +182,19 @@ struct mk_rdv_send {
 struct mk_rdv_recv {
 	struct mk_rdv_comm head;
 	struct mk_rdv_conn_state cs;
-	struct mk_rdv_cts *staging;	/* CTS entries before they are written to the sender */
-	uint64_t peer_ring;		/* the sender's CTS ring VA */
-	uint32_t next_seq;		/* sequence of the next receive group */
-	int outstanding;		/* posted, not yet reported done */
-	bool early_ok;			/* writes land unpolled: optional receives may finish early */
-	struct mk_rdv_req reqs[MK_RDV_CTS_GROUPS];	/* indexed by seq % MK_RDV_CTS_GROUPS */
+	struct mk_rdv_cts *staging; /* CTS entries before they are written to the sender */
+	uint64_t peer_ring;	    /* the sender's CTS ring VA */
+	uint32_t next_seq;	    /* sequence of the next receive group */
+	int outstanding;	    /* posted, not yet reported done */
+	bool early_ok;		    /* writes land unpolled: optional receives may finish early */
+	struct mk_rdv_req reqs[MK_RDV_CTS_GROUPS]; /* indexed by seq % MK_RDV_CTS_GROUPS */
 	struct mk_rdv_req flush_reqs[MK_RDV_MAX_REQUESTS];
 };
 
 struct mk_rdv_listen {
 	struct mk_rdv_comm head;
 	struct mk_listener *l;
-	struct mk_rdv_recv *recv;	/* prepared at listen so accept can send its blob */
+	struct mk_rdv_recv *recv; /* prepared at listen so accept can send its blob */
 };
 
 /* rdv_comm.c */

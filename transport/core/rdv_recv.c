@@ -51,7 +51,7 @@ static void recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 			req->n, req->seq, idx);
 	}
 	if (req->state == MK_RDV_REQ_LINGER && recv_complete(req))
-		req->state = MK_RDV_REQ_FREE;	/* reported done earlier; its data is now in */
+		req->state = MK_RDV_REQ_FREE; /* reported done earlier; its data is now in */
 }
 
 static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
@@ -103,8 +103,8 @@ int mk_rdv_recv_progress(struct mk_rdv_recv *r)
 	return r->cs.error;
 }
 
-int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *sizes,
-		 const int *tags, struct mk_mr **mrs, bool optional, struct mk_rdv_req **out)
+int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *sizes, const int *tags,
+		 struct mk_mr **mrs, bool optional, struct mk_rdv_req **out)
 {
 	struct mk_rdv_recv *r = container_of(comm, struct mk_rdv_recv, head);
 	uint32_t seq = r->next_seq;
@@ -206,7 +206,7 @@ int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 
 	*done = 0;
 	if (req->state == MK_RDV_REQ_LINGER)
-		return -EBADF;		/* already reported done */
+		return -EBADF; /* already reported done */
 	rc = mk_rdv_recv_progress(r);
 	if (req->status)
 		return req->status;

@@ -67,14 +67,16 @@ static int send_post(struct mk_rdv_send *s, struct mk_rdv_req *req)
 	while (req->posted < req->nseg) {
 		unsigned i = req->posted;
 		size_t off = (size_t)i * req->chunk;
-		size_t len = req->trunc ? 0 : (req->size - off < req->chunk ? req->size - off : req->chunk);
+		size_t len =
+			req->trunc ? 0
+				   : (req->size - off < req->chunk ? req->size - off : req->chunk);
 		uint32_t imm = mk_rdv_imm_pack(req->seq, req->idx, req->nseg, req->trunc);
 		struct mk_bmr *bmr = req->mr != NULL ? req->mr->bmr : NULL;
 		int lane = c->nlanes > 0 ? (int)(i % (unsigned)c->nlanes) : 0;
 		int rc;
 
-		rc = c->ops->write(c, lane, req->src + off, len, bmr, req->dst + off, &req->rkey, true,
-				   imm, req);
+		rc = c->ops->write(c, lane, req->src + off, len, bmr, req->dst + off, &req->rkey,
+				   true, imm, req);
 		if (rc == -EAGAIN)
 			return 0;
 		if (rc)
@@ -142,7 +144,7 @@ int mk_rdv_send_progress(struct mk_rdv_send *s)
 			break;
 		}
 		if (req->posted < req->nseg)
-			break;		/* queue full: keep order, retry later */
+			break; /* queue full: keep order, retry later */
 		s->pending_head = req->next_pending;
 		if (s->pending_head == NULL)
 			s->pending_tail = NULL;

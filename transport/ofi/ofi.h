@@ -65,12 +65,12 @@ void mk_ofi_lib_override(const struct mk_ofi_lib *lib);
 
 /* ---- parameters (ofi_params.c) ---- */
 
-MK_PARAM_DECLARE_STR(ofi_provider);	 /* MKERNEL_OFI_PROVIDER */
-MK_PARAM_DECLARE_STR(ofi_lib);		 /* MKERNEL_OFI_LIB */
-MK_PARAM_DECLARE_STR(ofi_iface);	 /* MKERNEL_OFI_IFACE */
-MK_PARAM_DECLARE_INT(ofi_cq_read_count); /* MKERNEL_OFI_CQ_READ_COUNT */
-MK_PARAM_DECLARE_INT(ofi_tx_depth);	 /* MKERNEL_OFI_TX_DEPTH */
-MK_PARAM_DECLARE_INT(ofi_speed_mbps);	 /* MKERNEL_OFI_SPEED_MBPS */
+MK_PARAM_DECLARE_STR(ofi_provider);	   /* MKERNEL_OFI_PROVIDER */
+MK_PARAM_DECLARE_STR(ofi_lib);		   /* MKERNEL_OFI_LIB */
+MK_PARAM_DECLARE_STR(ofi_iface);	   /* MKERNEL_OFI_IFACE */
+MK_PARAM_DECLARE_INT(ofi_cq_read_count);   /* MKERNEL_OFI_CQ_READ_COUNT */
+MK_PARAM_DECLARE_INT(ofi_tx_depth);	   /* MKERNEL_OFI_TX_DEPTH */
+MK_PARAM_DECLARE_INT(ofi_speed_mbps);	   /* MKERNEL_OFI_SPEED_MBPS */
 MK_PARAM_DECLARE_INT(ofi_progress_thread); /* MKERNEL_OFI_PROGRESS_THREAD */
 
 /* ---- devices (ofi_init.c) ---- */
@@ -211,8 +211,8 @@ struct mk_ofi_conn {
 	 * makes every later post and poll spin inside libfabric, so both check it is alive first.
 	 */
 	int peer_pid;
-	uint64_t peer_checked_ns;	/* last liveness check of peer_pid (CLOCK_MONOTONIC) */
-	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
+	uint64_t peer_checked_ns; /* last liveness check of peer_pid (CLOCK_MONOTONIC) */
+	int cq_batch;		  /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	/*
 	 * MKERNEL_OFI_PROGRESS_THREAD: a thread that only drives the provider's progress
 	 * (fi_cq_read of zero entries; the domain is FI_THREAD_SAFE), so socket copies run beside

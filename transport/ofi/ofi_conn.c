@@ -224,7 +224,7 @@ static void *ofi_progress_main(void *arg)
 	struct mk_ofi_conn *conn = arg;
 
 	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE)) {
-		fi_cq_read(conn->cq, NULL, 0);	/* progress only: completions stay queued */
+		fi_cq_read(conn->cq, NULL, 0); /* progress only: completions stay queued */
 		sched_yield();
 	}
 	return NULL;

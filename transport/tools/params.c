@@ -57,7 +57,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--markdown]\n"
-				"Lists every MKERNEL_* parameter with its default and the value the "
+				"Lists every MKERNEL_* parameter with its default and the value "
+				"the "
 				"current environment gives it.\n",
 				argv[0]);
 			return strcmp(argv[i], "--help") == 0 ? 0 : 2;

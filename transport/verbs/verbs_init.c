@@ -210,7 +210,7 @@ static void init_fill_props(struct mk_verbs_dev *d, const char *ibdev,
 	p->max_lanes = MK_TP_MAX_LANES;
 	p->force_flush = mk_param_ib_force_flush() ? 1 : 0;
 	p->max_msg = pa->max_msg_sz;
-	p->rma_lands_unpolled = 1;	/* RDMA writes are placed by the NIC, not by our polling */
+	p->rma_lands_unpolled = 1; /* RDMA writes are placed by the NIC, not by our polling */
 	init_provider(ibdev, p->provider, sizeof(p->provider));
 }
 

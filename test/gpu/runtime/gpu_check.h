@@ -8,14 +8,14 @@
 
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                                   \
-	do {                                                                                    \
-		cudaError_t e_ = (x);                                                           \
-		if (e_ != cudaSuccess) {                                                        \
-			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,               \
-				cudaGetErrorString(e_));                                        \
-			exit(1);                                                                \
-		}                                                                               \
+#define CK(x)                                                                                      \
+	do {                                                                                       \
+		cudaError_t e_ = (x);                                                              \
+		if (e_ != cudaSuccess) {                                                           \
+			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,                  \
+				cudaGetErrorString(e_));                                           \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
 static int failures;

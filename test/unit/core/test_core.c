@@ -58,7 +58,7 @@ static void test_param_env_read_once_and_bad_value_keeps_default(void **state)
 	setenv("MKERNEL_TEST_KNOB", "7", 1);
 	assert_int_equal(mk_param_test_knob(), 7);
 	setenv("MKERNEL_TEST_KNOB", "8", 1);
-	assert_int_equal(mk_param_test_knob(), 7);	/* cached */
+	assert_int_equal(mk_param_test_knob(), 7); /* cached */
 	mk_param_reset_all();
 	setenv("MKERNEL_TEST_KNOB", "eight", 1);
 	assert_int_equal(mk_param_test_knob(), 42);
@@ -116,20 +116,20 @@ static void test_mr_cache_hits_inside_a_registered_range(void **state)
 	assert_true(a->start <= (uintptr_t)buf + 100 && a->end >= (uintptr_t)buf + 100 + 3 * 4096);
 	assert_int_equal(a->start % 4096, 0);
 	assert_int_equal(mk_mr_get(&fake_tp_ops, 0, buf + 4096, 64, &attr, &b), 0);
-	assert_ptr_equal(a, b);			/* sub-range: a hit, no new registration */
+	assert_ptr_equal(a, b); /* sub-range: a hit, no new registration */
 	attr.type = MK_PTR_CUDA;
 	assert_int_equal(mk_mr_get(&fake_tp_ops, 0, buf + 4096, 64, &attr, &c), 0);
-	assert_ptr_not_equal(a, c);		/* other memory type: its own registration */
+	assert_ptr_not_equal(a, c); /* other memory type: its own registration */
 	mk_mr_get_stats(&st1);
 	assert_int_equal(st1.hits - st0.hits, 1);
 	assert_int_equal(st1.misses - st0.misses, 2);
 	assert_int_equal(fake_tp_live_regs(), 2);
 	assert_int_equal(mk_mr_put(b), 0);
-	assert_int_equal(fake_tp_live_regs(), 2);	/* still referenced by a */
+	assert_int_equal(fake_tp_live_regs(), 2); /* still referenced by a */
 	assert_int_equal(mk_mr_put(a), 0);
 	assert_int_equal(mk_mr_put(c), 0);
 	assert_int_equal(fake_tp_live_regs(), 0);
-	assert_int_equal(mk_mr_put(a), -EINVAL);	/* stale handle refused */
+	assert_int_equal(mk_mr_put(a), -EINVAL); /* stale handle refused */
 	free(buf);
 }
 

@@ -116,7 +116,7 @@ static void test_rdv_send_recv_small_delivers_data_and_size(void **state)
 		assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), tag, smr, &sreq), 0);
 	assert_int_equal(wait_both(sreq, rreq, &size, &src), 0);
 	assert_int_equal(src, 0);
-	assert_int_equal(size, sizeof(sbuf));	/* receive larger than send: the sent size */
+	assert_int_equal(size, sizeof(sbuf)); /* receive larger than send: the sent size */
 	assert_memory_equal(rbuf, sbuf, sizeof(sbuf));
 	assert_int_equal(rbuf[100], 0);
 	assert_int_equal(mk_rdv_dereg(p.s, smr), 0);
@@ -168,8 +168,8 @@ static void run_in_flight(uint32_t first_seq, int rounds, size_t msg)
 
 			memset(sbuf + i * msg, (round * N + i) & 0xff, msg);
 			rreq[i] = NULL;
-			assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq[i]),
-					 0);
+			assert_int_equal(
+				mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq[i]), 0);
 			assert_non_null(rreq[i]);
 		}
 		/* the 33rd receive does not fit: NULL, not an error */
@@ -186,9 +186,9 @@ static void run_in_flight(uint32_t first_seq, int rounds, size_t msg)
 		for (int i = 0; i < N; i++) {
 			sreq[i] = NULL;
 			for (int spin = 0; sreq[i] == NULL && spin < 1000; spin++)
-				assert_int_equal(mk_rdv_isend(p.s, sbuf + i * msg, msg, 1, smr,
-							      &sreq[i]),
-						 0);
+				assert_int_equal(
+					mk_rdv_isend(p.s, sbuf + i * msg, msg, 1, smr, &sreq[i]),
+					0);
 			assert_non_null(sreq[i]);
 		}
 		for (int i = 0; i < N; i++) {
@@ -196,7 +196,8 @@ static void run_in_flight(uint32_t first_seq, int rounds, size_t msg)
 
 			assert_int_equal(wait_both(sreq[i], rreq[i], &got, NULL), 0);
 			assert_int_equal(got, msg);
-			assert_int_equal((unsigned char)rbuf[i * msg + msg - 1], (round * N + i) & 0xff);
+			assert_int_equal((unsigned char)rbuf[i * msg + msg - 1],
+					 (round * N + i) & 0xff);
 		}
 	}
 	mk_rdv_dereg(p.s, smr);
@@ -249,8 +250,8 @@ static void test_rdv_multi_recv_routes_by_tag_and_looks_ahead(void **state)
 
 		sreq[k] = NULL;
 		while (sreq[k] == NULL)
-			assert_int_equal(mk_rdv_isend(p.s, sbuf[t], 16 + t, order[k], smr, &sreq[k]),
-					 0);
+			assert_int_equal(
+				mk_rdv_isend(p.s, sbuf[t], 16 + t, order[k], smr, &sreq[k]), 0);
 	}
 	for (int k = 0; k < 2 * NSUB; k++)
 		assert_int_equal(wait_both(sreq[k], NULL, NULL, NULL), 0);
@@ -289,7 +290,7 @@ static void test_rdv_multi_recv_unknown_tag_is_an_error(void **state)
 
 static void test_rdv_zero_bytes_and_striping(void **state)
 {
-	size_t big = (size_t)3 << 20;	/* 3 MiB over 4 lanes: 4 segments */
+	size_t big = (size_t)3 << 20; /* 3 MiB over 4 lanes: 4 segments */
 	char *sbuf = malloc(big), *rbuf = calloc(1, big);
 	struct pair p;
 	struct mk_mr *smr, *rmr;
@@ -319,7 +320,7 @@ static void test_rdv_zero_bytes_and_striping(void **state)
 	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
 	assert_int_equal(got, big);
 	assert_memory_equal(sbuf, rbuf, big);
-	assert_int_equal(fake_tp_writes() - writes, 1 + 4);	/* one CTS + four segments */
+	assert_int_equal(fake_tp_writes() - writes, 1 + 4); /* one CTS + four segments */
 	mk_rdv_dereg(p.s, smr);
 	mk_rdv_dereg(p.r, rmr);
 	pair_close(&p);
@@ -343,7 +344,7 @@ static void test_rdv_optional_completion_finishes_early_and_data_still_lands(voi
 	memset(sbuf, 0x5a, sizeof(sbuf));
 	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, true, &rreq), 0);
 	assert_int_equal(mk_rdv_test(rreq, &done, NULL), 0);
-	assert_int_equal(done, 1);	/* CTS out: NCCL polls flags in the data itself */
+	assert_int_equal(done, 1); /* CTS out: NCCL polls flags in the data itself */
 	while (sreq == NULL)
 		assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), tag, smr, &sreq), 0);
 	assert_int_equal(wait_both(sreq, NULL, NULL, NULL), 0);
@@ -379,7 +380,7 @@ static void test_rdv_optional_completion_waits_for_data_when_target_must_poll(vo
 	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, true, &rreq), 0);
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(mk_rdv_test(rreq, &done, NULL), 0);
-	assert_int_equal(done, 0);	/* nobody would poll for the data after an early finish */
+	assert_int_equal(done, 0); /* nobody would poll for the data after an early finish */
 	while (sreq == NULL)
 		assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), tag, smr, &sreq), 0);
 	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
@@ -404,7 +405,7 @@ static void test_rdv_backend_full_queue_is_retried(void **state)
 	smr = reg(p.s, sbuf, sizeof(sbuf));
 	rmr = reg(p.r, rbuf, sizeof(rbuf));
 	memset(sbuf, 3, sizeof(sbuf));
-	fake_tp_faults.eagain_writes = 1;	/* the CTS write is refused once */
+	fake_tp_faults.eagain_writes = 1; /* the CTS write is refused once */
 	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq), 0);
 	assert_null(rreq);
 	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq), 0);
@@ -458,7 +459,7 @@ static void test_rdv_silent_peer_times_out(void **state)
 	pair_open(&p);
 	rmr = reg(p.r, rbuf, sizeof(rbuf));
 	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq), 0);
-	fake_tp_faults.blackhole = 1;	/* probes vanish */
+	fake_tp_faults.blackhole = 1; /* probes vanish */
 	for (int i = 0; i < 2000000 && rc == 0; i++)
 		rc = mk_rdv_test(rreq, &done, NULL);
 	assert_int_equal(rc, -ETIMEDOUT);
@@ -514,7 +515,7 @@ static void test_rdv_connect_to_a_closed_listener_times_out(void **state)
 	struct mk_rdv_comm *l, *s = NULL;
 	int rc = 0, i;
 
-	setenv("MKERNEL_TIMEOUT", "20", 1);	/* the fake counts connected() calls */
+	setenv("MKERNEL_TIMEOUT", "20", 1); /* the fake counts connected() calls */
 	mk_param_reset_all();
 	assert_int_equal(mk_rdv_listen(&fake_tp_ops, 0, handle, &l), 0);
 	assert_int_equal(mk_rdv_close(l), 0);
@@ -555,8 +556,8 @@ int main(void)
 		cmocka_unit_test_setup(test_rdv_multi_recv_routes_by_tag_and_looks_ahead, setup),
 		cmocka_unit_test_setup(test_rdv_multi_recv_unknown_tag_is_an_error, setup),
 		cmocka_unit_test_setup(test_rdv_zero_bytes_and_striping, setup),
-		cmocka_unit_test_setup(test_rdv_optional_completion_finishes_early_and_data_still_lands,
-				       setup),
+		cmocka_unit_test_setup(
+			test_rdv_optional_completion_finishes_early_and_data_still_lands, setup),
 		cmocka_unit_test_setup(
 			test_rdv_optional_completion_waits_for_data_when_target_must_poll, setup),
 		cmocka_unit_test_setup(test_rdv_backend_full_queue_is_retried, setup),

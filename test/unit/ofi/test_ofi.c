@@ -821,7 +821,8 @@ static void test_refusal_cleared_by_progress(void **state)
 	close_pair(&p);
 }
 
-/* shm: a dead peer process may hold a lock we would spin on; posts and polls check (every 100 us). */
+/* shm: a dead peer process may hold a lock we would spin on; posts and polls check (every 100 us).
+ */
 static void test_shm_dead_peer_process_detected(void **state)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
@@ -840,7 +841,7 @@ static void test_shm_dead_peer_process_detected(void **state)
 	assert_int_equal(ofi_conn(p.c)->peer_pid, getpid()); /* parsed from the name */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
 	ofi_conn(p.c)->peer_pid = (int)dead; /* the peer process exits */
-	usleep(200);			      /* liveness is looked at every 100 us */
+	usleep(200);			     /* liveness is looked at every 100 us */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -ECONNRESET);
 	assert_int_equal(tp->poll(p.c, ev, 2), -ECONNRESET);
 	close_pair(&p);

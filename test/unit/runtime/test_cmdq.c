@@ -33,7 +33,7 @@ struct qfix {
 	/* what the consumer saw */
 	uint32_t start;
 	uint64_t seen;
-	uint64_t bad;			/* entries out of order or with a torn body */
+	uint64_t bad; /* entries out of order or with a torn body */
 	uint64_t next_per_producer[MAX_PRODUCERS];
 	uint32_t last_index;
 };
@@ -120,8 +120,8 @@ struct producer {
 	uint32_t id;
 	uint64_t count;
 	long spin_limit;
-	int64_t last;			/* last ticket or error */
-	uint64_t pushed;		/* atomic: pushes that returned */
+	int64_t last;	 /* last ticket or error */
+	uint64_t pushed; /* atomic: pushes that returned */
 };
 
 static void *producer_main(void *arg)
@@ -207,7 +207,9 @@ static void run_producers(uint32_t nslots, uint32_t start, int nprod, uint64_t p
 	assert_non_null(f);
 	qfix_open(f, nslots, start, batch);
 	for (int i = 0; i < nprod; i++) {
-		pr[i] = (struct producer){ .f = f, .id = (uint32_t)i, .count = per, .spin_limit = -1 };
+		pr[i] = (struct producer){
+			.f = f, .id = (uint32_t)i, .count = per, .spin_limit = -1
+		};
 		assert_int_equal(pthread_create(&tid[i], NULL, producer_main, &pr[i]), 0);
 	}
 	drain_until(f, per * (uint64_t)nprod);
@@ -242,7 +244,8 @@ static void test_wrap_past_2_32(void **state)
 	run_producers(64, 0xffffffffu, 2, 20000, 64);
 }
 
-/* Without a consumer the producer stops after exactly nslots entries; each batch frees that many. */
+/* Without a consumer the producer stops after exactly nslots entries; each batch frees that many.
+ */
 static void test_credits_back_pressure(void **state)
 {
 	struct producer pr;
@@ -257,8 +260,8 @@ static void test_credits_back_pressure(void **state)
 	while (__atomic_load_n(&pr.pushed, __ATOMIC_ACQUIRE) < 8)
 		assert_true(mk_now_ns() - t0 < 5000000000ull);
 	usleep(20000);
-	assert_int_equal(__atomic_load_n(&pr.pushed, __ATOMIC_ACQUIRE), 8);	/* blocked */
-	assert_int_equal(mk_proxy_progress(f.proxy, 0), 6);		/* 3 read + 3 done */
+	assert_int_equal(__atomic_load_n(&pr.pushed, __ATOMIC_ACQUIRE), 8); /* blocked */
+	assert_int_equal(mk_proxy_progress(f.proxy, 0), 6);		    /* 3 read + 3 done */
 	assert_int_equal(f.q.ctrl->tail, (uint32_t)(0xfffffffau + 3));
 	t0 = mk_now_ns();
 	while (__atomic_load_n(&pr.pushed, __ATOMIC_ACQUIRE) < 11)
@@ -296,7 +299,7 @@ static void test_batching_one_credit_write_per_burst(void **state)
 
 		assert_true(mk_cmdq_push_host(&f.dev, &c, 0) >= 0);
 	}
-	assert_int_equal(mk_proxy_progress(f.proxy, 0), 128);	/* 64 read + 64 completed */
+	assert_int_equal(mk_proxy_progress(f.proxy, 0), 128); /* 64 read + 64 completed */
 	mk_proxy_get_stats(f.proxy, &st);
 	assert_int_equal(st.cmds, 64);
 	assert_int_equal(st.credit_writes, 1);
@@ -313,8 +316,12 @@ static void test_batching_one_credit_write_per_burst(void **state)
 /* Local puts and signals: data first, then the signal, and `done` covers both. */
 static void test_self_put_signal_lands(void **state)
 {
-	struct mk_cmdq_slot c = { .op = MK_CMD_PUT_SIGNAL, .peer = 0, .bytes = 16, .src_off = 0,
-				  .dst_off = 128, .signal = 2 };
+	struct mk_cmdq_slot c = { .op = MK_CMD_PUT_SIGNAL,
+				  .peer = 0,
+				  .bytes = 16,
+				  .src_off = 0,
+				  .dst_off = 128,
+				  .signal = 2 };
 	struct qfix f;
 
 	qfix_open(&f, 8, 0, 8);
@@ -343,7 +350,7 @@ static void test_bad_command_fails_proxy_and_releases_producer(void **state)
 	for (int i = 0; i < 4; i++)
 		(void)mk_cmdq_push_host(&f.dev, &c, 0);
 	assert_int_equal(mk_cmdq_push_host(&f.dev, &c, -1), -EPIPE);
-	assert_int_equal(mk_proxy_progress(f.proxy, 0), -EINVAL);	/* stays failed */
+	assert_int_equal(mk_proxy_progress(f.proxy, 0), -EINVAL); /* stays failed */
 	qfix_close(&f);
 }
 
@@ -379,14 +386,16 @@ static void test_threaded_proxy_consumes_and_stops(void **state)
 	qfix_open(&f, 128, 0xffffff00u, 32);
 	assert_int_equal(mk_proxy_start(f.proxy), 0);
 	for (int i = 0; i < 2; i++) {
-		pr[i] = (struct producer){ .f = &f, .id = (uint32_t)i, .count = 100000,
-					   .spin_limit = -1 };
+		pr[i] = (struct producer){
+			.f = &f, .id = (uint32_t)i, .count = 100000, .spin_limit = -1
+		};
 		assert_int_equal(pthread_create(&tid[i], NULL, producer_main, &pr[i]), 0);
 	}
 	for (int i = 0; i < 2; i++)
 		pthread_join(tid[i], NULL);
 	t0 = mk_now_ns();
-	while (__atomic_load_n(&f.q.ctrl->done, __ATOMIC_ACQUIRE) != (uint32_t)(0xffffff00u + 200000))
+	while (__atomic_load_n(&f.q.ctrl->done, __ATOMIC_ACQUIRE) !=
+	       (uint32_t)(0xffffff00u + 200000))
 		assert_true(mk_now_ns() - t0 < 20000000000ull);
 	mk_proxy_stop(f.proxy);
 	assert_int_equal(f.bad, 0);

@@ -21,10 +21,10 @@
 #include "fake_tp.h"
 #include "fused/runtime/proxy.h"
 
-#define MAXR	  4
-#define NSIG	  16
-#define HEAP_LEN  (1u << 20)
-#define NSLOTS	  64
+#define MAXR	 4
+#define NSIG	 16
+#define HEAP_LEN (1u << 20)
+#define NSLOTS	 64
 
 /*
  * The fake backend is single-threaded: serialise every call for the threaded tests. Its event
@@ -37,8 +37,8 @@ static int imm_outstanding;
 #define IMM_LIMIT 2048
 
 static int locked_write(struct mk_conn *c, int lane, const void *src, size_t len,
-			struct mk_bmr *src_mr, uint64_t dst, const struct mk_rkey *rkey, bool has_imm,
-			uint32_t imm, void *ctx)
+			struct mk_bmr *src_mr, uint64_t dst, const struct mk_rkey *rkey,
+			bool has_imm, uint32_t imm, void *ctx)
 {
 	int rc;
 
@@ -92,7 +92,7 @@ struct wopts {
 	int nthreads;
 	int batch;
 	int64_t timeout_ms;
-	uint32_t nsignals[MAXR];	/* 0 = NSIG */
+	uint32_t nsignals[MAXR]; /* 0 = NSIG */
 };
 
 static void world_open(struct world *w, int n, const struct wopts *o)
@@ -107,7 +107,8 @@ static void world_open(struct world *w, int n, const struct wopts *o)
 		r->heap = aligned_alloc(4096, HEAP_LEN);
 		assert_non_null(r->heap);
 		memset(r->heap, 0, HEAP_LEN);
-		assert_int_equal(fake_tp_ops.reg_mr(0, r->heap, HEAP_LEN, &attr, &r->mr, &r->rkey), 0);
+		assert_int_equal(fake_tp_ops.reg_mr(0, r->heap, HEAP_LEN, &attr, &r->mr, &r->rkey),
+				 0);
 	}
 	/* Full mesh: j listens, i connects, j accepts. */
 	for (int i = 0; i < n; i++) {
@@ -116,7 +117,8 @@ static void world_open(struct world *w, int n, const struct wopts *o)
 			struct mk_listener *l;
 
 			assert_int_equal(fake_tp_ops.listen(0, handle, &l), 0);
-			assert_int_equal(fake_tp_ops.connect(0, handle, "c", 1, &w->r[i].conn[j]), 0);
+			assert_int_equal(fake_tp_ops.connect(0, handle, "c", 1, &w->r[i].conn[j]),
+					 0);
 			assert_int_equal(fake_tp_ops.accept(l, "a", 1, &w->r[j].conn[i]), 0);
 			assert_non_null(w->r[j].conn[i]);
 			assert_int_equal(fake_tp_ops.connected(w->r[i].conn[j]), 1);
@@ -147,9 +149,10 @@ static void world_open(struct world *w, int n, const struct wopts *o)
 
 		for (int j = 0; j < n; j++) {
 			r->peers[j].conn = r->conn[j];
-			r->peers[j].heap = w->r[j].rkey;	/* "exchanged" */
+			r->peers[j].heap = w->r[j].rkey; /* "exchanged" */
 		}
-		assert_int_equal(mk_cmdq_init(&r->q, slots, ctrl, NSLOTS, 0xfffffff0u, &r->prod), 0);
+		assert_int_equal(mk_cmdq_init(&r->q, slots, ctrl, NSLOTS, 0xfffffff0u, &r->prod),
+				 0);
 		r->dev = mk_cmdq_dev(&r->q, &r->prod);
 		assert_int_equal(mk_proxy_create(&a, &r->proxy), 0);
 	}
@@ -193,8 +196,12 @@ static int world_progress(struct world *w)
 static void push(struct rank *r, uint8_t op, uint32_t peer, uint64_t src, uint64_t dst,
 		 uint64_t bytes, uint32_t signal)
 {
-	struct mk_cmdq_slot c = { .op = op, .peer = peer, .src_off = src, .dst_off = dst,
-				  .bytes = bytes, .signal = signal };
+	struct mk_cmdq_slot c = { .op = op,
+				  .peer = peer,
+				  .src_off = src,
+				  .dst_off = dst,
+				  .bytes = bytes,
+				  .signal = signal };
 
 	assert_true(mk_cmdq_push_host(&r->dev, &c, 0) >= 0);
 }
@@ -275,7 +282,7 @@ static void test_alltoall_put_signal_exact(void **state)
 	for (int d = 0; d < 4; d++) {
 		for (int s = 0; s < 4; s++) {
 			check(w.r[d].heap + (size_t)(8 + s) * BLK, s, d, BLK);
-			assert_int_equal(w.r[d].signals[s], 1);	/* exactly once */
+			assert_int_equal(w.r[d].signals[s], 1); /* exactly once */
 		}
 	}
 	world_close(&w);
@@ -329,8 +336,8 @@ static void test_one_to_many_put_then_signal(void **state)
 	fill(w.r[0].heap, 0, 0, 3 * BLK);
 	for (uint32_t d = 1; d < 4; d++) {
 		for (int part = 0; part < 3; part++)
-			push(&w.r[0], MK_CMD_PUT, d, (uint64_t)part * BLK, (uint64_t)part * BLK, BLK,
-			     0);
+			push(&w.r[0], MK_CMD_PUT, d, (uint64_t)part * BLK, (uint64_t)part * BLK,
+			     BLK, 0);
 		push(&w.r[0], MK_CMD_SIGNAL, d, 0, 0, 0, 5);
 	}
 	run_until_signals(&w, want, sig);
@@ -357,7 +364,8 @@ static void test_done_waits_for_completion(void **state)
 	world_close(&w);
 }
 
-/* A thread standing in for the target GPU: whenever it sees signal value v, chunks < v are there. */
+/* A thread standing in for the target GPU: whenever it sees signal value v, chunks < v are there.
+ */
 struct waiter {
 	struct rank *r;
 	uint32_t chunks;
@@ -376,8 +384,8 @@ static void *waiter_main(void *arg)
 		uint64_t v = __atomic_load_n(&wt->r->signals[0], __ATOMIC_ACQUIRE);
 
 		for (; checked < v && checked < wt->chunks; checked++) {
-			const uint8_t *p = (const uint8_t *)wt->r->heap + 65536 +
-					   (size_t)checked * wt->chunk;
+			const uint8_t *p =
+				(const uint8_t *)wt->r->heap + 65536 + (size_t)checked * wt->chunk;
 
 			for (uint32_t k = 0; k < wt->chunk; k++) {
 				if (p[k] != pattern(0, (int)checked, k))
@@ -441,7 +449,7 @@ static void test_write_error_becomes_async_error(void **state)
 	push(&w.r[0], MK_CMD_PUT_SIGNAL, 1, 0, 0, 64, 0);
 	assert_int_equal(run_until_error(&w, 0, 1000000000ull), -EIO);
 	assert_int_equal(w.r[0].q.ctrl->error, -EIO);
-	assert_int_equal(mk_proxy_error(w.r[1].proxy), 0);	/* the target is unaffected */
+	assert_int_equal(mk_proxy_error(w.r[1].proxy), 0); /* the target is unaffected */
 	world_close(&w);
 }
 
@@ -532,10 +540,20 @@ static void test_unreachable_peer_rejected(void **state)
 	{
 		struct mk_cmdq *qs[1] = { &w.r[0].q };
 		struct mk_proxy_attr a = {
-			.ops = &locked_ops, .rank = 0, .nranks = 2, .peers = w.r[0].peers,
-			.heap = w.r[0].heap, .heap_len = HEAP_LEN, .heap_mr = w.r[0].mr,
-			.signals = w.r[0].signals, .nsignals = NSIG, .queues = qs, .nqueues = 1,
-			.nthreads = 1, .batch = 4, .timeout_ms = 1000,
+			.ops = &locked_ops,
+			.rank = 0,
+			.nranks = 2,
+			.peers = w.r[0].peers,
+			.heap = w.r[0].heap,
+			.heap_len = HEAP_LEN,
+			.heap_mr = w.r[0].mr,
+			.signals = w.r[0].signals,
+			.nsignals = NSIG,
+			.queues = qs,
+			.nqueues = 1,
+			.nthreads = 1,
+			.batch = 4,
+			.timeout_ms = 1000,
 		};
 
 		assert_int_equal(mk_proxy_create(&a, &w.r[0].proxy), 0);
@@ -551,8 +569,14 @@ static void test_create_rejects_bad_attr(void **state)
 	struct mk_proxy_peer peer = { 0 };
 	struct mk_proxy *p = NULL;
 	uint64_t sig;
-	struct mk_proxy_attr good = { .rank = 0, .nranks = 1, .peers = &peer, .signals = &sig,
-				      .nsignals = 1, .nthreads = 1, .batch = 1, .timeout_ms = 1 };
+	struct mk_proxy_attr good = { .rank = 0,
+				      .nranks = 1,
+				      .peers = &peer,
+				      .signals = &sig,
+				      .nsignals = 1,
+				      .nthreads = 1,
+				      .batch = 1,
+				      .timeout_ms = 1 };
 	struct mk_proxy_attr a;
 
 	a = good;
@@ -597,7 +621,8 @@ static void *a2a_main(void *arg)
 				.op = MK_CMD_PUT_SIGNAL,
 				.peer = (uint32_t)d,
 				.src_off = (uint64_t)d * 1024,
-				.dst_off = 262144 + (uint64_t)ap->rank * 65536 + (uint64_t)(k % 64) * 1024,
+				.dst_off = 262144 + (uint64_t)ap->rank * 65536 +
+					   (uint64_t)(k % 64) * 1024,
 				.bytes = 1024,
 				.signal = (uint32_t)ap->rank,
 				.lane = (uint8_t)k,
@@ -654,8 +679,8 @@ static void test_threaded_proxies_alltoall_rounds(void **state)
 		for (int s = 0; s < n; s++) {
 			assert_int_equal(w.r[d].signals[s], rounds);
 			for (int k = 0; k < 64; k++)
-				check(w.r[d].heap + 262144 + (size_t)s * 65536 + (size_t)k * 1024, s,
-				      d, 1024);
+				check(w.r[d].heap + 262144 + (size_t)s * 65536 + (size_t)k * 1024,
+				      s, d, 1024);
 		}
 	}
 	world_close(&w);

@@ -35,7 +35,7 @@ static void test_split_scaled_to_grid(void **state)
 	assert_int_equal(s.init[3], 0);
 	assert_int_equal(s.min[0], 58);
 	assert_int_equal(s.max[1], 24);
-	assert_int_equal(s.max[3], 132);	/* unbounded role: up to the whole grid */
+	assert_int_equal(s.max[3], 132); /* unbounded role: up to the whole grid */
 	/* Half the grid: proportions kept, sum exact, a nonzero role keeps >= 1 CTA. */
 	assert_int_equal(mk_roles_setup(&s, 66, ntasks, sms, mn, mx, 16, 4), 0);
 	assert_int_equal(sum_init(&s), 66);

@@ -142,7 +142,7 @@ static void test_symm_exhaustion_coalescing_bad_free(void **state)
 	assert_int_equal(mk_symm_free(&s, o[4]), 0);
 	assert_int_equal(mk_symm_alloc(&s, 2048, &big), -ENOMEM);
 	assert_int_equal(mk_symm_free(&s, o[3]), 0);
-	assert_int_equal(mk_symm_free(&s, o[3]), -EINVAL);	/* double free */
+	assert_int_equal(mk_symm_free(&s, o[3]), -EINVAL); /* double free */
 	assert_int_equal(mk_symm_alloc(&s, 3072, &big), 0);
 	assert_int_equal(big, o[2]);
 	for (int i = 0; i < 8; i++) {
@@ -150,7 +150,7 @@ static void test_symm_exhaustion_coalescing_bad_free(void **state)
 			assert_int_equal(mk_symm_free(&s, o[i]), 0);
 	}
 	assert_int_equal(mk_symm_free(&s, big), 0);
-	assert_int_equal(mk_symm_alloc(&s, 8 * 1024, &big), 0);	/* all one block again */
+	assert_int_equal(mk_symm_alloc(&s, 8 * 1024, &big), 0); /* all one block again */
 	assert_int_equal(big, 0);
 	mk_symm_fini(&s);
 }
