@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Turn mkernel benchmark JSON lines into PNG plots.
+
+usage: scripts/plot.py <jsonl> [<jsonl> ...] --out DIR
+
+Recognised records (one plot per kind found):
+  mkernel-netbench / rawbench-ofi bandwidth  -> netbench-bw-w<window>.png (GB/s vs size, plugin
+                                                 and raw ceiling)
+  nccl-fake-nodes all_reduce                 -> nccl-busbw.png (busbw vs size per configuration)
+  mkernel-gemm-bench                         -> gemm-ratio.png (engine / cuBLAS per shape)
+Emulated records are labelled in the plot titles.
+"""
+import argparse
+import collections
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(paths):
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+    return rows
+
+
+def plot_netbench(rows, out):
+    bw = [r for r in rows if r.get("mode") == "bw" and r.get("tool") in
+          ("mkernel-netbench", "rawbench-ofi")]
+    made = []
+    for win in sorted({r["window"] for r in bw}):
+        series = collections.defaultdict(list)
+        for r in bw:
+            if r["window"] == win:
+                key = "plugin" if r["tool"] == "mkernel-netbench" else "raw libfabric"
+                series[key].append((r["size"], r["gbps_median"]))
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=key)
+        prov = next((r.get("provider") for r in bw if r.get("provider")), "")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("GB/s (median)")
+        ax.set_title(f"mkernel-netbench, {prov}, {win} in flight")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        path = os.path.join(out, f"netbench-bw-w{win}.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def plot_nccl(rows, out):
+    ar = [r for r in rows if r.get("tool") == "nccl-fake-nodes" and r.get("op") == "all_reduce"]
+    if not ar:
+        return []
+    series = collections.defaultdict(list)
+    for r in ar:
+        series[r["config"]].append((r["bytes"], r["busbw_gbps"]))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=key)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("all_reduce size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("stock NCCL, 2 fake nodes on one GPU (emulated)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    path = os.path.join(out, "nccl-busbw.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def plot_gemm(rows, out):
+    g = [r for r in rows if r.get("tool") == "mkernel-gemm-bench" and "ratio" in r]
+    if not g:
+        return []
+    labels = [f"{r.get('m')}x{r.get('n')}x{r.get('k')} {r.get('sms', '')}" for r in g]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(range(len(g)), [r["ratio"] for r in g])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(g)))
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("cuBLAS time / engine time")
+    ax.set_title("mkernel GEMM engine vs cuBLAS")
+    path = os.path.join(out, "gemm-ratio.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("jsonl", nargs="+")
+    ap.add_argument("--out", default=".")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    rows = load(a.jsonl)
+    made = plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out)
+    for m in made:
+        print(m)
+    return 0 if made else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
