@@ -10,7 +10,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fused/runtime/proxy.h"
 #include "mk/err.h"
@@ -45,19 +44,6 @@ struct mk_proxy {
 	int error;		  /* atomic: first failure, -errno */
 	struct mk_proxy_stats st; /* updated with relaxed atomics */
 };
-
-uint64_t mk_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t proxy_now_ms(void)
-{
-	return mk_now_ns() / 1000000u;
-}
 
 /* ---- queue, consumer side ---- */
 
@@ -331,7 +317,7 @@ static int proxy_exec(struct mk_proxy *p, int qid, uint32_t idx, const struct mk
 	if (pp->pub.conn == NULL)
 		return -EHOSTUNREACH;
 	__atomic_store_n(cs, MK_CSTATE_POSTED, __ATOMIC_RELAXED);
-	q->posted_ms[idx & q->mask] = proxy_now_ms();
+	q->posted_ms[idx & q->mask] = mk_now_ms();
 	pthread_mutex_lock(&pp->lock);
 	rc = p->a.ops->write(pp->pub.conn,
 			     c->lane % (pp->pub.conn->nlanes > 0 ? pp->pub.conn->nlanes : 1),
@@ -425,7 +411,7 @@ static int proxy_retire(struct mk_proxy *p, int qid, uint64_t now_ms)
 
 int mk_proxy_progress(struct mk_proxy *p, int thread)
 {
-	uint64_t now_ms = proxy_now_ms();
+	uint64_t now_ms = mk_now_ms();
 	int work, rc;
 
 	rc = mk_proxy_error(p);

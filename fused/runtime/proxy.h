@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "fused/runtime/cmdq.h"
+#include "mk/clock.h" /* mk_now_ns(): the proxy, benchmarks and tests */
 #include "mk/transport.h"
 
 #ifdef __cplusplus
@@ -112,9 +113,6 @@ void mk_proxy_fail(struct mk_proxy *p, int err);
 void mk_proxy_stop(struct mk_proxy *p);
 void mk_proxy_destroy(struct mk_proxy *p);
 void mk_proxy_get_stats(struct mk_proxy *p, struct mk_proxy_stats *st);
-
-/* Monotonic clocks used by the proxy, benchmarks and tests. */
-uint64_t mk_now_ns(void);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mk/log.h"

@@ -11,11 +11,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mk/compiler.h"
 #include "mk/core_params.h"
 #include "mk/err.h"
+#include "mk/hash.h"
 #include "mk/log.h"
 #include "rdv_internal.h"
 
@@ -41,14 +41,6 @@ uint32_t mk_rdv_initial_seq(void)
 	return rdv_initial_seq;
 }
 
-uint64_t mk_rdv_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 int mk_rdv_max_recvs(void)
 {
 	int64_t v = mk_param_max_recvs();
@@ -63,15 +55,6 @@ int mk_rdv_check(const void *comm, enum mk_rdv_kind kind)
 	if (c == NULL || c->magic != MK_RDV_MAGIC || c->kind != kind)
 		return -EBADF;
 	return 0;
-}
-
-static uint32_t rdv_name_hash(const char *s)
-{
-	uint32_t h = 2166136261u; /* FNV-1a */
-
-	while (*s != '\0')
-		h = (h ^ (uint8_t)*s++) * 16777619u;
-	return h;
 }
 
 int mk_rdv_region_init(struct mk_rdv_comm *head, struct mk_rdv_region *r, size_t len)
@@ -126,7 +109,7 @@ void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy, void *probe_src)
 
 	if (cs->error != 0 || !busy)
 		return;
-	now = mk_rdv_now_ms();
+	now = mk_now_ms();
 	if (cs->probe_posted_ms != 0) {
 		if (now - cs->probe_posted_ms > (uint64_t)mk_param_timeout_ms())
 			mk_rdv_fail(cs, -ETIMEDOUT, "no answer within MKERNEL_TIMEOUT");
@@ -157,7 +140,7 @@ void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
 	if (status)
 		mk_rdv_fail(cs, status, "liveness probe");
 	else
-		cs->last_event_ms = mk_rdv_now_ms();
+		cs->last_event_ms = mk_now_ms();
 }
 
 /* ---- object pools ---- */
@@ -277,7 +260,7 @@ int mk_rdv_listen(const struct mk_transport_ops *ops, int dev, void *handle,
 		  struct mk_rdv_comm **out)
 {
 	struct mk_rdv_handle_tail tail = { .tag = MK_RDV_HANDLE_TAG,
-					   .backend = rdv_name_hash(ops->name) };
+					   .backend = mk_fnv1a32(ops->name, strlen(ops->name)) };
 	struct mk_rdv_listen *l;
 	int rc;
 
@@ -315,7 +298,7 @@ undo_alloc:
 static int rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, bool sender)
 {
 	cs->conn = conn;
-	cs->last_event_ms = mk_rdv_now_ms();
+	cs->last_event_ms = mk_now_ms();
 	if (sender) {
 		struct mk_rdv_recv_blob b;
 
@@ -462,7 +445,8 @@ int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *hand
 
 	if (p == NULL) {
 		memcpy(&tail, (const char *)handle + MK_RDV_TAIL_OFF, sizeof(tail));
-		if (tail.tag != MK_RDV_HANDLE_TAG || tail.backend != rdv_name_hash(ops->name)) {
+		if (tail.tag != MK_RDV_HANDLE_TAG ||
+		    tail.backend != mk_fnv1a32(ops->name, strlen(ops->name))) {
 			MK_WARN("connect: handle was not made by this plugin's %s backend "
 				"(tag 0x%08x, backend 0x%08x)",
 				ops->name, tail.tag, tail.backend);

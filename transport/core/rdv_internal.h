@@ -16,8 +16,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
+#include "mk/clock.h"
 #include "mk/rdv.h"
 
 #define MK_RDV_MAGIC	    0x6d6b7276u /* live comm */
@@ -198,7 +198,6 @@ struct mk_rdv_listen {
 };
 
 /* rdv_comm.c */
-uint64_t mk_rdv_now_ms(void);
 int mk_rdv_region_init(struct mk_rdv_comm *head, struct mk_rdv_region *r, size_t len);
 void mk_rdv_region_fini(struct mk_rdv_region *r);
 void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what);

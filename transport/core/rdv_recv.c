@@ -58,7 +58,7 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 {
 	struct mk_rdv_req *req = ev->ctx;
 
-	r->cs.last_event_ms = mk_rdv_now_ms();
+	r->cs.last_event_ms = mk_now_ms();
 	if (ev->type == MK_EV_IMM) {
 		recv_imm(r, ev);
 		return;

@@ -100,7 +100,7 @@ static void send_event(struct mk_rdv_send *s, const struct mk_event *ev)
 {
 	struct mk_rdv_req *req = ev->ctx;
 
-	s->cs.last_event_ms = mk_rdv_now_ms();
+	s->cs.last_event_ms = mk_now_ms();
 	if (ev->ctx == &s->cs) {
 		mk_rdv_probe_done(&s->cs, ev->status);
 		return;

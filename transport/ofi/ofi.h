@@ -15,7 +15,9 @@
 #include <stdint.h>
 
 /* before <rdma/fabric.h>, which defines container_of only when it is not yet defined */
+#include "mk/clock.h"
 #include "mk/compiler.h"
+#include "mk/hash.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -126,9 +128,6 @@ static inline int ofi_errno(ssize_t rc)
 		return -EIO;
 	return (int)rc;
 }
-
-uint32_t mk_ofi_hash(const void *buf, size_t len, uint32_t h);
-#define MK_OFI_HASH_SEED 2166136261u /* FNV-1a offset basis */
 
 /* ---- connections (ofi_conn.c) ---- */
 
@@ -295,8 +294,6 @@ int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max);
  * the latched connection error when there are none.
  */
 int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max);
-
-uint64_t mk_ofi_now_ns(void);
 
 /* shm peers only: 0 while the peer process exists, else -ECONNRESET (latched). */
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn);

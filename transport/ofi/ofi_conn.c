@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <sched.h>
 #include <string.h>
-#include <time.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -49,7 +48,7 @@ int mk_ofi_handle_encode(const struct mk_ofi_handle *h, void *buf)
 	memcpy(b + H_PROV, &h->prov_hash, 4);
 	memcpy(b + H_NONCE, &h->nonce, 8);
 	memcpy(b + H_ADDR, h->addr, h->addrlen);
-	csum = mk_ofi_hash(b, H_CSUM, MK_OFI_HASH_SEED);
+	csum = mk_fnv1a32(b, H_CSUM);
 	memcpy(b + H_CSUM, &csum, 4);
 	return 0;
 }
@@ -66,7 +65,7 @@ int mk_ofi_handle_decode(const void *buf, struct mk_ofi_handle *h)
 		return -EINVAL;
 	}
 	memcpy(&csum, b + H_CSUM, 4);
-	if (csum != mk_ofi_hash(b, H_CSUM, MK_OFI_HASH_SEED)) {
+	if (csum != mk_fnv1a32(b, H_CSUM)) {
 		MK_WARN("ofi: connect handle checksum mismatch: the handle was corrupted in "
 			"transit");
 		return -EINVAL;
@@ -101,7 +100,7 @@ static uint64_t ofi_nonce(void)
 	if (getrandom(&n, sizeof(n), GRND_NONBLOCK) == (ssize_t)sizeof(n))
 		return n;
 	/* entropy pool not ready: uniqueness, not secrecy, is what the nonce is for */
-	return mk_ofi_now_ns() ^ ((uint64_t)getpid() << 32);
+	return mk_now_ns() ^ ((uint64_t)getpid() << 32);
 }
 
 static int ofi_ep_open(struct mk_ofi_conn *conn)
@@ -286,7 +285,7 @@ static int ofi_send_ctrl(struct mk_ofi_conn *conn)
 {
 	ssize_t rc;
 
-	if (!conn->tx_due || conn->tx_posted || mk_ofi_now_ns() < conn->tx_not_before_ns)
+	if (!conn->tx_due || conn->tx_posted || mk_now_ns() < conn->tx_not_before_ns)
 		return 0;
 	rc = fi_send(conn->ep, &conn->ctrl_tx, sizeof(conn->ctrl_tx), conn->ctrl_desc, conn->peer,
 		     &conn->tx_ctx);
@@ -307,7 +306,7 @@ void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool faile
 			/* the listener may not be reachable yet; connected() gives up at deadline
 			 */
 			conn->tx_due = true;
-			conn->tx_not_before_ns = mk_ofi_now_ns() + OFI_RESEND_NS;
+			conn->tx_not_before_ns = mk_now_ns() + OFI_RESEND_NS;
 		} else if (failed) {
 			conn->err = -ECONNABORTED; /* the connecting side went away */
 		}
@@ -394,16 +393,13 @@ static int ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t 
 
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn)
 {
-	struct timespec ts;
-	uint64_t now;
+	uint64_t now = mk_now_ns();
 
 	/*
 	 * A syscall on every post and poll costs more than the shm transfer itself: look at most
 	 * every 100 us. A post racing a peer's death inside that window can still meet shm's lock
 	 * hazard (docs/ofi.md); the window only trades that rare case for the hot path.
 	 */
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	if (conn->err == 0 && now - conn->peer_checked_ns < 100000)
 		return 0;
 	conn->peer_checked_ns = now;
@@ -485,7 +481,7 @@ int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_le
 		goto undo_conn;
 	conn->state = MK_OFI_CONNECTING;
 	conn->nonce = h.nonce;
-	conn->deadline_ns = mk_ofi_now_ns() + conn->timeout_ns;
+	conn->deadline_ns = mk_now_ns() + conn->timeout_ns;
 	rc = ofi_post_recv(conn);
 	if (rc)
 		goto undo_conn;
@@ -521,7 +517,7 @@ int mk_ofi_connected(struct mk_conn *c)
 		mk_ofi_progress_start(conn);
 		return 1;
 	}
-	if (mk_ofi_now_ns() > conn->deadline_ns) {
+	if (mk_now_ns() > conn->deadline_ns) {
 		MK_WARN("ofi: %s: no answer from the listener within MKERNEL_TIMEOUT=%lld ms "
 			"(stale handle or dead peer)",
 			conn->dev->props.name, (long long)mk_param_timeout_ms());

@@ -47,7 +47,7 @@ static int ofi_check_post(struct mk_ofi_conn *conn, int lane)
  */
 static int ofi_refused(struct mk_ofi_conn *conn)
 {
-	uint64_t now = mk_ofi_now_ns();
+	uint64_t now = mk_now_ns();
 
 	conn->blocked = true;
 	if (conn->stall_since_ns == 0)
@@ -225,7 +225,7 @@ static void ofi_check_stall(struct mk_ofi_conn *conn, struct ofi_sink *s)
 
 	if ((conn->inflight == 0 && !conn->blocked) || conn->timeout_ns == 0)
 		return;
-	now = mk_ofi_now_ns();
+	now = mk_now_ns();
 	if (conn->stall_since_ns == 0) {
 		conn->stall_since_ns = now;
 		return;

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mk/err.h"
 #include "mk/log.h"
@@ -25,25 +24,6 @@ struct mk_ofi_state mk_ofi;
 static const char *const ofi_default_order[] = {
 	"efa", "tcp", "net", "tcp;ofi_rxm", "udp;ofi_rxd",
 };
-
-uint32_t mk_ofi_hash(const void *buf, size_t len, uint32_t h)
-{
-	const uint8_t *p = buf;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= p[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
-uint64_t mk_ofi_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * How well provider prov answers a request for want: 0 exact, 1 the rxm layering of it (a
@@ -253,8 +233,8 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	snprintf(p->provider, sizeof(p->provider), "%s", prov);
 	if (!ofi_is_virtual(iface) && strcmp(prov, "shm") != 0)
 		ofi_sysfs_path(iface, i, p->pci_path, sizeof(p->pci_path));
-	p->guid = ((uint64_t)mk_ofi_hash(iface, strlen(iface), MK_OFI_HASH_SEED) << 32) |
-		  mk_ofi_hash(p->pci_path, strlen(p->pci_path), MK_OFI_HASH_SEED);
+	p->guid = ((uint64_t)mk_fnv1a32(iface, strlen(iface)) << 32) |
+		  mk_fnv1a32(p->pci_path, strlen(p->pci_path));
 	p->ptr_support = MK_PTR_HOST;
 	if (hmem)
 		p->ptr_support |= MK_PTR_CUDA | MK_PTR_DMABUF;
@@ -450,7 +430,7 @@ static int ofi_init(void)
 			mk_param_ofi_provider());
 		goto undo_list;
 	}
-	mk_ofi.prov_hash = mk_ofi_hash(prov, strlen(prov), MK_OFI_HASH_SEED);
+	mk_ofi.prov_hash = mk_fnv1a32(prov, strlen(prov));
 	rc = ofi_build_devs(list, prov);
 	if (rc)
 		goto undo_devs;

@@ -13,7 +13,9 @@
 
 #include <infiniband/verbs.h>
 
+#include "mk/clock.h"
 #include "mk/compiler.h"
+#include "mk/hash.h"
 #include "mk/param.h"
 #include "mk/transport.h"
 
@@ -216,12 +218,10 @@ struct mk_verbs_dev *mk_verbs_dev_get(int dev);
 /* Pick the first IPv4-mapped RoCE v2 GID of (ibdev, port) from sysfs: index or -ENOENT. */
 int mk_verbs_gid_autopick(const char *ibdev, int port, int tbl_len);
 int mk_verbs_speed_mbps(int width, int speed);
-uint64_t mk_verbs_now_ns(void);
 
 /* ---- verbs_conn.c ---- */
 int mk_verbs_handle_encode(void *buf, uint32_t ip, uint16_t port, uint64_t nonce);
 int mk_verbs_handle_decode(const void *buf, struct mk_verbs_handle *out);
-uint32_t mk_verbs_fnv(const void *p, size_t len);
 int mk_verbs_listen(int dev, void *handle, struct mk_listener **out);
 int mk_verbs_connect(int dev, const void *handle, const void *blob, size_t blob_len,
 		     struct mk_conn **out);

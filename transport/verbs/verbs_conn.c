@@ -27,24 +27,12 @@
 #define CONN_RETRY_MIN_MS 10
 #define CONN_RETRY_MAX_MS 500
 
-uint32_t mk_verbs_fnv(const void *p, size_t len)
-{
-	const uint8_t *b = p;
-	uint32_t h = 2166136261u;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= b[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
 static uint64_t conn_random64(void)
 {
 	uint64_t v = 0;
 
 	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-		v = mk_verbs_now_ns() ^ ((uint64_t)getpid() << 32);
+		v = mk_now_ns() ^ ((uint64_t)getpid() << 32);
 	return v;
 }
 
@@ -59,7 +47,7 @@ int mk_verbs_handle_encode(void *buf, uint32_t ip, uint16_t port, uint64_t nonce
 	h.nonce = nonce;
 	h.ip = ip;
 	h.port = port;
-	h.check = mk_verbs_fnv(&h, offsetof(struct mk_verbs_handle, check));
+	h.check = mk_fnv1a32(&h, offsetof(struct mk_verbs_handle, check));
 	memcpy(buf, &h, sizeof(h));
 	return 0;
 }
@@ -80,7 +68,7 @@ int mk_verbs_handle_decode(const void *buf, struct mk_verbs_handle *out)
 		why = "unsupported handle version";
 	else if (h.size != sizeof(h) || h.reserved != 0 || h.reserved2 != 0)
 		why = "malformed handle";
-	else if (h.check != mk_verbs_fnv(&h, offsetof(struct mk_verbs_handle, check)))
+	else if (h.check != mk_fnv1a32(&h, offsetof(struct mk_verbs_handle, check)))
 		why = "handle checksum mismatch (corrupted)";
 	else if (h.ip == 0 || h.port == 0)
 		why = "handle names no address";
@@ -378,7 +366,7 @@ static struct mk_verbs_conn *conn_alloc(int dev, struct mk_verbs_dev *vdev)
 	c->vdev = vdev;
 	c->fd = -1;
 	c->psn = (uint32_t)conn_random64() & 0xffffff;
-	c->deadline_ns = mk_verbs_now_ns() + (uint64_t)mk_param_timeout_ms() * 1000000ull;
+	c->deadline_ns = mk_now_ns() + (uint64_t)mk_param_timeout_ms() * 1000000ull;
 	return c;
 }
 
@@ -430,7 +418,7 @@ static void conn_fill_local(struct mk_verbs_conn *c, uint64_t nonce, const void 
 	w->blob_len = (uint32_t)blob_len;
 	if (blob_len > 0)
 		memcpy(w->blob, blob, blob_len);
-	w->check = mk_verbs_fnv(w, offsetof(struct mk_verbs_wire, check));
+	w->check = mk_fnv1a32(w, offsetof(struct mk_verbs_wire, check));
 }
 
 /* 0 if the peer's setup message is sound for this device, else -EPROTO with the reason. */
@@ -441,7 +429,7 @@ static int conn_check_remote(struct mk_verbs_conn *c, uint64_t nonce)
 
 	if (w->magic != MK_VERBS_WIRE_MAGIC || w->version != MK_VERBS_VERSION)
 		why = "not a verbs peer";
-	else if (w->check != mk_verbs_fnv(w, offsetof(struct mk_verbs_wire, check)))
+	else if (w->check != mk_fnv1a32(w, offsetof(struct mk_verbs_wire, check)))
 		why = "corrupted setup message";
 	else if (w->nonce != nonce)
 		why = "stale or foreign handle (nonce mismatch)";
@@ -584,7 +572,7 @@ int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 		l->pending->state = MK_VC_RECV_INFO;
 	}
 	c = l->pending;
-	if (mk_verbs_now_ns() > c->deadline_ns) {
+	if (mk_now_ns() > c->deadline_ns) {
 		accept_drop(l, "peer did not finish setup in time", -ETIMEDOUT);
 		return 0;
 	}
@@ -692,7 +680,7 @@ static void conn_schedule_retry(struct mk_verbs_conn *c)
 	c->fd = -1;
 	c->state = MK_VC_CONNECTING;
 	c->io_done = 0;
-	c->retry_ns = mk_verbs_now_ns() + (uint64_t)c->retry_ms * 1000000ull;
+	c->retry_ns = mk_now_ns() + (uint64_t)c->retry_ms * 1000000ull;
 	c->retry_ms = conn_min((int)c->retry_ms * 2, CONN_RETRY_MAX_MS);
 }
 
@@ -705,7 +693,7 @@ static int conn_tcp_step(struct mk_verbs_conn *c)
 	int err = 0, one = 1;
 
 	if (c->fd < 0) {
-		if (mk_verbs_now_ns() < c->retry_ns)
+		if (mk_now_ns() < c->retry_ns)
 			return 0;
 		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (c->fd < 0)
@@ -768,7 +756,7 @@ int mk_verbs_connected(struct mk_conn *base)
 		default:
 			break;
 		}
-		if (mk_verbs_now_ns() > c->deadline_ns)
+		if (mk_now_ns() > c->deadline_ns)
 			return conn_fail(c, -ETIMEDOUT);
 		switch (c->state) {
 		case MK_VC_CONNECTING:

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mk/err.h"
 #include "mk/log.h"
@@ -20,14 +19,6 @@
 static struct mk_verbs_dev init_devs[MK_VERBS_MAX_DEVS];
 static int init_ndevs;
 static bool init_done;
-
-uint64_t mk_verbs_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 struct mk_verbs_dev *mk_verbs_dev_get(int dev)
 {
