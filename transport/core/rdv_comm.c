@@ -102,7 +102,7 @@ void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what)
  * writes 8 bytes into the peer's probe slot. A live peer's transport completes it; a dead one
  * fails it or leaves it hanging, which becomes -ETIMEDOUT after MKERNEL_TIMEOUT.
  */
-void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy, void *probe_src)
+void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy)
 {
 	uint64_t now;
 	int rc;
@@ -117,8 +117,8 @@ void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy, void *probe_src)
 	}
 	if (now - cs->last_event_ms < (uint64_t)mk_param_keepalive_ms())
 		return;
-	rc = cs->conn->ops->write(cs->conn, 0, probe_src, 8, cs->region.mr->bmr, cs->peer_probe,
-				  &cs->peer_rkey, false, 0, cs);
+	rc = cs->conn->ops->write(cs->conn, 0, mk_rdv_probe_src(&cs->region), 8, cs->region.mr->bmr,
+				  cs->peer_probe, &cs->peer_rkey, false, 0, cs);
 	if (rc == -EAGAIN) {
 		/* a transport refusing every post for that long is as dead as a silent peer */
 		if (now - cs->last_event_ms > (uint64_t)mk_param_timeout_ms())
@@ -251,11 +251,6 @@ undo_alloc:
 	return rc;
 }
 
-static uint64_t rdv_recv_probe_slot(struct mk_rdv_recv *r)
-{
-	return (uint64_t)(uintptr_t)r->cs.region.base + r->cs.region.len - 128;
-}
-
 int mk_rdv_listen(const struct mk_transport_ops *ops, int dev, void *handle,
 		  struct mk_rdv_comm **out)
 {
@@ -295,72 +290,53 @@ undo_alloc:
 	return rc;
 }
 
-static int rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, bool sender)
+/* Take the peer's blob: where to probe it and, from a sender, where its CTS ring is. */
+static int rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, uint64_t *ring)
 {
+	struct mk_rdv_blob b;
+
 	cs->conn = conn;
 	cs->last_event_ms = mk_now_ms();
-	if (sender) {
-		struct mk_rdv_recv_blob b;
-
-		if (conn->peer_blob_len < sizeof(b))
-			return -EPROTO;
-		memcpy(&b, conn->peer_blob, sizeof(b));
-		if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
-			return -EPROTO;
-		cs->peer_probe = b.probe_addr;
-		cs->peer_rkey = b.rkey;
-	} else {
-		struct mk_rdv_send_blob b;
-
-		if (conn->peer_blob_len < sizeof(b))
-			return -EPROTO;
-		memcpy(&b, conn->peer_blob, sizeof(b));
-		if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
-			return -EPROTO;
-		cs->peer_probe = b.probe_addr;
-		cs->peer_rkey = b.rkey;
-	}
+	if (conn->peer_blob_len < sizeof(b))
+		return -EPROTO;
+	memcpy(&b, conn->peer_blob, sizeof(b));
+	if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
+		return -EPROTO;
+	cs->peer_probe = b.probe_addr;
+	cs->peer_rkey = b.rkey;
+	if (ring != NULL)
+		*ring = b.ring_addr;
 	conn->user = cs;
 	return 0;
-}
-
-/* The sender's ring address as the receiver sees it, from the sender's blob. */
-static uint64_t rdv_peer_ring(struct mk_conn *conn)
-{
-	struct mk_rdv_send_blob b;
-
-	memcpy(&b, conn->peer_blob, sizeof(b));
-	return b.ring_addr;
 }
 
 int mk_rdv_accept(struct mk_rdv_comm *comm, struct mk_rdv_comm **out)
 {
 	struct mk_rdv_listen *l = container_of(comm, struct mk_rdv_listen, head);
 	struct mk_rdv_recv *r = l->recv;
-	struct mk_rdv_recv_blob blob;
+	struct mk_rdv_blob blob;
 	struct mk_conn *conn = NULL;
 	int rc;
 
 	*out = NULL;
 	if (r == NULL)
 		return -EALREADY; /* a listener accepts exactly one connection */
-	blob = (struct mk_rdv_recv_blob){
+	blob = (struct mk_rdv_blob){
 		.magic = MK_RDV_HANDLE_TAG,
 		.version = MK_RDV_BLOB_VERSION,
-		.probe_addr = rdv_recv_probe_slot(r),
+		.probe_addr = mk_rdv_probe_slot(&r->cs.region),
 		.rkey = r->cs.region.mr->rkey,
 	};
 	rc = comm->ops->accept(l->l, &blob, sizeof(blob), &conn);
 	if (rc || conn == NULL)
 		return rc;
-	rc = rdv_conn_finish(&r->cs, conn, false);
+	rc = rdv_conn_finish(&r->cs, conn, &r->peer_ring);
 	if (rc) {
 		MK_WARN("accept: peer sent a malformed connection blob (%zu bytes)",
 			conn->peer_blob_len);
 		comm->ops->close(conn);
 		return rc;
 	}
-	r->peer_ring = rdv_peer_ring(conn);
 	l->recv = NULL;
 	r->head.magic = MK_RDV_MAGIC;
 	*out = &r->head;
@@ -373,7 +349,7 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 			  struct mk_rdv_send **out)
 {
 	size_t ring = sizeof(struct mk_rdv_cts) * MK_RDV_CTS_GROUPS * MK_RDV_MAX_RECVS;
-	struct mk_rdv_send_blob blob;
+	struct mk_rdv_blob blob;
 	struct mk_rdv_send *s = rdv_send_alloc();
 	struct mk_conn *conn = NULL;
 	int rc;
@@ -394,11 +370,11 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 		s->reqs[i].next_free = i + 1 < MK_RDV_SEND_REQS ? &s->reqs[i + 1] : NULL;
 	}
 	s->free_reqs = &s->reqs[0];
-	blob = (struct mk_rdv_send_blob){
+	blob = (struct mk_rdv_blob){
 		.magic = MK_RDV_HANDLE_TAG,
 		.version = MK_RDV_BLOB_VERSION,
 		.ring_addr = (uint64_t)(uintptr_t)s->ring,
-		.probe_addr = (uint64_t)(uintptr_t)s->cs.region.base + s->cs.region.len - 128,
+		.probe_addr = mk_rdv_probe_slot(&s->cs.region),
 		.rkey = s->cs.region.mr->rkey,
 	};
 	rc = ops->connect(dev, handle, &blob, sizeof(blob), &conn);
@@ -475,7 +451,7 @@ int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *hand
 	free(p);
 	if (rc < 0)
 		goto undo_send;
-	rc = rdv_conn_finish(&s->cs, s->cs.conn, true);
+	rc = rdv_conn_finish(&s->cs, s->cs.conn, NULL);
 	if (rc) {
 		MK_WARN("connect: peer answered with a malformed connection blob");
 		goto undo_send;

@@ -74,23 +74,15 @@ static inline bool mk_rdv_imm_trunc(uint32_t imm)
 }
 
 /* Sent by the connecting (sending) side: where the receiver writes CTS entries and probes. */
-struct mk_rdv_send_blob {
+struct mk_rdv_blob {
 	uint32_t magic;
 	uint32_t version;
-	uint64_t ring_addr;
-	uint64_t probe_addr;
-	struct mk_rkey rkey; /* covers ring and probe slot */
+	uint64_t ring_addr;  /* sender's CTS ring; 0 in the receiver's blob */
+	uint64_t probe_addr; /* where the peer writes its liveness probes */
+	struct mk_rkey rkey; /* covers the ring (sender) and the probe slot */
 };
 
-/* Sent by the accepting (receiving) side: where the sender writes its probes. */
-struct mk_rdv_recv_blob {
-	uint32_t magic;
-	uint32_t version;
-	uint64_t probe_addr;
-	struct mk_rkey rkey;
-};
-
-_Static_assert(sizeof(struct mk_rdv_send_blob) <= MK_TP_BLOB_MAX, "blob fits");
+_Static_assert(sizeof(struct mk_rdv_blob) <= MK_TP_BLOB_MAX, "blob fits");
 
 /* Handle trailer after the backend's bytes: rejects handles of another backend or program. */
 struct mk_rdv_handle_tail {
@@ -150,6 +142,20 @@ struct mk_rdv_region {
 	struct mk_mr *mr;
 };
 
+/*
+ * The last 128 bytes of a connection's region: the slot the peer's probes land in, then the
+ * 8 bytes our own probes are written from.
+ */
+static inline uint64_t mk_rdv_probe_slot(const struct mk_rdv_region *r)
+{
+	return (uint64_t)(uintptr_t)r->base + r->len - 128;
+}
+
+static inline void *mk_rdv_probe_src(const struct mk_rdv_region *r)
+{
+	return (char *)r->base + r->len - 64;
+}
+
 struct mk_rdv_conn_state {
 	struct mk_conn *conn;
 	struct mk_rdv_region region;
@@ -201,7 +207,7 @@ struct mk_rdv_listen {
 int mk_rdv_region_init(struct mk_rdv_comm *head, struct mk_rdv_region *r, size_t len);
 void mk_rdv_region_fini(struct mk_rdv_region *r);
 void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what);
-void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy, void *probe_src);
+void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy);
 void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status);
 
 /* rdv_send.c / rdv_recv.c */

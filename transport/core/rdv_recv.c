@@ -144,7 +144,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	rc = c->ops->write(c, 0, cts, (size_t)n * sizeof(*cts), r->cs.region.mr->bmr, dst,
 			   &r->cs.peer_rkey, false, 0, req);
 	if (rc == -EAGAIN) {
-		mk_rdv_keepalive(&r->cs, true, (char *)r->cs.region.base + r->cs.region.len - 64);
+		mk_rdv_keepalive(&r->cs, true);
 		return r->cs.error;
 	}
 	if (rc) {
@@ -238,7 +238,6 @@ int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 	}
 	if (rc)
 		return rc;
-	mk_rdv_keepalive(&r->cs, r->outstanding > 0,
-			 (char *)r->cs.region.base + r->cs.region.len - 64);
+	mk_rdv_keepalive(&r->cs, r->outstanding > 0);
 	return r->cs.error;
 }

@@ -248,7 +248,7 @@ int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, str
 		return 0;
 	rc = send_match(s, tag, &seq, &idx);
 	if (rc == -EAGAIN) {
-		mk_rdv_keepalive(&s->cs, true, (char *)s->cs.region.base + s->cs.region.len - 64);
+		mk_rdv_keepalive(&s->cs, true);
 		return s->cs.error;
 	}
 	if (rc) {
@@ -313,6 +313,6 @@ int mk_rdv_send_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 		return req->status;
 	if (rc)
 		return rc;
-	mk_rdv_keepalive(&s->cs, true, (char *)s->cs.region.base + s->cs.region.len - 64);
+	mk_rdv_keepalive(&s->cs, true);
 	return s->cs.error;
 }
