@@ -451,6 +451,34 @@ static void nb_copy_lines(const char *path, FILE *to)
 		fclose(f);
 }
 
+/* Bytes each side registers: the largest window of the largest size, page-rounded. */
+static size_t nb_max_bytes(const struct nb_opts *o)
+{
+	size_t maxs = 4096;
+
+	for (int i = 0; i < o->nsizes; i++)
+		for (int j = 0; j < o->nwin; j++)
+			if (o->sizes[i] * (size_t)o->windows[j] > maxs)
+				maxs = o->sizes[i] * (size_t)o->windows[j];
+	for (int i = 0; i < o->nlat; i++)
+		if (o->lat_sizes[i] > maxs)
+			maxs = o->lat_sizes[i];
+	return (maxs + 4095) & ~(size_t)4095;
+}
+
+/* An empty temporary file named from tmpl into buf; buf is "" when none could be made. */
+static void nb_make_tmp(char *buf, size_t len, const char *tmpl)
+{
+	int fd;
+
+	snprintf(buf, len, "%s", tmpl);
+	fd = mkstemp(buf);
+	if (fd < 0)
+		buf[0] = '\0';
+	else
+		close(fd);
+}
+
 /* A free TCP port on the loopback interface for the raw baseline's address exchange. */
 static int nb_free_port(void)
 {
@@ -476,10 +504,11 @@ int main(int argc, char **argv)
 			     .json = stdout,
 			     .transport = "ofi",
 			     .provider = "" };
-	int p2c[2], c2p[2], status = 0;
+	int p2c[2], c2p[2], status = 0, fd, i;
 	char tmpl[] = "/tmp/mkernel-netbench-XXXXXX";
+	FILE *plugin_json, *keep;
+	size_t maxs;
 	pid_t child;
-	int i;
 
 	o.nsizes = nb_parse_list("4K,64K,1M,4M,16M,64M", o.sizes, NB_MAX_SIZES);
 	o.nlat = nb_parse_list("8,64,512,4K", o.lat_sizes, NB_MAX_SIZES);
@@ -557,59 +586,32 @@ int main(int argc, char **argv)
 			o.raw = raw_path;
 		}
 	}
-	{
-		size_t maxs = 0;
-
-		for (i = 0; i < o.nsizes; i++)
-			for (int j = 0; j < o.nwin; j++)
-				if (o.sizes[i] * (size_t)o.windows[j] > maxs)
-					maxs = o.sizes[i] * (size_t)o.windows[j];
-		for (i = 0; i < o.nlat; i++)
-			if (o.lat_sizes[i] > maxs)
-				maxs = o.lat_sizes[i];
-		maxs = (maxs + 4095) & ~(size_t)4095;
-		if (maxs == 0)
-			maxs = 4096;
-
-		/* plugin numbers go to a temporary file first so the table can pair them */
-		int fd = mkstemp(tmpl);
-		FILE *plugin_json;
-
-		if (fd < 0 || pipe(p2c) || pipe(c2p)) {
-			perror("mkernel-netbench");
-			return 1;
-		}
-		plugin_json = fdopen(fd, "w+");
-		if (o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0) {
-			int rfd;
-
-			snprintf(o.rawtmp, sizeof(o.rawtmp), "/tmp/mkernel-rawbench-XXXXXX");
-			rfd = mkstemp(o.rawtmp);
-			if (rfd < 0)
-				o.rawtmp[0] = '\0';
-			else
-				close(rfd);
-		}
-		child = fork();
-		if (child == 0) {
-			nb_run_side(&o, maxs, 0, c2p[1], p2c[0]);
-			_exit(0);
-		}
-		{
-			FILE *keep = o.json;
-
-			o.json = plugin_json;
-			nb_run_side(&o, maxs, 1, p2c[1], c2p[0]);
-			o.json = keep;
-		}
-		waitpid(child, &status, 0);
-		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-			fprintf(stderr, "mkernel-netbench: receiver process failed\n");
-			return 1;
-		}
-		fclose(plugin_json);
-		nb_copy_lines(tmpl, o.json);
+	/* plugin numbers go to a temporary file first so the table can pair them */
+	fd = mkstemp(tmpl);
+	if (fd < 0 || pipe(p2c) || pipe(c2p)) {
+		perror("mkernel-netbench");
+		return 1;
 	}
+	plugin_json = fdopen(fd, "w+");
+	if (o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0)
+		nb_make_tmp(o.rawtmp, sizeof(o.rawtmp), "/tmp/mkernel-rawbench-XXXXXX");
+	maxs = nb_max_bytes(&o);
+	child = fork();
+	if (child == 0) {
+		nb_run_side(&o, maxs, 0, c2p[1], p2c[0]);
+		_exit(0);
+	}
+	keep = o.json;
+	o.json = plugin_json;
+	nb_run_side(&o, maxs, 1, p2c[1], c2p[0]);
+	o.json = keep;
+	waitpid(child, &status, 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "mkernel-netbench: receiver process failed\n");
+		return 1;
+	}
+	fclose(plugin_json);
+	nb_copy_lines(tmpl, o.json);
 	/* the raw ceiling's lines (measured between the plugin's points) follow the plugin's */
 	if (o.rawtmp[0] != '\0')
 		nb_copy_lines(o.rawtmp, o.json);
@@ -632,8 +634,29 @@ static double nb_field(const char *line, const char *key)
 	return p != NULL ? strtod(p + strlen(pat), NULL) : -1;
 }
 
+/* The raw ceiling's points, read once: (size, window, GB/s). */
+struct nb_ceiling {
+	double size, win, gbps;
+};
+
+static int nb_load_raw(const char *raw_json, struct nb_ceiling *pts, int max)
+{
+	FILE *r = raw_json != NULL ? fopen(raw_json, "r") : NULL;
+	char line[1024];
+	int n = 0;
+
+	while (r != NULL && n < max && fgets(line, sizeof(line), r) != NULL)
+		pts[n++] = (struct nb_ceiling){ nb_field(line, "size"), nb_field(line, "window"),
+						nb_field(line, "gbps_median") };
+	if (r != NULL)
+		fclose(r);
+	return n;
+}
+
 static void nb_table(const char *plugin_json, const char *raw_json)
 {
+	struct nb_ceiling pts[NB_MAX_SIZES * 8];
+	int npts = nb_load_raw(raw_json, pts, NB_MAX_SIZES * 8);
 	FILE *f = fopen(plugin_json, "r");
 	char line[1024];
 
@@ -641,26 +664,19 @@ static void nb_table(const char *plugin_json, const char *raw_json)
 		"raw GB/s", "ratio");
 	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
 		double size = nb_field(line, "size"), win = nb_field(line, "window"), raw = -1;
+		double gbps = nb_field(line, "gbps_median");
 
 		if (strstr(line, "\"mode\":\"bw\"") == NULL)
 			continue;
-		if (raw_json != NULL) {
-			FILE *r = fopen(raw_json, "r");
-			char rl[1024];
-
-			while (r != NULL && fgets(rl, sizeof(rl), r) != NULL)
-				if (nb_field(rl, "size") == size && nb_field(rl, "window") == win)
-					raw = nb_field(rl, "gbps_median");
-			if (r != NULL)
-				fclose(r);
-		}
+		for (int i = 0; i < npts; i++)
+			if (pts[i].size == size && pts[i].win == win)
+				raw = pts[i].gbps;
 		if (raw > 0)
-			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14.3f %-8.2f\n", size, win,
-				nb_field(line, "gbps_median"), raw,
-				nb_field(line, "gbps_median") / raw);
+			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14.3f %-8.2f\n", size, win, gbps,
+				raw, gbps / raw);
 		else
-			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14s %-8s\n", size, win,
-				nb_field(line, "gbps_median"), "-", "-");
+			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14s %-8s\n", size, win, gbps, "-",
+				"-");
 	}
 	if (f != NULL)
 		rewind(f);
