@@ -25,7 +25,7 @@ struct fake_conn {
 	int established;
 	int dead;
 	int inflight;
-	uint64_t started_ms;
+	uint64_t connected_calls;
 	uint32_t want_id; /* connecting side: the listener's id */
 	uint8_t blob[MK_TP_BLOB_MAX];
 	size_t blob_len;
@@ -147,7 +147,7 @@ static int fake_connect(int dev, const void *handle, const void *blob, size_t bl
 	memcpy(c->blob, blob, blob_len);
 	c->blob_len = blob_len;
 	c->want_id = h.id;
-	c->started_ms = 0;
+	c->connected_calls = 0;
 	if (listeners[h.id] != NULL) {
 		c->next_pending = listeners[h.id]->pending;
 		listeners[h.id]->pending = c;
@@ -162,7 +162,7 @@ static int fake_connected(struct mk_conn *base)
 
 	if (c->established)
 		return 1;
-	if (c->started_ms++ > (uint64_t)mk_param_timeout_ms())
+	if (c->connected_calls++ > (uint64_t)mk_param_timeout_ms())
 		return -ETIMEDOUT; /* counted in calls: tests pass a small timeout */
 	return 0;
 }
