@@ -210,6 +210,7 @@ struct mk_ofi_conn {
 	 * makes every later post and poll spin inside libfabric, so both check it is alive first.
 	 */
 	int peer_pid;
+	int peer_pidfd;		  /* pidfd of peer_pid, -1 where the kernel has none */
 	uint64_t peer_checked_ns; /* last liveness check of peer_pid (CLOCK_MONOTONIC) */
 	int cq_batch;		  /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	/*
@@ -295,7 +296,20 @@ int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max);
  */
 int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max);
 
-/* shm peers only: 0 while the peer process exists, else -ECONNRESET (latched). */
+/* shm only (ofi_shm.c); each is a no-op returning 0 on other providers */
+bool mk_ofi_is_shm(const struct mk_ofi_dev *d);
+/* -ENOSPC, with a WARN, when /dev/shm cannot hold another endpoint's region. */
+int mk_ofi_shm_room(const struct mk_ofi_dev *d);
+/* Records the size of the region behind a freshly opened endpoint for later room checks. */
+void mk_ofi_shm_learn(const struct mk_ofi_conn *conn);
+/* fi_enable, retried where shm met a stale region of a dead process under our name. */
+int mk_ofi_enable(struct mk_ofi_conn *conn);
+/* The process behind a peer's shm address, 0 when the address names none. */
+int mk_ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len);
+/* Starts (and ends) watching the process behind a peer's shm address. */
+void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len);
+void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);
+/* 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. */
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);
 

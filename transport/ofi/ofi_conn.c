@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <sched.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -129,7 +128,7 @@ static int ofi_ep_open(struct mk_ofi_conn *conn)
 	rc = fi_ep_bind(conn->ep, &conn->av->fid, 0);
 	if (rc)
 		goto undo_ep;
-	rc = fi_enable(conn->ep);
+	rc = mk_ofi_enable(conn);
 	if (rc)
 		goto undo_ep;
 	conn->addrlen = sizeof(conn->addr);
@@ -170,6 +169,9 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	rc = mk_ofi_dev_get(d);
 	if (rc)
 		goto undo_alloc;
+	rc = mk_ofi_shm_room(d);
+	if (rc)
+		goto undo_dev;
 	rc = ofi_ep_open(conn);
 	if (rc) {
 		MK_WARN("ofi: opening an endpoint on %s failed: %s", d->props.name,
@@ -193,10 +195,12 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 		conn->ops[i].next_free = conn->free_ops;
 		conn->free_ops = &conn->ops[i];
 	}
+	mk_ofi_shm_learn(conn);
 	conn->base.ops = &mk_ofi_ops;
 	conn->base.dev = dev;
 	conn->base.nlanes = 1;
 	conn->peer = FI_ADDR_UNSPEC;
+	conn->peer_pidfd = -1;
 	conn->len_in_data = d->len_in_data;
 	conn->virt_addr = (d->mr_mode & FI_MR_VIRT_ADDR) != 0;
 	conn->cq_batch = (int)mk_param_ofi_cq_read_count();
@@ -251,6 +255,7 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 		conn->progress_on = false;
 	}
 
+	mk_ofi_peer_unwatch(conn);
 	r = fi_close(&conn->ep->fid);
 	rc = rc ? rc : r;
 	if (conn->ctrl_mr != NULL) {
@@ -376,48 +381,12 @@ static void ofi_fill_ctrl(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind, 
 	conn->tx_due = true;
 }
 
-/* shm names an endpoint "fi_shm://<pid>:..." (1.17); other forms leave the check off. */
-static int ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len)
-{
-	char s[MK_OFI_ADDR_MAX + 1];
-	int pid = 0;
-
-	if (strcmp(conn->dev->props.provider, "shm") != 0 || len > MK_OFI_ADDR_MAX)
-		return 0;
-	memcpy(s, addr, len);
-	s[len] = '\0';
-	if (sscanf(s, "fi_shm://%d", &pid) != 1 || pid <= 0)
-		return 0;
-	return pid;
-}
-
-int mk_ofi_peer_gone(struct mk_ofi_conn *conn)
-{
-	uint64_t now = mk_now_ns();
-
-	/*
-	 * A syscall on every post and poll costs more than the shm transfer itself: look at most
-	 * every 100 us. A post racing a peer's death inside that window can still meet shm's lock
-	 * hazard (docs/ofi.md); the window only trades that rare case for the hot path.
-	 */
-	if (conn->err == 0 && now - conn->peer_checked_ns < 100000)
-		return 0;
-	conn->peer_checked_ns = now;
-	if (kill(conn->peer_pid, 0) == 0 || errno != ESRCH)
-		return 0;
-	if (conn->err == 0) {
-		MK_WARN("ofi: %s: peer process %d is gone", conn->dev->props.name, conn->peer_pid);
-		conn->err = -ECONNRESET;
-	}
-	return conn->err;
-}
-
 static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr, size_t len)
 {
 	int n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
 
 	if (n == 1) {
-		conn->peer_pid = ofi_shm_pid(conn, addr, len);
+		mk_ofi_peer_watch(conn, addr, len);
 		return 0;
 	}
 	MK_WARN("ofi: %s could not insert the peer address (%d)", conn->dev->props.name, n);

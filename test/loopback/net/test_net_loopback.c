@@ -21,7 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +33,7 @@
 #include "mk_nccl/net_v11.h"
 #include "mk_nccl/net_v8.h"
 #include "mk_nccl/net_v9.h"
+#include "../shm_leftovers.h"
 
 #define HANDLE_SIZE   MK_NCCL_NET_HANDLE_MAXSIZE
 #define SPIN_SECONDS  30     /* a loop that makes no progress for this long fails */
@@ -55,11 +59,17 @@ static int fail(const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "[%s %s v%d] ", case_name, role, ver);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
+	/* stdout too: CI logs keep stdout next to the FAIL line, stderr may be cut off */
+	for (int i = 0; i < 2; i++) {
+		FILE *f = i == 0 ? stderr : stdout;
+
+		fprintf(f, "%s[%s %s v%d] ", i == 0 ? "" : "# ", case_name, role, ver);
+		va_start(ap, fmt);
+		vfprintf(f, fmt, ap);
+		va_end(ap);
+		fputc('\n', f);
+	}
+	fflush(stdout);
 	return 1;
 }
 
@@ -252,6 +262,50 @@ static int token_get(struct peer *p, char want)
 }
 
 /* init -> devices -> getProperties(0), as NCCL does on each rank. */
+/*
+ * NCCL's logger as the module sees it: WARNs always go to stderr, INFO only with
+ * NCCL_DEBUG=INFO. The last few WARNs are also kept and printed to stdout by a peer that fails
+ * (negative cases WARN by design), so a CI log that keeps only stdout still says why.
+ */
+#define LOG_WARN   2
+#define LOG_INFO   3
+#define KEPT_WARNS 8
+
+static char kept[KEPT_WARNS][512];
+static unsigned nkept;
+
+static void print_kept_warns(void)
+{
+	unsigned first = nkept > KEPT_WARNS ? nkept - KEPT_WARNS : 0;
+
+	for (unsigned i = first; i < nkept; i++)
+		printf("# [%s %s v%d] WARN %s\n", case_name, role, ver, kept[i % KEPT_WARNS]);
+	fflush(stdout);
+}
+
+static void harness_log(int level, unsigned long flags, const char *file, int line, const char *fmt,
+			...) __attribute__((format(printf, 5, 6)));
+
+static void harness_log(int level, unsigned long flags, const char *file, int line, const char *fmt,
+			...)
+{
+	const char *dbg = getenv("NCCL_DEBUG");
+	char msg[1024];
+	va_list ap;
+
+	(void)flags;
+	if (level > LOG_WARN && (dbg == NULL || strcasecmp(dbg, "INFO") != 0 || level > LOG_INFO))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%d %s %s:%d %s\n", (int)getpid(), level == LOG_WARN ? "WARN" : "INFO",
+		file, line, msg);
+	if (level == LOG_WARN)
+		snprintf(kept[nkept++ % KEPT_WARNS], sizeof(kept[0]), "%.*s",
+			 (int)sizeof(kept[0]) - 1, msg);
+}
+
 static int peer_init(struct peer *p, const char *path)
 {
 	struct mk_nccl_net_props_v11 props;
@@ -269,16 +323,16 @@ static int peer_init(struct peer *p, const char *path)
 		return fail("a net table is missing from %s", path);
 	switch (ver) {
 	case 11:
-		ret = t11->init(&ctx, 0x6c6f6f70, NULL, NULL, NULL);
+		ret = t11->init(&ctx, 0x6c6f6f70, NULL, harness_log, NULL);
 		break;
 	case 10:
-		ret = t10->init(NULL, NULL);
+		ret = t10->init(harness_log, NULL);
 		break;
 	case 9:
-		ret = t9->init(NULL);
+		ret = t9->init(harness_log);
 		break;
 	default:
-		ret = t8->init(NULL);
+		ret = t8->init(harness_log);
 		break;
 	}
 	if (ret == ncclInvalidUsage)
@@ -1416,32 +1470,79 @@ static int s_optional_recv(struct peer *p)
 	return n_closeSend(sc) == ncclSuccess ? 0 : fail("closeSend failed");
 }
 
+/*
+ * libfabric's shm names an endpoint's region "<pid>:<domain>:<endpoint>" in /dev/shm. A process
+ * killed before it could clean up leaves its files behind; a later process that is handed the
+ * same pid meets them. Plant such leftovers under our own pid before opening: the connection
+ * must come up anyway. Other providers run the same exchange with the files unused.
+ */
+#define STALE_REGIONS 4
+
+static int plant_stale_regions(void)
+{
+	static const char junk[4096];
+
+	for (int i = 0; i < STALE_REGIONS; i++) {
+		char path[64];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/dev/shm/%d:0:%d", (int)getpid(), i);
+		f = fopen(path, "w");
+		if (f == NULL)
+			return 0; /* no /dev/shm: nothing to plant, nothing to meet */
+		if (fwrite(junk, sizeof(junk), 1, f) != 1) {
+			fclose(f);
+			return fail("writing %s failed", path);
+		}
+		fclose(f);
+	}
+	return 0;
+}
+
+static int r_stale_shm_name(struct peer *p)
+{
+	void *lc, *rc;
+
+	if (plant_stale_regions() || recv_open(p, &lc, &rc) || recv_simple(rc, 4096, 4096, 21))
+		return 1;
+	return recv_close(lc, rc);
+}
+
+static int s_stale_shm_name(struct peer *p)
+{
+	if (plant_stale_regions())
+		return 1;
+	return s_simple_one(p, 4096, 21);
+}
+
 struct lcase {
 	const char *name;
 	int (*recv)(struct peer *p);
 	int (*send)(struct peer *p);
 	bool short_timeout; /* MKERNEL_TIMEOUT = SHORT_TIMEOUT for both peers */
 	int dies;	    /* 1: the receiver kills itself, 2: the sender does */
+	int endpoints;	    /* most endpoints both peers hold at once */
 };
 
 static const struct lcase cases[] = {
-	{ "connect_first", r_connect_first, s_connect_first, false, 0 },
-	{ "accept_first", r_accept_first, s_accept_first, false, 0 },
-	{ "inflight32", r_inflight32, s_inflight32, false, 0 },
-	{ "inflight32_multi", r_inflight32_multi, s_inflight32_multi, false, 0 },
-	{ "multirecv", r_multirecv, s_multirecv, false, 0 },
-	{ "recv_larger", r_recv_larger, s_recv_larger, false, 0 },
-	{ "send_larger", r_send_larger, s_send_larger, false, 0 },
-	{ "zero_bytes", r_zero_bytes, s_zero_bytes, false, 0 },
-	{ "ordering", r_ordering, s_ordering, false, 0 },
-	{ "large", r_large, s_large, false, 0 },
-	{ "many_comms", r_many_comms, s_many_comms, false, 0 },
-	{ "optional_recv", r_optional_recv, s_optional_recv, false, 0 },
-	{ "close_pending", r_close_pending, s_close_pending, false, 0 },
-	{ "recv_killed", r_recv_killed, s_recv_killed, true, 1 },
-	{ "send_killed", r_send_killed, s_send_killed, true, 2 },
-	{ "bad_handles", r_bad_handles, s_bad_handles, false, 0 },
-	{ "corrupt_handle", r_corrupt_handle, s_corrupt_handle, true, 0 },
+	{ "connect_first", r_connect_first, s_connect_first, false, 0, 2 },
+	{ "accept_first", r_accept_first, s_accept_first, false, 0, 2 },
+	{ "inflight32", r_inflight32, s_inflight32, false, 0, 2 },
+	{ "inflight32_multi", r_inflight32_multi, s_inflight32_multi, false, 0, 2 },
+	{ "multirecv", r_multirecv, s_multirecv, false, 0, 2 },
+	{ "recv_larger", r_recv_larger, s_recv_larger, false, 0, 2 },
+	{ "send_larger", r_send_larger, s_send_larger, false, 0, 2 },
+	{ "zero_bytes", r_zero_bytes, s_zero_bytes, false, 0, 2 },
+	{ "ordering", r_ordering, s_ordering, false, 0, 2 },
+	{ "large", r_large, s_large, false, 0, 2 },
+	{ "many_comms", r_many_comms, s_many_comms, false, 0, 2 * COMMS },
+	{ "optional_recv", r_optional_recv, s_optional_recv, false, 0, 2 },
+	{ "close_pending", r_close_pending, s_close_pending, false, 0, 2 },
+	{ "recv_killed", r_recv_killed, s_recv_killed, true, 1, 2 },
+	{ "send_killed", r_send_killed, s_send_killed, true, 2, 2 },
+	{ "bad_handles", r_bad_handles, s_bad_handles, false, 0, 2 },
+	{ "corrupt_handle", r_corrupt_handle, s_corrupt_handle, true, 0, 2 },
+	{ "stale_shm_name", r_stale_shm_name, s_stale_shm_name, false, 0, 2 },
 };
 
 /* ---- process management ---- */
@@ -1483,15 +1584,44 @@ static pid_t spawn(const struct lcase *c, bool recv, const char *path, int rx, i
 		rcode = recv ? c->recv(&p) : c->send(&p);
 	if (rcode == 0)
 		rcode = peer_fini(&p);
+	if (rcode != 0 && rcode != EXIT_SKIP)
+		print_kept_warns();
 	fflush(NULL);
 	_exit(rcode);
+}
+
+/*
+ * shm keeps a 16 MiB region per endpoint in /dev/shm (1.17), and a container's default /dev/shm
+ * is 64 MiB. A case that cannot fit is skipped and says so, unless MKERNEL_TEST_SHM_FORCE is
+ * set (the small-/dev/shm test wants to see the module refuse cleanly).
+ */
+#define SHM_REGION_MIB 16ull
+
+static bool shm_room_short(const struct lcase *c)
+{
+	const char *prov = getenv("MKERNEL_OFI_PROVIDER"), *tp = getenv("MKERNEL_TRANSPORT");
+	unsigned long long need = (unsigned long long)c->endpoints * SHM_REGION_MIB, avail;
+	struct statvfs vfs;
+
+	if (prov == NULL || strcmp(prov, "shm") != 0 || (tp != NULL && strcmp(tp, "ofi") != 0) ||
+	    getenv("MKERNEL_TEST_SHM_FORCE") != NULL || statvfs("/dev/shm", &vfs) != 0)
+		return false;
+	avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize >> 20;
+	if (avail >= need)
+		return false;
+	printf("# [%s v%d] /dev/shm has %llu MiB free, the case's %d shm endpoints need %llu MiB\n",
+	       c->name, ver, avail, c->endpoints, need);
+	return true;
 }
 
 /* Runs one case for the current version: 0 pass, 1 fail, EXIT_SKIP. */
 static int run_case(const struct lcase *c, const char *path)
 {
 	int r2s[2], s2r[2], st[2], code[2];
+	bool timed_out;
 
+	if (shm_room_short(c))
+		return EXIT_SKIP;
 	if (pipe(r2s) || pipe(s2r))
 		return 1;
 	fflush(NULL);
@@ -1506,13 +1636,15 @@ static int run_case(const struct lcase *c, const char *path)
 		while (kids[i] > 0 && waitpid(kids[i], &st[i], 0) < 0 && errno == EINTR)
 			;
 	}
-	if (alarm(0) == 0) {
-		fprintf(stderr, "[%s v%d] watchdog: killed after %d s\n", c->name, ver,
-			CASE_SECONDS);
-		kids[0] = kids[1] = 0;
+	timed_out = alarm(0) == 0;
+	for (int i = 0; i < 2; i++) {
+		shm_remove_regions_of(kids[i]); /* shm files a killed or crashed kid left */
+		kids[i] = 0;
+	}
+	if (timed_out) {
+		printf("# [%s v%d] watchdog: killed after %d s\n", c->name, ver, CASE_SECONDS);
 		return 1;
 	}
-	kids[0] = kids[1] = 0;
 	for (int i = 0; i < 2; i++) {
 		bool meant = c->dies == i + 1;
 
@@ -1521,9 +1653,9 @@ static int run_case(const struct lcase *c, const char *path)
 		else
 			code[i] = meant ? 1 : WEXITSTATUS(st[i]);
 		if (code[i] != 0 && code[i] != EXIT_SKIP)
-			fprintf(stderr, "[%s v%d] %s peer ended with %s %d\n", c->name, ver,
-				i == 0 ? "recv" : "send", WIFSIGNALED(st[i]) ? "signal" : "code",
-				WIFSIGNALED(st[i]) ? WTERMSIG(st[i]) : WEXITSTATUS(st[i]));
+			printf("# [%s v%d] %s peer ended with %s %d\n", c->name, ver,
+			       i == 0 ? "recv" : "send", WIFSIGNALED(st[i]) ? "signal" : "code",
+			       WIFSIGNALED(st[i]) ? WTERMSIG(st[i]) : WEXITSTATUS(st[i]));
 	}
 	if (code[0] == EXIT_SKIP || code[1] == EXIT_SKIP)
 		return EXIT_SKIP;

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -821,30 +822,64 @@ static void test_refusal_cleared_by_progress(void **state)
 	close_pair(&p);
 }
 
-/* shm: a dead peer process may hold a lock we would spin on; posts and polls check (every 100 us).
+/*
+ * shm: a dead peer process may hold a lock we would spin on; posts and polls check (every
+ * 100 us). The peer here is killed and left unreaped: a zombie must count as gone, through the
+ * pidfd and through the /proc fallback for kernels without one.
  */
-static void test_shm_dead_peer_process_detected(void **state)
+static void shm_peer_killed(bool with_pidfd)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
 	struct mk_event ev[2];
 	char name[32];
-	pid_t dead = fork();
+	int gate[2];
+	pid_t peer;
 	struct pair p;
 
-	if (dead == 0)
+	assert_int_equal(pipe(gate), 0);
+	peer = fork();
+	if (peer == 0) {
+		char c;
+
+		close(gate[1]);
+		(void)!read(gate[0], &c, 1); /* lives until killed */
 		_exit(0);
-	assert_int_equal(waitpid(dead, NULL, 0), dead);
-	snprintf(name, sizeof(name), "fi_shm://%d:0:0", (int)getpid());
-	mock.next_addr = name; /* the listener: this live process */
+	}
+	close(gate[0]);
+	snprintf(name, sizeof(name), "fi_shm://%d:0:0", (int)peer);
+	mock.next_addr = name; /* the listener's address names the peer process */
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	open_pair(&p, "shm", FI_MR_VIRT_ADDR, 8);
-	assert_int_equal(ofi_conn(p.c)->peer_pid, getpid()); /* parsed from the name */
+	assert_int_equal(ofi_conn(p.c)->peer_pid, peer); /* parsed from the name */
+	if (!with_pidfd)
+		mk_ofi_peer_unwatch(ofi_conn(p.c));
+	usleep(200);
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
-	ofi_conn(p.c)->peer_pid = (int)dead; /* the peer process exits */
-	usleep(200);			     /* liveness is looked at every 100 us */
+	kill(peer, SIGKILL);
+	for (int i = 0; i < 1000; i++) { /* until the kernel has marked it exited */
+		siginfo_t si = { 0 };
+
+		if (waitid(P_PID, (id_t)peer, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		    si.si_pid == peer)
+			break;
+		usleep(1000);
+	}
+	usleep(200); /* liveness is looked at every 100 us */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -ECONNRESET);
 	assert_int_equal(tp->poll(p.c, ev, 2), -ECONNRESET);
 	close_pair(&p);
+	close(gate[1]);
+	assert_int_equal(waitpid(peer, NULL, 0), peer);
+}
+
+static void test_shm_killed_peer_detected_by_pidfd(void **state)
+{
+	shm_peer_killed(true);
+}
+
+static void test_shm_killed_peer_detected_without_pidfd(void **state)
+{
+	shm_peer_killed(false);
 }
 
 static void test_write_before_connected_is_enotconn(void **state)
@@ -942,7 +977,8 @@ int main(void)
 		T(test_stalled_writes_time_out),
 		T(test_refused_posts_time_out),
 		T(test_refusal_cleared_by_progress),
-		T(test_shm_dead_peer_process_detected),
+		T(test_shm_killed_peer_detected_by_pidfd),
+		T(test_shm_killed_peer_detected_without_pidfd),
 		T(test_write_before_connected_is_enotconn),
 		T(test_event_during_setup_is_kept),
 	};

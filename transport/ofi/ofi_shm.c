@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * What only libfabric's shm provider needs. Its endpoints are files in /dev/shm named after the
+ * owning process ("fi_shm://<pid>:..." on 1.17), which gives two hazards the other providers do
+ * not have: a full /dev/shm turns the provider's first touch of a new region into SIGBUS (the
+ * whole job dies, no error code), and a peer killed while holding the region's lock makes every
+ * later call spin. The first is refused before the endpoint opens; the second is caught by
+ * looking at the peer's process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "mk/clock.h"
+#include "mk/log.h"
+#include "ofi.h"
+
+/*
+ * Bytes one endpoint's region may occupy: the size shm gives its file (16 MiB on 1.17, learned
+ * from the first endpoint we open). Only a quarter is touched at open, the rest as traffic
+ * needs it; asking for the whole file keeps a busy job away from SIGBUS.
+ */
+#define OFI_SHM_DIR	    "/dev/shm"
+#define OFI_SHM_REGION_GUESS (16ull << 20)
+
+static unsigned long long shm_region_bytes = OFI_SHM_REGION_GUESS;
+
+bool mk_ofi_is_shm(const struct mk_ofi_dev *d)
+{
+	return strcmp(d->props.provider, "shm") == 0;
+}
+
+int mk_ofi_shm_room(const struct mk_ofi_dev *d)
+{
+	unsigned long long need = __atomic_load_n(&shm_region_bytes, __ATOMIC_RELAXED), avail;
+	struct statvfs vfs;
+
+	if (!mk_ofi_is_shm(d) || statvfs(OFI_SHM_DIR, &vfs) != 0)
+		return 0; /* no /dev/shm to measure: let the provider say what it thinks */
+	avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+	if (avail >= need)
+		return 0;
+	MK_WARN("ofi: %s: %s has %llu MiB free, a shm endpoint needs %llu MiB; refusing the "
+		"connection instead of letting the provider fault (enlarge %s, e.g. docker "
+		"--shm-size, or pick another MKERNEL_OFI_PROVIDER)",
+		d->props.name, OFI_SHM_DIR, avail >> 20, need >> 20, OFI_SHM_DIR);
+	return -ENOSPC;
+}
+
+void mk_ofi_shm_learn(const struct mk_ofi_conn *conn)
+{
+	char path[sizeof(OFI_SHM_DIR) + MK_OFI_ADDR_MAX + 2];
+	const char *scheme = "fi_shm://";
+	size_t skip = strlen(scheme);
+	struct stat st;
+
+	if (!mk_ofi_is_shm(conn->dev) || conn->addrlen <= skip || conn->addrlen > MK_OFI_ADDR_MAX ||
+	    memcmp(conn->addr, scheme, skip) != 0)
+		return;
+	snprintf(path, sizeof(path), "%s/%.*s", OFI_SHM_DIR, (int)(conn->addrlen - skip),
+		 (const char *)conn->addr + skip);
+	if (stat(path, &st) == 0 && st.st_size > 0)
+		__atomic_store_n(&shm_region_bytes, (unsigned long long)st.st_size,
+				 __ATOMIC_RELAXED);
+}
+
+int mk_ofi_enable(struct mk_ofi_conn *conn)
+{
+	int rc = fi_enable(conn->ep);
+
+	/*
+	 * shm names a region "<pid>:<domain>:<endpoint>". A file of that name left by a killed
+	 * process whose pid we now carry makes the provider refuse with -FI_EBUSY and unlink the
+	 * file, so the next attempt finds the name free. Retried a few times, not once: the name
+	 * is the same each time, but the first attempt may meet a file another stale owner
+	 * recreated in between.
+	 */
+	for (int i = 0; i < 3 && rc == -FI_EBUSY && mk_ofi_is_shm(conn->dev); i++) {
+		MK_INFO(MK_SUBSYS_NET, "ofi: %s: a stale shm region of a dead process held our endpoint's name; "
+			"retrying",
+			conn->dev->props.name);
+		rc = fi_enable(conn->ep);
+	}
+	return rc;
+}
+
+int mk_ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len)
+{
+	char s[MK_OFI_ADDR_MAX + 1];
+	int pid = 0;
+
+	if (!mk_ofi_is_shm(conn->dev) || len > MK_OFI_ADDR_MAX)
+		return 0;
+	memcpy(s, addr, len);
+	s[len] = '\0';
+	if (sscanf(s, "fi_shm://%d", &pid) != 1 || pid <= 0)
+		return 0; /* another naming scheme: leave the liveness check off */
+	return pid;
+}
+
+void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len)
+{
+	conn->peer_pid = mk_ofi_shm_pid(conn, addr, len);
+	/*
+	 * A pidfd turns readable when the process exits, zombie or reaped, and cannot be fooled by
+	 * the pid being handed to a newer process; kill(pid, 0) is only the fallback (kernels
+	 * before 5.3).
+	 */
+	if (conn->peer_pid > 0)
+		conn->peer_pidfd = (int)syscall(SYS_pidfd_open, conn->peer_pid, 0);
+}
+
+void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn)
+{
+	if (conn->peer_pidfd >= 0)
+		close(conn->peer_pidfd);
+	conn->peer_pidfd = -1;
+}
+
+/* Without a pidfd: gone, or a zombie nobody reaped yet (its region is as dead as it is). */
+static bool ofi_pid_exited(int pid)
+{
+	char path[32], stat[256];
+	const char *paren;
+	ssize_t n;
+	int fd;
+
+	if (kill(pid, 0) != 0)
+		return errno == ESRCH;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, stat, sizeof(stat) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	stat[n] = '\0';
+	paren = strrchr(stat, ')'); /* the name may hold spaces and parentheses */
+	return paren != NULL && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+static bool ofi_peer_exited(const struct mk_ofi_conn *conn)
+{
+	struct pollfd pfd = { .fd = conn->peer_pidfd, .events = POLLIN };
+
+	if (conn->peer_pidfd < 0)
+		return ofi_pid_exited(conn->peer_pid);
+	return poll(&pfd, 1, 0) == 1;
+}
+
+int mk_ofi_peer_gone(struct mk_ofi_conn *conn)
+{
+	uint64_t now = mk_now_ns();
+
+	/*
+	 * A syscall on every post and poll costs more than the shm transfer itself: look at most
+	 * every 100 us. A post racing a peer's death inside that window can still meet shm's lock
+	 * hazard (docs/ofi.md); the window only trades that rare case for the hot path.
+	 */
+	if (conn->err == 0 && now - conn->peer_checked_ns < 100000)
+		return 0;
+	conn->peer_checked_ns = now;
+	if (!ofi_peer_exited(conn))
+		return 0;
+	if (conn->err == 0) {
+		MK_WARN("ofi: %s: peer process %d is gone", conn->dev->props.name, conn->peer_pid);
+		conn->err = -ECONNRESET;
+	}
+	return conn->err;
+}
