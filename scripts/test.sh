@@ -21,6 +21,8 @@ for suite in ${MKERNEL_SUITES:-unit fuzz loopback rdma gpu}; do
 			--logbase "testlog-$suite" || true
 	fi
 done
+# the host facts the loopback suites depend on, for reading a failed run's log
+echo "host: $(nproc) cpus, /dev/shm $(df -m --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ') MiB free, ptrace scope $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo none)"
 cat "$build"/meson-logs/testlog-*.json > "$build/meson-logs/testlog.json" 2>/dev/null || true
 if [ ! -s "$build/meson-logs/testlog.json" ]; then
 	echo "0 passed, 0 failed"
