@@ -88,6 +88,21 @@ static int net_dev_check(int dev)
 	return dev >= 0 && dev < n ? 0 : -EINVAL;
 }
 
+/*
+ * NCCL treats a makeVDevice that fails as fatal for the communicator, but a NULL one as "no NIC
+ * fusion here". So the member is set only while the chosen backend can fuse devices (verbs),
+ * and stays NULL for the others (ofi); NCCL reads it after init. Under net_lock.
+ */
+static void net_publish_fusion(const struct mk_transport_ops *ops)
+{
+	ncclResult_t (*fn)(int *, struct mk_nccl_vdev_props *) =
+		ops->make_vdev != NULL ? mk_net11_makeVDevice : NULL;
+
+	ncclNetPlugin_v11.makeVDevice = fn;
+	ncclNetPlugin_v10.makeVDevice = fn;
+	ncclNetPlugin_v9.makeVDevice = fn;
+}
+
 /* Read every device's properties once per backend selection; under net_lock. */
 static int net_devs_load(const struct mk_transport_ops *ops)
 {
@@ -113,6 +128,7 @@ static int net_devs_load(const struct mk_transport_ops *ops)
 	}
 	net_ndevs = n;
 	net_devs_ops = ops;
+	net_publish_fusion(ops);
 	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "plugin %s (git %s), backend %s, %d device%s",
 		MK_VERSION, MK_GIT_HASH, ops->name, n, n == 1 ? "" : "s");
 	for (int i = 0; i < n; i++)
@@ -224,7 +240,7 @@ fail:
 ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props)
 {
 	const struct mk_dev_props *d;
-	int rc = -EINVAL;
+	int rc = -EINVAL, nfused, fused[MK_TP_MAX_FUSED];
 
 	if (props == NULL)
 		goto fail;
@@ -245,12 +261,18 @@ ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props
 	props->port = d->port;
 	props->latency = d->latency_us;
 	props->maxComms = d->max_comms;
+	nfused = d->nfused;
+	memcpy(fused, d->fused, sizeof(fused));
 	pthread_mutex_unlock(&net_lock);
 	props->maxRecvs = mk_rdv_max_recvs();
 	props->netDeviceType = MK_NCCL_NET_DEVICE_HOST;
 	props->netDeviceVersion = MK_NCCL_NET_DEVICE_INVALID_VERSION;
 	props->vProps.ndevs = 1;
 	props->vProps.devs[0] = dev;
+	if (nfused > 0) { /* a fused device: NCCL places it by its children */
+		props->vProps.ndevs = nfused;
+		memcpy(props->vProps.devs, fused, sizeof(int) * (size_t)nfused);
+	}
 	props->maxP2pBytes = MK_NET_MAX_BYTES;
 	props->maxCollBytes = MK_NET_MAX_BYTES;
 	props->maxMultiRequestSize = 1;
@@ -258,6 +280,72 @@ ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props
 
 fail:
 	MK_WARN("getProperties(dev %d) failed: %s", dev, mk_strerror(rc));
+	return mk_err_to_nccl(rc);
+}
+
+/* Checks NCCL's list and has the backend build the fused device; under net_lock. */
+static int net_make_vdev(const struct mk_nccl_vdev_props *props, int *out)
+{
+	const struct mk_transport_ops *ops = net_devs_ops;
+	int rc;
+
+	if (ops == NULL) {
+		MK_WARN("makeVDevice before init");
+		return -EINVAL;
+	}
+	if (ops->make_vdev == NULL) {
+		MK_WARN("makeVDevice: backend %s cannot fuse devices (set "
+			"NCCL_NET_MERGE_LEVEL=LOC)",
+			ops->name);
+		return -EOPNOTSUPP;
+	}
+	if (props->ndevs < 1 || props->ndevs > MK_TP_MAX_FUSED) {
+		MK_WARN("makeVDevice: %d devices, between 1 and %d can be fused", props->ndevs,
+			MK_TP_MAX_FUSED);
+		return -EINVAL;
+	}
+	for (int i = 0; i < props->ndevs; i++) {
+		int c = props->devs[i];
+
+		if (c < 0 || c >= net_ndevs || net_devs[c].nfused > 0) {
+			MK_WARN("makeVDevice: child %d is device %d, not one of the %d physical "
+				"devices",
+				i, c, net_ndevs);
+			return -EINVAL;
+		}
+		for (int j = 0; j < i; j++) {
+			if (props->devs[j] == c) {
+				MK_WARN("makeVDevice: device %d listed twice", c);
+				return -EINVAL;
+			}
+		}
+	}
+	rc = ops->make_vdev(props->ndevs, props->devs, out);
+	if (rc == 0)
+		rc = net_devs_load(ops); /* devices() and getProperties() now include it */
+	return rc;
+}
+
+ncclResult_t mk_net11_makeVDevice(int *d, struct mk_nccl_vdev_props *props)
+{
+	int rc = -EINVAL, idx = -1;
+
+	if (d == NULL || props == NULL) {
+		MK_WARN("makeVDevice(%p, %p): NULL argument", (void *)d, (void *)props);
+		goto fail;
+	}
+	pthread_mutex_lock(&net_lock);
+	rc = net_make_vdev(props, &idx);
+	pthread_mutex_unlock(&net_lock);
+	if (rc)
+		goto fail;
+	*d = idx;
+	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "makeVDevice: %d devices fused into device %d",
+		props->ndevs, idx);
+	return ncclSuccess;
+
+fail:
+	MK_WARN("makeVDevice failed: %s", mk_strerror(rc));
 	return mk_err_to_nccl(rc);
 }
 
@@ -674,7 +762,7 @@ MK_EXPORT struct mk_nccl_net_v11 ncclNetPlugin_v11 = {
 	.closeListen = mk_net11_closeListen,
 	.getDeviceMr = NULL, /* HOST device type: no device offload */
 	.irecvConsumed = NULL,
-	.makeVDevice = NULL, /* physical devices only */
+	.makeVDevice = NULL, /* set at init when the backend can fuse (net_publish_fusion) */
 	.finalize = mk_net11_finalize,
 	.setNetAttr = mk_net11_setNetAttr,
 };

@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mk_nccl/net_v10.h"
 #include "mk_nccl/net_v11.h"
+#include "mk_nccl/net_v9.h"
 
 /*
  * Largest transfer of one isend/irecv: test() reports sizes as int, so nothing above INT_MAX
@@ -46,6 +48,12 @@ ncclResult_t mk_net11_closeRecv(void *recvComm);
 ncclResult_t mk_net11_closeListen(void *listenComm);
 ncclResult_t mk_net11_finalize(void *ctx);
 ncclResult_t mk_net11_setNetAttr(void *ctx, struct mk_nccl_net_attr *netAttr);
+ncclResult_t mk_net11_makeVDevice(int *d, struct mk_nccl_vdev_props *props);
+
+/* The exported tables: net.c fills their makeVDevice once a backend is chosen. */
+extern struct mk_nccl_net_v11 ncclNetPlugin_v11;
+extern struct mk_nccl_net_v10 ncclNetPlugin_v10;
+extern struct mk_nccl_net_v9 ncclNetPlugin_v9;
 
 /*
  * connect with an explicit per-comm config: v11 passes its ctx's config, v10 the one NCCL

@@ -53,5 +53,5 @@ MK_EXPORT struct mk_nccl_net_v10 ncclNetPlugin_v10 = {
 	.closeListen = mk_net11_closeListen,
 	.getDeviceMr = NULL,
 	.irecvConsumed = NULL,
-	.makeVDevice = NULL,
+	.makeVDevice = NULL, /* set by net.c where the backend can fuse devices */
 };

@@ -37,6 +37,7 @@
 #define MK_TP_BLOB_MAX	 96  /* bytes each side hands the other during connection setup */
 #define MK_TP_MAX_LANES	 16  /* QPs / endpoints one connection may stripe over */
 #define MK_TP_NAME_MAX	 64
+#define MK_TP_MAX_FUSED	 4 /* physical devices one fused device may span (NCCL's limit) */
 
 /* Pointer kinds a device can register (values match NCCL's NCCL_PTR_*). */
 #define MK_PTR_HOST   0x1
@@ -44,20 +45,23 @@
 #define MK_PTR_DMABUF 0x4
 
 struct mk_dev_props {
-	char name[MK_TP_NAME_MAX]; /* unique per device: NCCL keys its topology by it */
-	char pci_path[256];	   /* realpath of the PCI device in sysfs; "" when virtual */
-	uint64_t guid;		   /* equal GUID = same physical port */
-	int ptr_support;	   /* MK_PTR_* this device can register (probed once) */
-	int speed_mbps;		   /* port speed in Mbit/s */
-	int port;		   /* port number (1-based for verbs, 0 otherwise) */
-	float latency_us;	   /* 0 = unknown */
-	int max_comms;		   /* connections the device supports */
-	int max_lanes;		   /* lanes (QPs) a connection can stripe over */
-	int force_flush;	   /* 1: received GPU data needs a read-back flush */
-	size_t max_msg;		   /* largest single write */
-	int rma_lands_unpolled;	   /* 1: a peer's write reaches memory without this side
-				    * calling poll() (NIC offload); 0: the target must poll */
-	char provider[32];	   /* backend detail for logs: "tcp;ofi_rxm", "rxe", "mlx5" */
+	char name[MK_TP_NAME_MAX];  /* unique per device: NCCL keys its topology by it */
+	char pci_path[256];	    /* realpath of the PCI device in sysfs; "" when virtual */
+	uint64_t guid;		    /* equal GUID = same physical port */
+	int ptr_support;	    /* MK_PTR_* this device can register (probed once) */
+	int speed_mbps;		    /* port speed in Mbit/s */
+	int port;		    /* port number (1-based for verbs, 0 otherwise) */
+	float latency_us;	    /* 0 = unknown */
+	int max_comms;		    /* connections the device supports */
+	int max_lanes;		    /* lanes (QPs) a connection can stripe over */
+	int force_flush;	    /* 1: received GPU data needs a read-back flush */
+	size_t max_msg;		    /* largest single write */
+	int rma_lands_unpolled;	    /* 1: a peer's write reaches memory without this side
+				     * calling poll() (NIC offload); 0: the target must poll */
+	char provider[32];	    /* backend detail for logs: "tcp;ofi_rxm", "rxe", "mlx5" */
+	int nfused;		    /* fused device: how many physical devices it spans; 0 when
+				     * this is a physical device */
+	int fused[MK_TP_MAX_FUSED]; /* their indexes */
 };
 
 /*
@@ -68,6 +72,12 @@ struct mk_dev_props {
 struct mk_rkey {
 	uint64_t base;
 	uint64_t key;
+	/*
+	 * A fused device registers once per physical device and has one key per NIC. Backends
+	 * whose keys are 32-bit (verbs) pack them: NIC 0 and 1 in key (low half first), NIC 2
+	 * and 3 in key2; NIC 0's key alone reads the same as an unfused key. 0 otherwise.
+	 */
+	uint64_t key2;
 };
 
 /* Registration request. Exactly one of (host/cuda VA) or (dmabuf fd + offset) describes it. */
@@ -133,8 +143,15 @@ struct mk_transport_ops {
 	 */
 	int (*init)(void);
 	void (*fini)(void);
+	/* physical devices first, then the fused ones make_vdev added */
 	int (*ndevs)(void);
 	int (*dev_props)(int dev, struct mk_dev_props *props);
+	/*
+	 * Optional (NULL = cannot fuse): a new device that spreads every connection over the
+	 * ndevs physical devices devs[] (NCCL's makeVDevice). Its index is written to *out and
+	 * stays valid until fini. -EINVAL for a bad list, -ENOSPC when the table is full.
+	 */
+	int (*make_vdev)(int ndevs, const int *devs, int *out);
 
 	/* Writes at most MK_TP_HANDLE_MAX bytes into handle; never blocks. */
 	int (*listen)(int dev, void *handle, struct mk_listener **out);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* In-process fake backend for unit tests (see fake_tp.h). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,10 +13,14 @@
 #define FAKE_EVQ    4096
 #define FAKE_MAX_ID 1024
 
+#define FAKE_NPHYS     2 /* physical devices */
+#define FAKE_MAX_VDEVS 4
+
 struct fake_bmr {
 	void *addr;
 	size_t len;
 	uint64_t key;
+	uint64_t key2; /* fused devices: a second key word that must travel with the first */
 	struct fake_bmr *next;
 };
 
@@ -46,6 +51,10 @@ static uint32_t next_id = 1;
 static struct fake_bmr *regs;
 static uint64_t next_key = 100;
 static int nwrites;
+/* fused devices live as long as the process, as NCCL's do: fake_tp_reset leaves them */
+static int nvdevs;
+static int vdev_n[FAKE_MAX_VDEVS];
+static int vdev_devs[FAKE_MAX_VDEVS][MK_TP_MAX_FUSED];
 
 struct fake_handle {
 	uint32_t magic;
@@ -84,15 +93,29 @@ static void fake_fini(void)
 
 static int fake_ndevs(void)
 {
-	return 1;
+	return FAKE_NPHYS + nvdevs;
+}
+
+static int fake_make_vdev(int n, const int *devs, int *out)
+{
+	if (nvdevs == FAKE_MAX_VDEVS)
+		return -ENOSPC;
+	vdev_n[nvdevs] = n;
+	memcpy(vdev_devs[nvdevs], devs, sizeof(int) * (size_t)n);
+	*out = FAKE_NPHYS + nvdevs++;
+	return 0;
 }
 
 static int fake_dev_props(int dev, struct mk_dev_props *p)
 {
-	if (dev != 0)
+	if (dev < 0 || dev >= fake_ndevs())
 		return -ENODEV;
 	memset(p, 0, sizeof(*p));
-	strcpy(p->name, "fake:0");
+	snprintf(p->name, sizeof(p->name), "fake:%d", dev);
+	if (dev >= FAKE_NPHYS) {
+		p->nfused = vdev_n[dev - FAKE_NPHYS];
+		memcpy(p->fused, vdev_devs[dev - FAKE_NPHYS], sizeof(p->fused));
+	}
 	p->ptr_support = MK_PTR_HOST;
 	p->speed_mbps = 100000;
 	p->max_comms = 65536;
@@ -237,10 +260,12 @@ static int fake_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr 
 	b->addr = addr;
 	b->len = len;
 	b->key = next_key++;
+	b->key2 = dev >= FAKE_NPHYS ? b->key * 31 : 0;
 	b->next = regs;
 	regs = b;
 	rkey->base = (uint64_t)(uintptr_t)addr;
 	rkey->key = b->key;
+	rkey->key2 = b->key2;
 	*out = (struct mk_bmr *)b;
 	return 0;
 }
@@ -270,7 +295,7 @@ static int fake_key_ok(const struct mk_rkey *rkey, uint64_t dst, size_t len)
 	for (struct fake_bmr *b = regs; b != NULL; b = b->next) {
 		uint64_t lo = (uint64_t)(uintptr_t)b->addr;
 
-		if (b->key == rkey->key && lo == rkey->base && dst >= lo &&
+		if (b->key == rkey->key && b->key2 == rkey->key2 && lo == rkey->base && dst >= lo &&
 		    dst + len <= lo + b->len)
 			return 1;
 	}
@@ -349,6 +374,7 @@ const struct mk_transport_ops fake_tp_ops = {
 	.fini = fake_fini,
 	.ndevs = fake_ndevs,
 	.dev_props = fake_dev_props,
+	.make_vdev = fake_make_vdev,
 	.listen = fake_listen,
 	.connect = fake_connect,
 	.connected = fake_connected,

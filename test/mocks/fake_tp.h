@@ -3,6 +3,8 @@
  * An in-process transport backend for unit tests: both ends of a connection live in one
  * process, writes are memcpy into the target VA after the remote key is checked against the
  * registrations, immediates and completions are queued per connection. Faults can be injected.
+ * Two physical devices ("fake:0", "fake:1") that make_vdev can fuse; a fused device's
+ * registrations carry a second key word (key2) that writes must present.
  */
 #ifndef MK_TEST_FAKE_TP_H
 #define MK_TEST_FAKE_TP_H

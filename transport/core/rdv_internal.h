@@ -27,7 +27,7 @@
 #define MK_RDV_SEND_REQS    (MK_RDV_MAX_REQUESTS * MK_RDV_MAX_RECVS)
 #define MK_RDV_MAX_SEGS	    16
 #define MK_RDV_CHUNK_ALIGN  128 /* LL/LL128 lines never straddle two segments */
-#define MK_RDV_BLOB_VERSION 1
+#define MK_RDV_BLOB_VERSION 2
 #define MK_RDV_HANDLE_TAG   0x4d4b5256u /* 'MKRV' in the handle trailer */
 
 struct mk_rdv_cts {
@@ -35,11 +35,12 @@ struct mk_rdv_cts {
 	uint64_t size;	    /* its capacity */
 	uint64_t rkey_base; /* registration start VA (struct mk_rkey) */
 	uint64_t rkey_key;
+	uint64_t rkey_key2; /* the keys of NICs 2 and 3 of a fused device */
 	int32_t tag;
 	uint16_t nsub; /* sub-receives in this group */
 	uint16_t idx;  /* this entry's index in the group */
 	uint32_t flags;
-	uint32_t pad[4];
+	uint32_t pad[2];
 	uint32_t seq; /* written last; valid when equal to the group's sequence */
 };
 _Static_assert(sizeof(struct mk_rdv_cts) == 64, "CTS entry is 64 bytes");

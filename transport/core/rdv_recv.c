@@ -135,6 +135,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 			.size = sizes[i],
 			.rkey_base = mrs[i] != NULL ? mrs[i]->rkey.base : 0,
 			.rkey_key = mrs[i] != NULL ? mrs[i]->rkey.key : 0,
+			.rkey_key2 = mrs[i] != NULL ? mrs[i]->rkey.key2 : 0,
 			.tag = tags != NULL ? tags[i] : 0,
 			.nsub = (uint16_t)n,
 			.idx = (uint16_t)i,

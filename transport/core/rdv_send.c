@@ -266,6 +266,7 @@ int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, str
 	req->dst = cts->addr;
 	req->rkey.base = cts->rkey_base;
 	req->rkey.key = cts->rkey_key;
+	req->rkey.key2 = cts->rkey_key2;
 	req->seq = seq;
 	req->idx = idx;
 	req->posted = 0;

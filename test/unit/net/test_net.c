@@ -251,12 +251,12 @@ static int teardown(void **state)
 }
 
 /* listen + connect/accept loop; accept_first: the receiver polls before the first connect. */
-static void open_pair(struct fixture *f, int accept_first)
+static void open_pair_on(struct fixture *f, int dev, int accept_first)
 {
 	const struct drv *d = f->d;
 	int spins = 0;
 
-	assert_int_equal(d->listen(f->ctx, 0, f->handle, &f->lc), ncclSuccess);
+	assert_int_equal(d->listen(f->ctx, dev, f->handle, &f->lc), ncclSuccess);
 	assert_non_null(f->lc);
 	if (accept_first) {
 		assert_int_equal(d->accept(f->lc, &f->rc, NULL), ncclSuccess);
@@ -264,11 +264,16 @@ static void open_pair(struct fixture *f, int accept_first)
 	}
 	while (f->sc == NULL || f->rc == NULL) {
 		if (f->sc == NULL)
-			assert_int_equal(d->connect(f->ctx, 0, f->handle, &f->sc), ncclSuccess);
+			assert_int_equal(d->connect(f->ctx, dev, f->handle, &f->sc), ncclSuccess);
 		if (f->rc == NULL)
 			assert_int_equal(d->accept(f->lc, &f->rc, NULL), ncclSuccess);
 		assert_true(++spins < SPIN_MAX);
 	}
+}
+
+static void open_pair(struct fixture *f, int accept_first)
+{
+	open_pair_on(f, 0, accept_first);
 }
 
 static void unreg(struct fixture *f, void *mh)
@@ -342,7 +347,7 @@ static void test_net_devices_and_properties_filled(void **state)
 	int n = 0;
 
 	assert_int_equal(f->d->devices(&n), ncclSuccess);
-	assert_int_equal(n, 1);
+	assert_int_equal(n, 2); /* the fake's two physical devices; fused ones come later */
 	memset(raw, 0xa5, sizeof(raw));
 	if (f->d->version == 8) {
 		struct mk_nccl_net_props_v8 *p = (void *)raw;
@@ -357,7 +362,7 @@ static void test_net_devices_and_properties_filled(void **state)
 		assert_int_equal(p->netDeviceType, MK_NCCL_NET_DEVICE_HOST);
 		assert_int_equal(p->netDeviceVersion, 0);
 		assert_int_equal(raw[sizeof(*p)], 0xa5); /* nothing past the 64-B layout */
-		assert_int_equal(ncclNetPlugin_v8.getProperties(1, p), ncclInternalError);
+		assert_int_equal(ncclNetPlugin_v8.getProperties(n, p), ncclInternalError);
 		return;
 	}
 	if (f->d->version == 11) {
@@ -825,6 +830,54 @@ static void test_net_warn_names_call_arguments_and_reason(void **state)
 	mk_log_set_sink(NULL);
 }
 
+/*
+ * makeVDevice: published because the backend can fuse; bad lists refused without a new device;
+ * a fused device is listed after the physical ones with its children in vProps, and data moves
+ * over it with the fused registration's second key word carried through the CTS entry.
+ */
+static void test_net_make_vdevice_fuses_and_validates(void **state)
+{
+	struct fixture *f = *state;
+	struct mk_nccl_vdev_props bad[] = {
+		{ 0, { 0 } },	 { 5, { 0, 1, 0, 1 } }, { 2, { 0, 0 } },
+		{ 2, { 0, 7 } }, { 2, { -1, 1 } },
+	};
+	struct mk_nccl_vdev_props good = { 2, { 0, 1 } }, nested = { 2, { 0, 0 } };
+	struct mk_nccl_net_props_v11 p;
+	int before = 0, after = 0, d = -1;
+
+	assert_non_null(ncclNetPlugin_v11.makeVDevice);
+	assert_ptr_equal(ncclNetPlugin_v10.makeVDevice, ncclNetPlugin_v11.makeVDevice);
+	assert_ptr_equal(ncclNetPlugin_v9.makeVDevice, ncclNetPlugin_v11.makeVDevice);
+	assert_int_equal(ncclNetPlugin_v11.devices(&before), ncclSuccess);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(ncclNetPlugin_v11.makeVDevice(&d, &bad[i]), ncclInternalError);
+		assert_int_equal(d, -1);
+	}
+	assert_int_equal(ncclNetPlugin_v11.makeVDevice(NULL, &good), ncclInternalError);
+	assert_int_equal(ncclNetPlugin_v11.makeVDevice(&d, NULL), ncclInternalError);
+	assert_int_equal(ncclNetPlugin_v11.devices(&after), ncclSuccess);
+	assert_int_equal(after, before);
+
+	assert_int_equal(ncclNetPlugin_v11.makeVDevice(&d, &good), ncclSuccess);
+	assert_int_equal(d, before);
+	assert_int_equal(ncclNetPlugin_v11.devices(&after), ncclSuccess);
+	assert_int_equal(after, before + 1);
+	assert_int_equal(ncclNetPlugin_v11.getProperties(d, &p), ncclSuccess);
+	assert_int_equal(p.vProps.ndevs, 2);
+	assert_int_equal(p.vProps.devs[0], 0);
+	assert_int_equal(p.vProps.devs[1], 1);
+	assert_int_equal(ncclNetPlugin_v11.getProperties(1, &p), ncclSuccess);
+	assert_int_equal(p.vProps.ndevs, 1); /* a physical device stays its own child */
+	assert_int_equal(p.vProps.devs[0], 1);
+	nested.devs[0] = d; /* a fused device cannot be fused again */
+	assert_int_equal(ncclNetPlugin_v11.makeVDevice(&d, &nested), ncclInternalError);
+
+	open_pair_on(f, before, 0);
+	send_recv_once(f);
+	close_pair(f);
+}
+
 #define PER_VERSION(fn)                                                                            \
 	{ #fn "/v11", fn, setup, teardown, &drv11 }, { #fn "/v10", fn, setup, teardown, &drv10 },  \
 		{ #fn "/v9", fn, setup, teardown, &drv9 },                                         \
@@ -853,6 +906,9 @@ int main(void)
 		  test_net_v8_negative_int_sizes_rejected, setup, teardown, &drv8 },
 		{ "test_net_finalize_null_stale_and_hints", test_net_finalize_null_stale_and_hints,
 		  setup, teardown, &drv11 },
+		/* last: a fused device stays for the rest of the process, as in NCCL */
+		{ "test_net_make_vdevice_fuses_and_validates",
+		  test_net_make_vdevice_fuses_and_validates, setup, teardown, &drv11 },
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
