@@ -27,7 +27,7 @@
  * from the first endpoint we open). Only a quarter is touched at open, the rest as traffic
  * needs it; asking for the whole file keeps a busy job away from SIGBUS.
  */
-#define OFI_SHM_DIR	    "/dev/shm"
+#define OFI_SHM_DIR	     "/dev/shm"
 #define OFI_SHM_REGION_GUESS (16ull << 20)
 
 static unsigned long long shm_region_bytes = OFI_SHM_REGION_GUESS;
@@ -83,7 +83,8 @@ int mk_ofi_enable(struct mk_ofi_conn *conn)
 	 * recreated in between.
 	 */
 	for (int i = 0; i < 3 && rc == -FI_EBUSY && mk_ofi_is_shm(conn->dev); i++) {
-		MK_INFO(MK_SUBSYS_NET, "ofi: %s: a stale shm region of a dead process held our endpoint's name; "
+		MK_INFO(MK_SUBSYS_NET,
+			"ofi: %s: a stale shm region of a dead process held our endpoint's name; "
 			"retrying",
 			conn->dev->props.name);
 		rc = fi_enable(conn->ep);
