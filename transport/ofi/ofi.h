@@ -210,7 +210,8 @@ struct mk_ofi_conn {
 	 * makes every later post and poll spin inside libfabric, so both check it is alive first.
 	 */
 	int peer_pid;
-	int peer_pidfd;		  /* pidfd of peer_pid, -1 where the kernel has none */
+	int peer_pidfd; /* pidfd of peer_pid, -1 where the kernel has none */
+	char peer_region[MK_OFI_ADDR_MAX + 16]; /* its region file in /dev/shm */
 	uint64_t peer_checked_ns; /* last liveness check of peer_pid (CLOCK_MONOTONIC) */
 	int cq_batch;		  /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	/*
@@ -309,6 +310,12 @@ int mk_ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len)
 /* Starts (and ends) watching the process behind a peer's shm address. */
 void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len);
 void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);
+/*
+ * True once the peer's region file is gone: it closed its endpoint before it exited, so it
+ * holds no lock of ours and what it sent can still be read. A peer killed inside the provider
+ * leaves the file behind.
+ */
+bool mk_ofi_peer_left_cleanly(const struct mk_ofi_conn *conn);
 /* 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. */
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);

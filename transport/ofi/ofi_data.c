@@ -261,7 +261,12 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 		want = conn->cq_batch;
 	if (want <= 0)
 		return 0;
-	if (conn->peer_pid != 0 && mk_ofi_peer_gone(conn))
+	/*
+	 * A peer that died inside the provider may hold our region's lock, and fi_cq_read would
+	 * spin on it: stop here. One that closed its endpoint first cannot; what it sent before
+	 * it left is still delivered, and the error comes once nothing is left to read.
+	 */
+	if (conn->peer_pid != 0 && mk_ofi_peer_gone(conn) && !mk_ofi_peer_left_cleanly(conn))
 		return conn->err;
 	got = fi_cq_read(conn->cq, ent, (size_t)want);
 	if (got > 0) {

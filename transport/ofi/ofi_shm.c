@@ -108,7 +108,13 @@ int mk_ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len)
 
 void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len)
 {
+	const char *scheme = "fi_shm://";
+	size_t skip = strlen(scheme);
+
 	conn->peer_pid = mk_ofi_shm_pid(conn, addr, len);
+	if (conn->peer_pid > 0 && len > skip && memcmp(addr, scheme, skip) == 0)
+		snprintf(conn->peer_region, sizeof(conn->peer_region), "%s/%.*s", OFI_SHM_DIR,
+			 (int)(len - skip), (const char *)addr + skip);
 	/*
 	 * A pidfd turns readable when the process exits, zombie or reaped, and cannot be fooled by
 	 * the pid being handed to a newer process; kill(pid, 0) is only the fallback (kernels
@@ -155,6 +161,12 @@ static bool ofi_peer_exited(const struct mk_ofi_conn *conn)
 	if (conn->peer_pidfd < 0)
 		return ofi_pid_exited(conn->peer_pid);
 	return poll(&pfd, 1, 0) == 1;
+}
+
+bool mk_ofi_peer_left_cleanly(const struct mk_ofi_conn *conn)
+{
+	return conn->peer_region[0] != '\0' && access(conn->peer_region, F_OK) != 0 &&
+	       errno == ENOENT;
 }
 
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn)

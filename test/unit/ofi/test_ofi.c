@@ -825,10 +825,14 @@ static void test_refusal_cleared_by_progress(void **state)
 /*
  * shm: a dead peer process may hold a lock we would spin on; posts and polls check (every
  * 100 us). The peer here is killed and left unreaped: a zombie must count as gone, through the
- * pidfd and through the /proc fallback for kernels without one.
+ * pidfd and through the /proc fallback for kernels without one. Killed inside the provider, it
+ * leaves its region file and nothing more is read; closed cleanly (no file), what it sent
+ * before it left is still delivered, and the error follows.
  */
-static void shm_peer_killed(bool with_pidfd)
+static void shm_peer_killed(bool with_pidfd, bool region_left)
 {
+	char region_file[64];
+	int n;
 	struct mk_rkey rk = { .base = 0, .key = 1 };
 	struct mk_event ev[2];
 	char name[32];
@@ -847,6 +851,13 @@ static void shm_peer_killed(bool with_pidfd)
 	}
 	close(gate[0]);
 	snprintf(name, sizeof(name), "fi_shm://%d:0:0", (int)peer);
+	snprintf(region_file, sizeof(region_file), "/dev/shm/%d:0:0", (int)peer);
+	if (region_left) {
+		FILE *f = fopen(region_file, "w");
+
+		assert_non_null(f);
+		fclose(f);
+	}
 	mock.next_addr = name; /* the listener's address names the peer process */
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	open_pair(&p, "shm", FI_MR_VIRT_ADDR, 8);
@@ -865,21 +876,36 @@ static void shm_peer_killed(bool with_pidfd)
 		usleep(1000);
 	}
 	usleep(200); /* liveness is looked at every 100 us */
+	mock_cq_push(p.cb, NULL, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 100, 7);
+	n = tp->poll(p.c, ev, 2);
+	if (region_left) {
+		assert_int_equal(n, -ECONNRESET);
+	} else {
+		assert_int_equal(n, 1);
+		assert_int_equal(ev[0].type, MK_EV_IMM);
+		assert_int_equal(ev[0].imm, 7);
+		assert_int_equal(tp->poll(p.c, ev, 2), -ECONNRESET);
+	}
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -ECONNRESET);
-	assert_int_equal(tp->poll(p.c, ev, 2), -ECONNRESET);
 	close_pair(&p);
 	close(gate[1]);
 	assert_int_equal(waitpid(peer, NULL, 0), peer);
+	unlink(region_file);
 }
 
 static void test_shm_killed_peer_detected_by_pidfd(void **state)
 {
-	shm_peer_killed(true);
+	shm_peer_killed(true, true);
 }
 
 static void test_shm_killed_peer_detected_without_pidfd(void **state)
 {
-	shm_peer_killed(false);
+	shm_peer_killed(false, true);
+}
+
+static void test_shm_peer_that_closed_still_delivers(void **state)
+{
+	shm_peer_killed(true, false);
 }
 
 static void test_write_before_connected_is_enotconn(void **state)
@@ -979,6 +1005,7 @@ int main(void)
 		T(test_refusal_cleared_by_progress),
 		T(test_shm_killed_peer_detected_by_pidfd),
 		T(test_shm_killed_peer_detected_without_pidfd),
+		T(test_shm_peer_that_closed_still_delivers),
 		T(test_write_before_connected_is_enotconn),
 		T(test_event_during_setup_is_kept),
 	};
