@@ -20,9 +20,10 @@
 #include "mk/transport.h"
 
 #define MK_VERBS_MAX_DEVS    32
-#define MK_VERBS_POLL_BATCH  16 /* completions read per ibv_poll_cq call */
-#define MK_VERBS_FAST_MAX    64 /* host-memory flushes waiting to be reported */
-#define MK_VERBS_FLUSH_DEPTH 16 /* flush reads in flight per connection */
+#define MK_VERBS_POLL_BATCH  16		     /* completions read per ibv_poll_cq call */
+#define MK_VERBS_FAST_MAX    64		     /* host-memory flushes waiting to be reported */
+#define MK_VERBS_FLUSH_DEPTH 16		     /* flush reads in flight per connection */
+#define MK_VERBS_MAX_RAILS   MK_TP_MAX_FUSED /* ports one fused device spans */
 
 /*
  * Entry points of libibverbs, resolved once by mk_verbs_lib_load(). The fast path does not go
@@ -68,7 +69,11 @@ void mk_verbs_lib_unload(void);
 /* Tests: use lib instead of dlopen (NULL restores loading). */
 void mk_verbs_lib_override(const struct mk_ibv_lib *lib);
 
-/* One usable (device, port): its own context and protection domain. */
+/*
+ * One usable (device, port) with its own context and protection domain, or a fused device
+ * (makeVDevice) that has neither and spreads each connection's QPs over its rails: lane i runs
+ * on rails[i % nrails]. A port is its own single rail.
+ */
 struct mk_verbs_dev {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -83,6 +88,16 @@ struct mk_verbs_dev {
 	bool dmabuf;  /* ibv_reg_dmabuf_mr works here (probed once) */
 	bool peermem; /* nv_peer_mem / nvidia_peermem loaded */
 	struct mk_dev_props props;
+	int nrails;
+	struct mk_verbs_dev *rails[MK_VERBS_MAX_RAILS];
+};
+
+/* Routing identity of one rail, as the peer needs it to address our QPs on that port. */
+struct mk_verbs_wire_rail {
+	uint16_t lid;
+	uint8_t link_layer;
+	uint8_t mtu;
+	uint8_t gid[16];
 };
 
 /* Connection setup message, sent once each way over the bootstrap socket. */
@@ -93,10 +108,9 @@ struct mk_verbs_wire {
 	uint64_t nonce; /* the listener's, echoed by the connector */
 	uint32_t qpn[MK_TP_MAX_LANES];
 	uint32_t psn;
-	uint16_t lid;
-	uint8_t link_layer;
-	uint8_t mtu;
-	uint8_t gid[16];
+	uint16_t nrails; /* both sides must span as many ports */
+	uint16_t reserved;
+	struct mk_verbs_wire_rail rail[MK_VERBS_MAX_RAILS];
 	uint32_t blob_len;
 	uint8_t blob[MK_TP_BLOB_MAX];
 	uint32_t check; /* FNV-1a over everything above */
@@ -122,7 +136,7 @@ _Static_assert(sizeof(struct mk_verbs_handle) == offsetof(struct mk_verbs_handle
 #define MK_VERBS_HANDLE_MAGIC 0x4d4b5642u /* "MKVB" */
 #define MK_VERBS_WIRE_MAGIC   0x4d4b5657u /* "MKVW" */
 #define MK_VERBS_ACK_MAGIC    0x4d4b5641u /* "MKVA" */
-#define MK_VERBS_VERSION      1
+#define MK_VERBS_VERSION      2		  /* 2: per-rail routing for fused devices */
 
 enum mk_verbs_conn_state {
 	MK_VC_CONNECTING = 1, /* TCP connect in progress (or waiting to retry) */
@@ -162,8 +176,9 @@ struct mk_verbs_conn {
 	uint32_t ack;
 	size_t io_done; /* bytes of the current setup message moved so far */
 
-	struct ibv_cq *cq; /* completions of every QP below */
-	struct ibv_qp *qps[MK_TP_MAX_LANES];
+	struct ibv_cq *cqs[MK_VERBS_MAX_RAILS]; /* per rail: completions of its QPs */
+	int nrails;
+	struct ibv_qp *qps[MK_TP_MAX_LANES]; /* lane i on rail i % nrails */
 	int nqps;
 	uint32_t psn;
 	int sq_depth; /* send WRs per QP */
@@ -197,10 +212,25 @@ struct mk_verbs_listener {
 	bool done;		       /* accepted its one connection */
 };
 
+/* One registration per rail of the device it was made on. */
 struct mk_bmr {
-	struct ibv_mr *mr;
+	struct ibv_mr *mr[MK_VERBS_MAX_RAILS];
+	int nmr;
 	int type;
 };
+
+/* Rail of a lane, and the peer's key for that rail (packed as struct mk_rkey documents). */
+static inline int mk_verbs_lane_rail(int lane, int nrails)
+{
+	return nrails > 1 ? lane % nrails : 0;
+}
+
+static inline uint32_t mk_verbs_rkey_of(const struct mk_rkey *rk, int rail)
+{
+	uint64_t w = rail < 2 ? rk->key : rk->key2;
+
+	return (uint32_t)(w >> (32 * (rail & 1)));
+}
 
 static inline struct mk_verbs_conn *verbs_conn(struct mk_conn *c)
 {
@@ -215,6 +245,13 @@ static inline struct mk_verbs_listener *verbs_listener(struct mk_listener *l)
 /* ---- verbs_init.c ---- */
 extern const struct mk_transport_ops mk_verbs_ops;
 struct mk_verbs_dev *mk_verbs_dev_get(int dev);
+/* Ports found at init (devices 0 .. n-1); fused devices follow them. */
+int mk_verbs_nports(void);
+/* A zeroed slot after the last device, NULL when the table is full. */
+struct mk_verbs_dev *mk_verbs_dev_append(int *index);
+
+/* ---- verbs_vdev.c ---- */
+int mk_verbs_make_vdev(int ndevs, const int *devs, int *out);
 /* Pick the first IPv4-mapped RoCE v2 GID of (ibdev, port) from sysfs: index or -ENOENT. */
 int mk_verbs_gid_autopick(const char *ibdev, int port, int tbl_len);
 int mk_verbs_speed_mbps(int width, int speed);

@@ -127,7 +127,7 @@ static uint8_t conn_knob(int64_t v, int lo, int hi)
 	return (uint8_t)(v < lo ? lo : v > hi ? hi : v);
 }
 
-static int conn_qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp)
+static int conn_qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp, int rail)
 {
 	struct ibv_qp_attr a;
 	int rc;
@@ -135,7 +135,7 @@ static int conn_qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp)
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_INIT;
 	a.pkey_index = 0;
-	a.port_num = c->vdev->port;
+	a.port_num = c->vdev->rails[rail]->port;
 	a.qp_access_flags =
 		IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 	rc = mk_verbs_ibv->modify_qp(
@@ -148,27 +148,28 @@ static int conn_qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp)
 	return 0;
 }
 
-static struct ibv_qp *conn_qp_create(struct mk_verbs_conn *c, int sq, int rq)
+static struct ibv_qp *conn_qp_create(struct mk_verbs_conn *c, int rail, int sq, int rq)
 {
 	struct ibv_qp_init_attr ia;
 
 	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = c->cq;
-	ia.recv_cq = c->cq;
+	ia.send_cq = c->cqs[rail];
+	ia.recv_cq = c->cqs[rail];
 	ia.qp_type = IBV_QPT_RC;
 	ia.cap.max_send_wr = sq;
 	ia.cap.max_recv_wr = rq;
 	ia.cap.max_send_sge = 1;
 	ia.cap.max_recv_sge = 1;
 	ia.sq_sig_all = 0;
-	return mk_verbs_ibv->create_qp(c->vdev->pd, &ia);
+	return mk_verbs_ibv->create_qp(c->vdev->rails[rail]->pd, &ia);
 }
 
-/* INIT -> RTR -> RTS towards (qpn, lid/gid, psn) of the peer. */
-static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, uint32_t dest_qpn,
-			   const struct mk_verbs_wire *peer)
+/* INIT -> RTR -> RTS towards (qpn, lid/gid of the same rail, psn) of the peer. */
+static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, int rail, uint32_t dest_qpn,
+			   const struct mk_verbs_wire *wire)
 {
-	struct mk_verbs_dev *d = c->vdev;
+	struct mk_verbs_dev *d = c->vdev->rails[rail];
+	const struct mk_verbs_wire_rail *peer = &wire->rail[rail];
 	struct ibv_qp_attr a;
 	const char *step = "RTR";
 	int rc;
@@ -177,7 +178,7 @@ static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, uint32_t 
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = d->mtu < (enum ibv_mtu)peer->mtu ? d->mtu : (enum ibv_mtu)peer->mtu;
 	a.dest_qp_num = dest_qpn;
-	a.rq_psn = peer->psn;
+	a.rq_psn = wire->psn;
 	a.max_dest_rd_atomic = 1;
 	a.min_rnr_timer = 12;
 	a.ah_attr.port_num = d->port;
@@ -227,12 +228,13 @@ int mk_verbs_qps_connect(struct mk_verbs_conn *c, const struct mk_verbs_wire *pe
 	int rc;
 
 	for (int i = 0; i < c->nqps; i++) {
-		rc = conn_qp_rtr_rts(c, c->qps[i], peer->qpn[i], peer);
+		rc = conn_qp_rtr_rts(c, c->qps[i], mk_verbs_lane_rail(i, c->nrails), peer->qpn[i],
+				     peer);
 		if (rc)
 			return rc;
 	}
-	if (c->flush_qp != NULL)
-		return conn_qp_rtr_rts(c, c->flush_qp, c->flush_qp->qp_num, &c->local);
+	if (c->flush_qp != NULL) /* rail 0 reading from itself */
+		return conn_qp_rtr_rts(c, c->flush_qp, 0, c->flush_qp->qp_num, &c->local);
 	return 0;
 }
 
@@ -254,16 +256,21 @@ static void conn_objects_destroy(struct mk_verbs_conn *c)
 			MK_WARN("verbs: destroy QP failed: %s", strerror(errno));
 		c->qps[i] = NULL;
 	}
-	if (c->cq != NULL && mk_verbs_ibv->destroy_cq(c->cq))
-		MK_WARN("verbs: destroy CQ failed: %s", strerror(errno));
-	c->cq = NULL;
+	for (int r = 0; r < MK_VERBS_MAX_RAILS; r++) {
+		if (c->cqs[r] != NULL && mk_verbs_ibv->destroy_cq(c->cqs[r]))
+			MK_WARN("verbs: destroy CQ failed: %s", strerror(errno));
+		c->cqs[r] = NULL;
+	}
 	free(c->free_slots);
 	c->free_slots = NULL;
 	free(c->slots);
 	c->slots = NULL;
 }
 
-/* CQ, nqps RC QPs in INIT with receives posted, slots, and the flush QP when needed. */
+/*
+ * A CQ per rail, nqps RC QPs in INIT spread over the rails with receives posted, slots, and the
+ * flush QP (rail 0) when needed.
+ */
 static int conn_objects_create(struct mk_verbs_conn *c, int nqps)
 {
 	struct mk_verbs_dev *d = c->vdev;
@@ -288,24 +295,28 @@ static int conn_objects_create(struct mk_verbs_conn *c, int nqps)
 		c->free_slots[i] = (uint32_t)(nslots - 1 - i);
 	c->nfree = nslots;
 
-	cqe = nslots + nqps * c->rq_depth;
+	cqe = nslots + nqps * c->rq_depth; /* enough for every QP: a rail holds a share */
 	if (d->max_cqe > 0 && cqe > d->max_cqe)
 		cqe = d->max_cqe;
-	c->cq = mk_verbs_ibv->create_cq(d->ctx, cqe, c, NULL, 0);
-	if (c->cq == NULL) {
-		rc = -(errno ? errno : ENOMEM);
-		MK_WARN("verbs: %s: create_cq(%d) failed: %s", d->props.name, cqe, mk_strerror(rc));
-		goto undo_slots;
+	for (int r = 0; r < c->nrails; r++) {
+		c->cqs[r] = mk_verbs_ibv->create_cq(d->rails[r]->ctx, cqe, c, NULL, 0);
+		if (c->cqs[r] == NULL) {
+			rc = -(errno ? errno : ENOMEM);
+			MK_WARN("verbs: %s: create_cq(%d) on rail %d failed: %s", d->props.name,
+				cqe, r, mk_strerror(rc));
+			goto undo_cqs;
+		}
 	}
 	for (int i = 0; i < nqps; i++) {
-		c->qps[i] = conn_qp_create(c, c->sq_depth, c->rq_depth);
+		c->qps[i] = conn_qp_create(c, mk_verbs_lane_rail(i, c->nrails), c->sq_depth,
+					   c->rq_depth);
 		if (c->qps[i] == NULL) {
 			rc = -(errno ? errno : ENOMEM);
 			MK_WARN("verbs: %s: create_qp (lane %d of %d) failed: %s", d->props.name, i,
 				nqps, mk_strerror(rc));
 			goto undo_qps;
 		}
-		rc = conn_qp_init(c, c->qps[i]);
+		rc = conn_qp_init(c, c->qps[i], mk_verbs_lane_rail(i, c->nrails));
 		if (rc)
 			goto undo_qps;
 		rc = mk_verbs_post_recvs(c, i, c->rq_depth);
@@ -314,7 +325,7 @@ static int conn_objects_create(struct mk_verbs_conn *c, int nqps)
 	}
 	if (!flush)
 		return 0;
-	c->flush_mr = mk_verbs_ibv->reg_mr(d->pd, c->flush_buf, sizeof(c->flush_buf),
+	c->flush_mr = mk_verbs_ibv->reg_mr(d->rails[0]->pd, c->flush_buf, sizeof(c->flush_buf),
 					   IBV_ACCESS_LOCAL_WRITE);
 	if (c->flush_mr == NULL) {
 		rc = -(errno ? errno : ENOMEM);
@@ -322,13 +333,13 @@ static int conn_objects_create(struct mk_verbs_conn *c, int nqps)
 			mk_strerror(rc));
 		goto undo_qps;
 	}
-	c->flush_qp = conn_qp_create(c, MK_VERBS_FLUSH_DEPTH, 1);
+	c->flush_qp = conn_qp_create(c, 0, MK_VERBS_FLUSH_DEPTH, 1);
 	if (c->flush_qp == NULL) {
 		rc = -(errno ? errno : ENOMEM);
 		MK_WARN("verbs: %s: create_qp (flush) failed: %s", d->props.name, mk_strerror(rc));
 		goto undo_flush_mr;
 	}
-	rc = conn_qp_init(c, c->flush_qp);
+	rc = conn_qp_init(c, c->flush_qp, 0);
 	if (rc)
 		goto undo_flush_qp;
 	return 0;
@@ -345,8 +356,12 @@ undo_qps:
 			mk_verbs_ibv->destroy_qp(c->qps[i]);
 		c->qps[i] = NULL;
 	}
-	mk_verbs_ibv->destroy_cq(c->cq);
-	c->cq = NULL;
+undo_cqs:
+	for (int r = 0; r < c->nrails; r++) {
+		if (c->cqs[r] != NULL)
+			mk_verbs_ibv->destroy_cq(c->cqs[r]);
+		c->cqs[r] = NULL;
+	}
 undo_slots:
 	free(c->free_slots);
 	c->free_slots = NULL;
@@ -364,6 +379,7 @@ static struct mk_verbs_conn *conn_alloc(int dev, struct mk_verbs_dev *vdev)
 	c->base.ops = &mk_verbs_ops;
 	c->base.dev = dev;
 	c->vdev = vdev;
+	c->nrails = vdev->nrails;
 	c->fd = -1;
 	c->psn = (uint32_t)conn_random64() & 0xffffff;
 	c->deadline_ns = mk_now_ns() + (uint64_t)mk_param_timeout_ms() * 1000000ull;
@@ -411,10 +427,15 @@ static void conn_fill_local(struct mk_verbs_conn *c, uint64_t nonce, const void 
 	for (int i = 0; i < c->nqps; i++)
 		w->qpn[i] = c->qps[i]->qp_num;
 	w->psn = c->psn;
-	w->lid = d->lid;
-	w->link_layer = d->link_layer;
-	w->mtu = (uint8_t)d->mtu;
-	memcpy(w->gid, d->gid.raw, sizeof(w->gid));
+	w->nrails = (uint16_t)c->nrails;
+	for (int r = 0; r < c->nrails; r++) {
+		const struct mk_verbs_dev *rd = d->rails[r];
+
+		w->rail[r].lid = rd->lid;
+		w->rail[r].link_layer = rd->link_layer;
+		w->rail[r].mtu = (uint8_t)rd->mtu;
+		memcpy(w->rail[r].gid, rd->gid.raw, sizeof(w->rail[r].gid));
+	}
 	w->blob_len = (uint32_t)blob_len;
 	if (blob_len > 0)
 		memcpy(w->blob, blob, blob_len);
@@ -435,7 +456,9 @@ static int conn_check_remote(struct mk_verbs_conn *c, uint64_t nonce)
 		why = "stale or foreign handle (nonce mismatch)";
 	else if (w->nqps < 1 || w->nqps > MK_TP_MAX_LANES || w->blob_len > MK_TP_BLOB_MAX)
 		why = "bad lane count or blob size";
-	else if (w->link_layer != c->vdev->link_layer)
+	else if (w->nrails != c->nrails)
+		why = "the two sides fused a different number of ports";
+	else if (w->rail[0].link_layer != c->vdev->link_layer)
 		why = "link layers differ (InfiniBand vs RoCE)";
 	if (why == NULL)
 		return 0;
@@ -651,6 +674,8 @@ int mk_verbs_connect(int dev, const void *handle, const void *blob, size_t blob_
 		MK_WARN("verbs: MKERNEL_IB_QPS_PER_CONN=%d outside 1..%d", nqps, MK_TP_MAX_LANES);
 		return -EINVAL;
 	}
+	/* a fused device: that many QPs on every rail, within the lanes a connection has */
+	nqps = conn_min(nqps * vdev->nrails, MK_TP_MAX_LANES);
 	c = conn_alloc(dev, vdev);
 	if (c == NULL)
 		return -ENOMEM;

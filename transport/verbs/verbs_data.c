@@ -120,9 +120,11 @@ static int data_check(struct mk_verbs_conn *c, int lane, size_t len, struct mk_b
 		return c->err;
 	if (mk_unlikely(c->state != MK_VC_READY))
 		return -ENOTCONN;
-	if (mk_unlikely(lane < 0 || lane >= c->nqps || rkey == NULL ||
-			(len > 0 && (mr == NULL || mr->mr == NULL)) || len > UINT32_MAX))
-		return -EINVAL;
+	if (mk_unlikely(
+		    lane < 0 || lane >= c->nqps || rkey == NULL ||
+		    (len > 0 && (mr == NULL || mk_verbs_lane_rail(lane, c->nrails) >= mr->nmr)) ||
+		    len > UINT32_MAX))
+		return -EINVAL; /* also a registration made on a device with fewer rails */
 	if (c->sq_used[lane] >= c->sq_depth || c->nfree == 0)
 		return -EAGAIN;
 	return 0;
@@ -134,14 +136,16 @@ int mk_verbs_write(struct mk_conn *base, int lane, const void *src, size_t len, 
 	struct mk_verbs_conn *c = verbs_conn(base);
 	int rc = data_check(c, lane, len, mr, rkey);
 
+	int rail = mk_verbs_lane_rail(lane, c->nrails);
+
 	if (rc)
 		return rc;
 	if (len == 0 && !has_imm)
 		return -EINVAL;
 	return data_post(c, c->qps[lane], (uint8_t)lane,
 			 has_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, (void *)src, len,
-			 len > 0 ? mr->mr->lkey : 0, dst, (uint32_t)rkey->key, htonl(imm),
-			 MK_EV_WRITE_DONE, ctx);
+			 len > 0 ? mr->mr[rail]->lkey : 0, dst, mk_verbs_rkey_of(rkey, rail),
+			 htonl(imm), MK_EV_WRITE_DONE, ctx);
 }
 
 int mk_verbs_read(struct mk_conn *base, int lane, void *dst, size_t len, struct mk_bmr *mr,
@@ -150,12 +154,15 @@ int mk_verbs_read(struct mk_conn *base, int lane, void *dst, size_t len, struct 
 	struct mk_verbs_conn *c = verbs_conn(base);
 	int rc = data_check(c, lane, len, mr, rkey);
 
+	int rail = mk_verbs_lane_rail(lane, c->nrails);
+
 	if (rc)
 		return rc;
 	if (len == 0)
 		return -EINVAL;
-	return data_post(c, c->qps[lane], (uint8_t)lane, IBV_WR_RDMA_READ, dst, len, mr->mr->lkey,
-			 src, (uint32_t)rkey->key, 0, MK_EV_READ_DONE, ctx);
+	return data_post(c, c->qps[lane], (uint8_t)lane, IBV_WR_RDMA_READ, dst, len,
+			 mr->mr[rail]->lkey, src, mk_verbs_rkey_of(rkey, rail), 0, MK_EV_READ_DONE,
+			 ctx);
 }
 
 int mk_verbs_flush(struct mk_conn *base, void *addr, size_t len, struct mk_bmr *mr, void *ctx)
@@ -166,7 +173,7 @@ int mk_verbs_flush(struct mk_conn *base, void *addr, size_t len, struct mk_bmr *
 
 	if (mk_unlikely(c->err))
 		return c->err;
-	if (mk_unlikely(c->state != MK_VC_READY || mr == NULL || mr->mr == NULL))
+	if (mk_unlikely(c->state != MK_VC_READY || mr == NULL || mr->nmr == 0))
 		return c->state != MK_VC_READY ? -ENOTCONN : -EINVAL;
 	if (c->flush_qp != NULL && len > 0 &&
 	    (mr->type == MK_PTR_CUDA || mk_param_ib_force_flush())) {
@@ -175,7 +182,7 @@ int mk_verbs_flush(struct mk_conn *base, void *addr, size_t len, struct mk_bmr *
 			return -EAGAIN;
 		return data_post(c, c->flush_qp, MK_VERBS_FLUSH_LANE, IBV_WR_RDMA_READ,
 				 c->flush_buf, n, c->flush_mr->lkey,
-				 (uint64_t)(uintptr_t)addr + len - n, mr->mr->rkey, 0,
+				 (uint64_t)(uintptr_t)addr + len - n, mr->mr[0]->rkey, 0,
 				 MK_EV_READ_DONE, ctx);
 	}
 	/* host memory: the CPU already sees what the NIC wrote */
@@ -279,20 +286,22 @@ int mk_verbs_poll(struct mk_conn *base, struct mk_event *ev, int max)
 		ev[n].len = c->fast[slot].len;
 		n++;
 	}
-	while (n < max) {
-		want = max - n < MK_VERBS_POLL_BATCH ? max - n : MK_VERBS_POLL_BATCH;
-		got = ibv_poll_cq(c->cq, want, wc);
-		if (mk_unlikely(got < 0)) {
-			if (c->err == 0)
-				c->err = -EIO;
-			MK_WARN_ONCE("verbs: %s: ibv_poll_cq failed (%d)", c->vdev->props.name,
-				     got);
-			break;
+	for (int r = 0; r < c->nrails; r++) { /* every rail's CQ, until one is drained */
+		while (n < max) {
+			want = max - n < MK_VERBS_POLL_BATCH ? max - n : MK_VERBS_POLL_BATCH;
+			got = ibv_poll_cq(c->cqs[r], want, wc);
+			if (mk_unlikely(got < 0)) {
+				if (c->err == 0)
+					c->err = -EIO;
+				MK_WARN_ONCE("verbs: %s: ibv_poll_cq failed (%d)",
+					     c->vdev->props.name, got);
+				break;
+			}
+			for (int i = 0; i < got; i++)
+				n += data_complete(c, &wc[i], &ev[n]);
+			if (got < want)
+				break;
 		}
-		for (int i = 0; i < got; i++)
-			n += data_complete(c, &wc[i], &ev[n]);
-		if (got < want)
-			break;
 	}
 	if (n > 0) {
 		c->idle_polls = 0;

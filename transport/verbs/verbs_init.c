@@ -16,8 +16,9 @@
 #include "mk/log.h"
 #include "verbs.h"
 
-static struct mk_verbs_dev init_devs[MK_VERBS_MAX_DEVS];
+static struct mk_verbs_dev init_devs[MK_VERBS_MAX_DEVS]; /* ports, then fused devices */
 static int init_ndevs;
+static int init_nports;
 static bool init_done;
 
 struct mk_verbs_dev *mk_verbs_dev_get(int dev)
@@ -25,6 +26,20 @@ struct mk_verbs_dev *mk_verbs_dev_get(int dev)
 	if (dev < 0 || dev >= init_ndevs)
 		return NULL;
 	return &init_devs[dev];
+}
+
+int mk_verbs_nports(void)
+{
+	return init_nports;
+}
+
+struct mk_verbs_dev *mk_verbs_dev_append(int *index)
+{
+	if (init_ndevs == MK_VERBS_MAX_DEVS)
+		return NULL;
+	*index = init_ndevs;
+	memset(&init_devs[init_ndevs], 0, sizeof(init_devs[0]));
+	return &init_devs[init_ndevs++];
 }
 
 struct init_code {
@@ -267,6 +282,8 @@ static int init_dev_open(struct ibv_device *ibd, uint8_t port, struct mk_verbs_d
 	}
 	d->dmabuf = mk_verbs_dmabuf_probe(d->pd);
 	d->peermem = mk_verbs_peermem_present();
+	d->nrails = 1;
+	d->rails[0] = d;
 	init_fill_props(d, name, &da, &pa);
 	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
 		"verbs: %s (%s, %d Mbps, mtu %d, %s %d, pci '%s', dmabuf %s, peermem %s)",
@@ -347,6 +364,7 @@ static int verbs_init(void)
 	for (int i = 0; i < n; i++)
 		init_scan_device(list[i]);
 	mk_verbs_ibv->free_device_list(list);
+	init_nports = init_ndevs;
 	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "verbs: %d usable port%s on %d device%s",
 		init_ndevs, init_ndevs == 1 ? "" : "s", n, n == 1 ? "" : "s");
 	return 0;
@@ -357,6 +375,7 @@ static void verbs_fini(void)
 	for (int i = 0; i < init_ndevs; i++)
 		init_dev_close(&init_devs[i]);
 	init_ndevs = 0;
+	init_nports = 0;
 	init_done = false;
 	mk_verbs_lib_unload();
 }
@@ -382,6 +401,7 @@ const struct mk_transport_ops mk_verbs_ops = {
 	.fini = verbs_fini,
 	.ndevs = verbs_ndevs,
 	.dev_props = verbs_dev_props,
+	.make_vdev = mk_verbs_make_vdev,
 	.listen = mk_verbs_listen,
 	.connect = mk_verbs_connect,
 	.connected = mk_verbs_connected,

@@ -51,21 +51,62 @@ bool mk_verbs_peermem_present(void)
 	return false;
 }
 
-static struct ibv_mr *mr_reg_va(struct mk_verbs_dev *d, void *addr, size_t len, bool strict)
+static struct ibv_mr *mr_reg_va(struct ibv_pd *pd, void *addr, size_t len, bool strict)
 {
 	if (mk_verbs_ibv->reg_mr_iova2 != NULL)
 		return mk_verbs_ibv->reg_mr_iova2(
-			d->pd, addr, len, (uint64_t)(uintptr_t)addr,
+			pd, addr, len, (uint64_t)(uintptr_t)addr,
 			MR_ACCESS | (strict ? 0 : IBV_ACCESS_RELAXED_ORDERING));
-	return mk_verbs_ibv->reg_mr(d->pd, addr, len, MR_ACCESS);
+	return mk_verbs_ibv->reg_mr(pd, addr, len, MR_ACCESS);
+}
+
+/* One registration on one rail's PD; NULL with errno set, *path saying which way was tried. */
+static struct ibv_mr *mr_reg_rail(const struct mk_verbs_dev *d, struct ibv_pd *pd, void *addr,
+				  size_t len, const struct mk_mr_attr *attr, const char **path)
+{
+	bool strict = (attr->flags & MK_MR_FLAG_STRICT_ORDER) != 0;
+
+	if (attr->dmabuf_fd >= 0) {
+		*path = "dmabuf";
+		if (!d->dmabuf) {
+			errno = EOPNOTSUPP;
+			return NULL;
+		}
+		return mk_verbs_ibv->reg_dmabuf_mr(
+			pd, attr->dmabuf_offset, len, (uint64_t)(uintptr_t)addr, attr->dmabuf_fd,
+			MR_ACCESS | (strict ? 0 : IBV_ACCESS_RELAXED_ORDERING));
+	}
+	if (attr->type == MK_PTR_CUDA) {
+		*path = "peermem";
+		if (!d->peermem) {
+			errno = EOPNOTSUPP;
+			return NULL;
+		}
+		return mr_reg_va(pd, addr, len, strict);
+	}
+	if (attr->type == MK_PTR_HOST) {
+		*path = "host";
+		return mr_reg_va(pd, addr, len, strict);
+	}
+	*path = "unknown type";
+	errno = EINVAL;
+	return NULL;
+}
+
+static void mr_release(struct mk_bmr *b)
+{
+	for (int i = 0; i < b->nmr; i++) {
+		if (b->mr[i] != NULL && mk_verbs_ibv->dereg_mr(b->mr[i]))
+			MK_WARN("verbs: dereg_mr failed: %s", strerror(errno));
+	}
+	free(b);
 }
 
 int mk_verbs_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr,
 		    struct mk_bmr **out, struct mk_rkey *rkey)
 {
 	struct mk_verbs_dev *d = mk_verbs_dev_get(dev);
-	bool strict = attr != NULL && (attr->flags & MK_MR_FLAG_STRICT_ORDER);
-	const char *path;
+	const char *path = "host";
 	struct mk_bmr *b;
 	int rc;
 
@@ -75,45 +116,33 @@ int mk_verbs_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *at
 	if (b == NULL)
 		return -ENOMEM;
 	b->type = attr->type;
-	errno = 0;
-	if (attr->dmabuf_fd >= 0) {
-		path = "dmabuf";
-		if (!d->dmabuf) {
-			rc = -EOPNOTSUPP;
-			goto undo_alloc;
-		}
-		b->mr = mk_verbs_ibv->reg_dmabuf_mr(
-			d->pd, attr->dmabuf_offset, len, (uint64_t)(uintptr_t)addr, attr->dmabuf_fd,
-			MR_ACCESS | (strict ? 0 : IBV_ACCESS_RELAXED_ORDERING));
-	} else if (attr->type == MK_PTR_CUDA) {
-		path = "peermem";
-		if (!d->peermem) {
-			rc = -EOPNOTSUPP;
-			goto undo_alloc;
-		}
-		b->mr = mr_reg_va(d, addr, len, strict);
-	} else if (attr->type == MK_PTR_HOST) {
-		path = "host";
-		b->mr = mr_reg_va(d, addr, len, strict);
-	} else {
-		rc = -EINVAL;
-		path = "unknown type";
-		goto undo_alloc;
-	}
-	if (b->mr == NULL) {
-		rc = -(errno ? errno : EIO);
-		goto undo_alloc;
-	}
 	rkey->base = (uint64_t)(uintptr_t)addr;
-	rkey->key = b->mr->rkey;
+	rkey->key = 0;
+	rkey->key2 = 0;
+	/* a fused device: the same pages once per rail, each key in its half-word */
+	for (int r = 0; r < d->nrails; r++) {
+		struct ibv_mr *mr;
+
+		errno = 0;
+		mr = mr_reg_rail(d, d->rails[r]->pd, addr, len, attr, &path);
+		if (mr == NULL) {
+			rc = -(errno ? errno : EIO);
+			goto undo;
+		}
+		b->mr[b->nmr++] = mr;
+		if (r < 2)
+			rkey->key |= (uint64_t)mr->rkey << (32 * r);
+		else
+			rkey->key2 |= (uint64_t)mr->rkey << (32 * (r - 2));
+	}
 	*out = b;
 	return 0;
 
-undo_alloc:
+undo:
 	MK_WARN("verbs: %s: registering %p+%zu (%s, type %d, fd %d, access 0x%x%s) failed: %s",
 		d->props.name, addr, len, path, attr->type, attr->dmabuf_fd, MR_ACCESS,
-		strict ? "" : "|relaxed", mk_strerror(rc));
-	free(b);
+		(attr->flags & MK_MR_FLAG_STRICT_ORDER) ? "" : "|relaxed", mk_strerror(rc));
+	mr_release(b);
 	return rc;
 }
 
@@ -123,8 +152,10 @@ int mk_verbs_dereg_mr(int dev, struct mk_bmr *mr)
 
 	if (mr == NULL)
 		return -EINVAL;
-	if (mr->mr != NULL && mk_verbs_ibv->dereg_mr(mr->mr))
-		rc = -(errno ? errno : EIO);
+	for (int i = 0; i < mr->nmr; i++) {
+		if (mr->mr[i] != NULL && mk_verbs_ibv->dereg_mr(mr->mr[i]) && rc == 0)
+			rc = -(errno ? errno : EIO);
+	}
 	free(mr);
 	return rc;
 }

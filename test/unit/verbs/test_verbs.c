@@ -346,7 +346,7 @@ static void test_reg_mr_paths(void **state)
 	assert_int_equal(mk_verbs_ops.init(), 0);
 	assert_int_equal(mk_verbs_reg_mr(0, buf, 4096, &host, &b, &rk), 0);
 	assert_true(rk.base == (uint64_t)(uintptr_t)buf);
-	assert_true(rk.key == b->mr->rkey);
+	assert_true(rk.key == b->mr[0]->rkey);
 	assert_int_equal(mock.n_reg_iova2, 1);
 	assert_true(mock.last_access & IBV_ACCESS_RELAXED_ORDERING);
 	assert_true(mock.last_access & IBV_ACCESS_REMOTE_WRITE);
@@ -496,8 +496,8 @@ static void test_qps_connect_roce_uses_grh(void **state)
 	memset(&peer, 0, sizeof(peer));
 	peer.qpn[0] = 0x77;
 	peer.psn = 0x123;
-	peer.mtu = IBV_MTU_1024;
-	peer.gid[15] = 0x99;
+	peer.rail[0].mtu = IBV_MTU_1024;
+	peer.rail[0].gid[15] = 0x99;
 	mock.fail_modify_qp = mock.n_modify_qp + 2; /* RTS fails */
 	assert_int_equal(mk_verbs_qps_connect(c, &peer), -EINVAL);
 	assert_int_equal(mock.last_qp_attr.qp_state, IBV_QPS_RTR);
@@ -524,8 +524,8 @@ static void test_qps_connect_ib_uses_lid(void **state)
 	assert_int_equal(mk_verbs_ops.init(), 0);
 	assert_int_equal(mk_verbs_conn_create(mk_verbs_dev_get(0), 1, &c), 0);
 	memset(&peer, 0, sizeof(peer));
-	peer.lid = 42;
-	peer.mtu = IBV_MTU_4096;
+	peer.rail[0].lid = 42;
+	peer.rail[0].mtu = IBV_MTU_4096;
 	mock.fail_modify_qp = mock.n_modify_qp + 1; /* RTR fails */
 	mock.fail_errno = EPERM;
 	assert_int_equal(mk_verbs_qps_connect(c, &peer), -EPERM);
@@ -708,6 +708,82 @@ static struct mk_bmr *host_mr(void *buf, size_t len, struct mk_rkey *rk)
 	return b;
 }
 
+/*
+ * NIC fusion: two ports fused into one device. Bad lists make no device; the fused device sums
+ * the speed and names its children; a connection spreads QPs and CQs over both ports' objects;
+ * a registration is made on both PDs with both keys packed; lane 1 writes with rail 1's keys.
+ */
+static void test_fused_device_spreads_qps_keys_and_writes(void **state)
+{
+	static char buf[4096] __attribute__((aligned(4096)));
+	const int bad[][3] = { { 0, 0, 0 }, { 2, 0, 0 }, { 2, 0, 5 }, { 5, 0, 1 } };
+	struct mk_verbs_dev *p0, *p1, *v;
+	struct mk_dev_props props;
+	struct mk_verbs_conn *c;
+	struct mk_bmr *b;
+	struct mk_rkey rk;
+	int devs[2] = { 0, 1 }, idx = -1;
+
+	mock.ndevices = 2;
+	strcpy(mock.devices[1].name, "mlx5_1");
+	mock.devices[1].transport_type = IBV_TRANSPORT_IB;
+	mock.devices[1].node_type = IBV_NODE_CA;
+	assert_int_equal(mk_verbs_ops.init(), 0);
+	assert_int_equal(mk_verbs_ops.ndevs(), 2);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(mk_verbs_ops.make_vdev(bad[i][0], &bad[i][1], &idx), -EINVAL);
+	assert_int_equal(mk_verbs_ops.ndevs(), 2);
+	assert_int_equal(mk_verbs_ops.make_vdev(2, devs, &idx), 0);
+	assert_int_equal(idx, 2);
+	assert_int_equal(mk_verbs_ops.ndevs(), 3);
+	devs[0] = idx; /* a fused device is not a port */
+	assert_int_equal(mk_verbs_ops.make_vdev(2, devs, &idx), -EINVAL);
+	idx = 2;
+	assert_int_equal(mk_verbs_ops.dev_props(idx, &props), 0);
+	assert_int_equal(props.nfused, 2);
+	assert_int_equal(props.fused[0], 0);
+	assert_int_equal(props.fused[1], 1);
+	assert_int_equal(props.speed_mbps, 2 * 200000);
+	assert_string_equal(props.name, "verbs:fused:0+1");
+
+	p0 = mk_verbs_dev_get(0);
+	p1 = mk_verbs_dev_get(1);
+	v = mk_verbs_dev_get(idx);
+	assert_int_equal(mk_verbs_conn_create(v, 4, &c), 0);
+	assert_int_equal(c->nrails, 2);
+	for (int i = 0; i < 4; i++)
+		assert_ptr_equal(c->qps[i]->pd, (i % 2) ? p1->pd : p0->pd);
+	assert_ptr_equal(c->cqs[0]->context, p0->ctx);
+	assert_ptr_equal(c->cqs[1]->context, p1->ctx);
+	c->state = MK_VC_READY;
+	c->base.nlanes = 4;
+
+	struct mk_mr_attr a = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
+	assert_int_equal(mk_verbs_reg_mr(idx, buf, sizeof(buf), &a, &b, &rk), 0);
+	assert_int_equal(b->nmr, 2);
+	assert_ptr_equal(b->mr[0]->pd, p0->pd);
+	assert_ptr_equal(b->mr[1]->pd, p1->pd);
+	assert_true(rk.key == ((uint64_t)b->mr[1]->rkey << 32 | b->mr[0]->rkey));
+	assert_true(rk.key2 == 0);
+	assert_int_equal(mk_verbs_write(&c->base, 1, buf, 64, b, 0x5000, &rk, true, 7, NULL), 0);
+	assert_true(mock.last_wr.wr.rdma.rkey == b->mr[1]->rkey);
+	assert_int_equal(mock.last_sge.lkey, b->mr[1]->lkey);
+	assert_int_equal(mk_verbs_write(&c->base, 2, buf, 64, b, 0x5000, &rk, true, 7, NULL), 0);
+	assert_true(mock.last_wr.wr.rdma.rkey == b->mr[0]->rkey);
+	assert_int_equal(mock.last_sge.lkey, b->mr[0]->lkey);
+
+	/* a registration of one port has no key for rail 1: refused, not sent with a wrong key */
+	struct mk_bmr *one;
+	struct mk_rkey rk1;
+	assert_int_equal(mk_verbs_reg_mr(0, buf, sizeof(buf), &a, &one, &rk1), 0);
+	assert_int_equal(mk_verbs_write(&c->base, 1, buf, 64, one, 0x5000, &rk1, true, 7, NULL),
+			 -EINVAL);
+	assert_int_equal(mk_verbs_dereg_mr(0, one), 0);
+	assert_int_equal(mk_verbs_dereg_mr(idx, b), 0);
+	mk_verbs_conn_destroy(c);
+	assert_int_equal(mock.live_qp + mock.live_cq + mock.live_mr, 0);
+}
+
 static void test_write_builds_the_right_wr(void **state)
 {
 	static char buf[4096] __attribute__((aligned(4096)));
@@ -725,7 +801,7 @@ static void test_write_builds_the_right_wr(void **state)
 	assert_true(mock.last_wr.wr.rdma.rkey == (uint32_t)rk.key);
 	assert_int_equal(mock.last_sge.length, 100);
 	assert_true(mock.last_sge.addr == (uint64_t)(uintptr_t)(buf + 8));
-	assert_int_equal(mock.last_sge.lkey, b->mr->lkey);
+	assert_int_equal(mock.last_sge.lkey, b->mr[0]->lkey);
 	assert_int_equal(c->sq_used[1], 1);
 
 	assert_int_equal(mk_verbs_write(&c->base, 0, NULL, 0, NULL, 0x5000, &rk, true, 1, NULL), 0);
@@ -956,6 +1032,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lib_real_resolves_every_symbol, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_init_ib_port_reports_props, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fused_device_spreads_qps_keys_and_writes,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_init_pci_path_from_sysfs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_speed_table, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_init_port_down_is_skipped, setup, teardown),
