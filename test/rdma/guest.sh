@@ -106,4 +106,62 @@ for size in 1048576 4194304; do
 done
 echo "benchmark lines (emulated, TCG): $bench"
 
+# second_port: rxe1 on the netdev rxe0 does not use (dummy0 at 192.0.2.10, or lo), ACTIVE and
+# with an IPv4-mapped RoCE v2 GID, so that two ports can be fused.
+second_port() {
+	if [ "$RXE_NETDEV" = lo ]; then
+		sp_dev=dummy0
+		[ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy || return 1
+		ip addr add 192.0.2.10/24 dev dummy0 2>/dev/null
+		ip link set dummy0 up || return 1
+	else
+		sp_dev=lo
+	fi
+	rdma link add rxe1 type rxe netdev "$sp_dev" || return 1
+	sp_port=/sys/class/infiniband/rxe1/ports/1
+	sp_n=100
+	while :; do
+		for sp_g in "$sp_port"/gids/*; do
+			case $(cat "$sp_g" 2>/dev/null) in
+			0000:0000:0000:0000:0000:ffff:*)
+				grep -q v2 "$sp_port/gid_attrs/types/${sp_g##*/}" 2>/dev/null &&
+					grep -q ACTIVE "$sp_port/state" && return 0
+				;;
+			esac
+		done
+		sp_n=$((sp_n - 1))
+		[ "$sp_n" -gt 0 ] || return 1
+		sleep 0.1
+	done
+}
+
+# NIC fusion: every case again on the device the plugin fuses from rxe0 and rxe1
+# (makeVDevice), each port carrying its share of the QPs. The GID index is picked per port
+# (the two tables differ), and 77 (fewer than two ports seen) counts as a failure here.
+if [ -x "$BUILD/test/loopback/net/test-net-loopback" ]; then
+	if second_port; then
+		rail1=/sys/class/infiniband/rxe1/ports/1/hw_counters/sent_pkts
+		rail1_before=$(cat "$rail1" 2>/dev/null || echo 0)
+		(
+			unset MKERNEL_IB_GID_INDEX
+			mk_run net-loopback-fused sh -c '"$@"; rc=$?; [ $rc -ne 77 ] || rc=1; exit $rc' \
+				sh "$BUILD/test/loopback/net/test-net-loopback" --all --fuse 0,1 \
+				--transport verbs "$BUILD/nccl_plugin/libnccl-net-mkernel.so"
+		) || fails=$((fails + 1))
+		# the second port must have carried its share, not sat idle beside rxe0
+		rail1_sent=$(($(cat "$rail1" 2>/dev/null || echo 0) - rail1_before))
+		echo "rxe1 sent $rail1_sent packets during the fused run"
+		if [ "$rail1_sent" -gt 0 ]; then
+			mk_mark "fused-second-port-used PASS"
+		else
+			mk_mark "fused-second-port-used FAIL"
+			fails=$((fails + 1))
+		fi
+	else
+		echo "net-loopback-fused: could not bring up rxe1"
+		mk_mark "net-loopback-fused FAIL"
+		fails=$((fails + 1))
+	fi
+fi
+
 [ "$fails" -eq 0 ]

@@ -78,8 +78,8 @@ int mk_verbs_make_vdev(int ndevs, const int *devs, int *out)
 	v->dmabuf = rails[0]->dmabuf;
 	v->peermem = rails[0]->peermem;
 	for (int i = 1; i < ndevs; i++) {
-		v->max_qp_wr = rails[i]->max_qp_wr < v->max_qp_wr ? rails[i]->max_qp_wr
-								  : v->max_qp_wr;
+		v->max_qp_wr =
+			rails[i]->max_qp_wr < v->max_qp_wr ? rails[i]->max_qp_wr : v->max_qp_wr;
 		v->max_cqe = rails[i]->max_cqe < v->max_cqe ? rails[i]->max_cqe : v->max_cqe;
 		v->dmabuf = v->dmabuf && rails[i]->dmabuf;
 		v->peermem = v->peermem && rails[i]->peermem;

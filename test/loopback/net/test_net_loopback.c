@@ -7,7 +7,8 @@
  * every exported table version (v11, v10, v9, v8).
  *
  * Usage: test-net-loopback [--version N] [--case NAME | --all] [--transport ofi|verbs]
- *                          [--provider P] [--list] [PLUGIN]
+ *                          [--provider P] [--fuse D,D[,..]] [--list] [PLUGIN]
+ * --fuse: every peer fuses the listed devices with makeVDevice and connects on the result.
  * PLUGIN defaults to $MKERNEL_TEST_PLUGIN. Prints "PASS <case> v<N>" / "FAIL <case> v<N>" /
  * "SKIP <case> v<N>"; exits 0, 1 on any failure, 77 when the backend has no device.
  */
@@ -51,6 +52,12 @@ static struct mk_nccl_net_v8 *t8;
 static int ver;
 static void *ctx; /* v11 only */
 static const char *role = "?";
+/*
+ * The device every case connects on: 0, or with --fuse a device the module fused from the
+ * listed ones (makeVDevice), made by each peer after init as NCCL does on every rank.
+ */
+static int use_dev;
+static const char *fuse_list;
 static const char *case_name = "?";
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -306,6 +313,50 @@ static void harness_log(int level, unsigned long flags, const char *file, int li
 			 (int)sizeof(kept[0]) - 1, msg);
 }
 
+static ncclResult_t (*vdev_fn(void))(int *, struct mk_nccl_vdev_props *)
+{
+	return ver == 11 ? t11->makeVDevice : ver == 10 ? t10->makeVDevice : t9->makeVDevice;
+}
+
+/* --fuse: build the fused device and check what the module reports for it. */
+static int fuse_devices(int ndev)
+{
+	struct mk_nccl_vdev_props want = { 0 };
+	struct mk_nccl_net_props_v11 props;
+	char *end;
+	int d = -1;
+
+	if (ver == 8)
+		return EXIT_SKIP; /* v8 has no makeVDevice */
+	for (const char *s = fuse_list; *s != '\0'; s = *end == ',' ? end + 1 : end) {
+		long v = strtol(s, &end, 10);
+
+		if (end == s || want.ndevs == 4 || (*end != ',' && *end != '\0'))
+			return fail("bad --fuse list '%s'", fuse_list);
+		want.devs[want.ndevs++] = (int)v;
+	}
+	if (want.ndevs < 2 || ndev < want.ndevs)
+		return EXIT_SKIP; /* fewer devices here than the list names */
+	if (vdev_fn() == NULL)
+		return fail("makeVDevice is NULL: the backend cannot fuse devices");
+	if (vdev_fn()(&d, &want) != ncclSuccess)
+		return fail("makeVDevice(%d devices) failed", want.ndevs);
+	if (ver == 9 || ver == 10) {
+		memset(&props, 0, sizeof(props));
+		if ((ver == 9 ? t9->getProperties(d, (void *)&props)
+			      : t10->getProperties(d, (void *)&props)) != ncclSuccess)
+			return fail("getProperties(%d) of the fused device failed", d);
+	} else if (t11->getProperties(d, &props) != ncclSuccess) {
+		return fail("getProperties(%d) of the fused device failed", d);
+	}
+	if (props.vProps.ndevs != want.ndevs ||
+	    memcmp(props.vProps.devs, want.devs, sizeof(int) * (size_t)want.ndevs) != 0)
+		return fail("fused device %d reports %d children, not the %d asked for", d,
+			    props.vProps.ndevs, want.ndevs);
+	use_dev = d;
+	return 0;
+}
+
 static int peer_init(struct peer *p, const char *path)
 {
 	struct mk_nccl_net_props_v11 props;
@@ -343,6 +394,16 @@ static int peer_init(struct peer *p, const char *path)
 		return fail("devices failed");
 	if (ndev <= 0)
 		return EXIT_SKIP;
+	if (fuse_list != NULL) {
+		int rc = fuse_devices(ndev);
+
+		if (rc)
+			return rc;
+	} else if (ver != 8 && vdev_fn() != NULL && getenv("MKERNEL_TRANSPORT") != NULL &&
+		   strcmp(getenv("MKERNEL_TRANSPORT"), "ofi") == 0) {
+		/* NCCL must see NULL where the backend cannot fuse, or it fails the communicator */
+		return fail("makeVDevice is published over ofi, which cannot fuse devices");
+	}
 	memset(&props, 0, sizeof(props));
 	if (ver == 8) {
 		struct mk_nccl_net_props_v8 p8;
@@ -382,7 +443,7 @@ static int listen_ship(struct peer *p, void **lc, bool corrupt)
 
 	memset(handle, 0, sizeof(handle));
 	*lc = NULL;
-	if (n_listen(0, handle, lc) != ncclSuccess || *lc == NULL)
+	if (n_listen(use_dev, handle, lc) != ncclSuccess || *lc == NULL)
 		return fail("listen failed or returned NULL");
 	for (size_t i = 0; corrupt && i < sizeof(handle); i++)
 		handle[i] ^= 0x5a;
@@ -412,7 +473,7 @@ static int connect_loop(const uint8_t *handle, void **sc)
 	*sc = NULL;
 	while (*sc == NULL) {
 		memcpy(h, handle, sizeof(h)); /* the same handle every call, as NCCL does */
-		if (n_connect(0, h, sc) != ncclSuccess)
+		if (n_connect(use_dev, h, sc) != ncclSuccess)
 			return fail("connect failed");
 		if (now_s() - t0 > SPIN_SECONDS)
 			return fail("connect: not established after %d s", SPIN_SECONDS);
@@ -674,7 +735,7 @@ static int s_connect_first(struct peer *p)
 
 	if (pipe_get(p, handle, sizeof(handle)))
 		return fail("no handle");
-	if (n_connect(0, handle, &sc) != ncclSuccess)
+	if (n_connect(use_dev, handle, &sc) != ncclSuccess)
 		return fail("first connect failed");
 	token_put(p, 'c'); /* the receiver accepts only now */
 	if (sc == NULL && connect_loop(handle, &sc))
@@ -689,7 +750,7 @@ static int r_accept_first(struct peer *p)
 	uint8_t handle[HANDLE_SIZE];
 	void *lc = NULL, *rc = NULL;
 
-	if (n_listen(0, handle, &lc) != ncclSuccess || lc == NULL)
+	if (n_listen(use_dev, handle, &lc) != ncclSuccess || lc == NULL)
 		return fail("listen failed");
 	for (int i = 0; i < 100; i++) {
 		if (n_accept(lc, &rc) != ncclSuccess)
@@ -1119,7 +1180,7 @@ static int s_many_comms(struct peer *p)
 		for (int i = 0; i < COMMS; i++) {
 			if (sc[i] != NULL)
 				continue;
-			if (n_connect(0, handles[i], &sc[i]) != ncclSuccess)
+			if (n_connect(use_dev, handles[i], &sc[i]) != ncclSuccess)
 				return fail("connect %d failed", i);
 			open += sc[i] != NULL;
 		}
@@ -1418,7 +1479,7 @@ static int s_corrupt_handle(struct peer *p)
 	if (pipe_get(p, handle, sizeof(handle)))
 		return fail("no handle");
 	while (ret == ncclSuccess && sc == NULL && now_s() - t0 < KILL_LIMIT)
-		ret = n_connect(0, handle, &sc);
+		ret = n_connect(use_dev, handle, &sc);
 	token_put(p, 'd');
 	if (sc != NULL)
 		return fail("connected with a corrupted handle");
@@ -1666,7 +1727,8 @@ static void usage(const char *argv0)
 {
 	fprintf(stderr,
 		"usage: %s [--version 11|10|9|8] [--case NAME | --all] [--transport ofi|verbs]\n"
-		"          [--provider P] [--list] [PLUGIN]   (PLUGIN defaults to "
+		"          [--provider P] [--fuse D,D[,..]] [--list] [PLUGIN]   (PLUGIN defaults "
+		"to "
 		"$MKERNEL_TEST_PLUGIN)\n",
 		argv0);
 }
@@ -1680,6 +1742,7 @@ int main(int argc, char **argv)
 		{ "transport", required_argument, NULL, 't' },
 		{ "provider", required_argument, NULL, 'p' },
 		{ "list", no_argument, NULL, 'l' },
+		{ "fuse", required_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static const int versions[] = { 11, 10, 9, 8 };
@@ -1703,6 +1766,9 @@ int main(int argc, char **argv)
 			break;
 		case 'p':
 			setenv("MKERNEL_OFI_PROVIDER", optarg, 1);
+			break;
+		case 'f':
+			fuse_list = optarg;
 			break;
 		case 'l':
 			for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
