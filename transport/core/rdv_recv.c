@@ -124,11 +124,16 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 		if (mrs[i] != NULL && !mk_mr_valid(mrs[i]))
 			return -EBADF;
 	}
-	rc = mk_rdv_recv_progress(r);
-	if (rc)
-		return rc;
-	if (req->state != MK_RDV_REQ_FREE || r->outstanding >= MK_RDV_MAX_REQUESTS)
-		return 0;
+	if (r->cs.error)
+		return r->cs.error;
+	/* as in isend: poll only when the slot is still busy; test() polls anyway */
+	if (req->state != MK_RDV_REQ_FREE || r->outstanding >= MK_RDV_MAX_REQUESTS) {
+		rc = mk_rdv_recv_progress(r);
+		if (rc)
+			return rc;
+		if (req->state != MK_RDV_REQ_FREE || r->outstanding >= MK_RDV_MAX_REQUESTS)
+			return 0;
+	}
 	for (int i = 0; i < n; i++) {
 		cts[i] = (struct mk_rdv_cts){
 			.addr = (uint64_t)(uintptr_t)data[i],

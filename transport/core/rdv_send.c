@@ -241,12 +241,22 @@ int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, str
 	*out = NULL;
 	if ((mr == NULL && size > 0) || (mr != NULL && !mk_mr_valid(mr)))
 		return mr == NULL ? -EINVAL : -EBADF;
-	rc = mk_rdv_send_progress(s);
-	if (rc)
-		return rc;
-	if (s->free_reqs == NULL)
-		return 0;
-	rc = send_match(s, tag, &seq, &idx);
+	if (s->cs.error)
+		return s->cs.error;
+	/*
+	 * Poll only when the send cannot go out as things stand: a progress call costs a provider
+	 * CQ read (syscalls on the socket providers), as much as the small send itself, and the
+	 * caller's test() polls anyway.
+	 */
+	rc = s->free_reqs == NULL ? -EAGAIN : send_match(s, tag, &seq, &idx);
+	if (rc == -EAGAIN) {
+		rc = mk_rdv_send_progress(s);
+		if (rc)
+			return rc;
+		if (s->free_reqs == NULL)
+			return 0;
+		rc = send_match(s, tag, &seq, &idx);
+	}
 	if (rc == -EAGAIN) {
 		mk_rdv_keepalive(&s->cs, true);
 		return s->cs.error;
