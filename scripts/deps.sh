@@ -28,7 +28,11 @@ pkgs=(
 )
 missing=()
 for p in "${pkgs[@]}" ${MKERNEL_DEPS_EXTRA:-}; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	# a captured string, not a pipe into grep -q, which pipefail could fail on SIGPIPE
+	case $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) in
+	*"install ok installed"*) ;;
+	*) missing+=("$p") ;;
+	esac
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}"

@@ -23,6 +23,8 @@ while [ $# -gt 0 ]; do
 done
 
 log() { echo "rxe-vm: $*" >&2; }
+# set -e ends the script without a word; say which command stopped it
+trap 'log "initramfs.sh: line $LINENO: \"$BASH_COMMAND\" failed"' ERR
 
 # Stock tools run inside the guest (perftest, ibverbs-utils, rdmacm-utils, iproute2).
 tools=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong rdma ip ib_write_bw ib_read_bw
@@ -31,14 +33,21 @@ tools=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong rdma ip ib_write_
 dlopened=(libibverbs.so.1 librdmacm.so.1 libgcc_s.so.1 libfabric.so.1)
 
 busybox=$(command -v busybox || true)
-if [ -z "$busybox" ] || ! file -L "$busybox" | grep -q 'statically linked'; then
+# (a captured string, not a pipe into grep -q: see soname_path below for why)
+case $([ -n "$busybox" ] && file -L "$busybox") in
+*'statically linked'*) static=1 ;;
+*) static=0 ;;
+esac
+if [ "$static" = 0 ]; then
 	log "static busybox not found (apt-get install busybox-static)"
 	exit 1
 fi
 
-# path of a shared library by soname, from the loader cache
+# path of a shared library by soname, from the loader cache. awk reads to the end: leaving
+# early would kill ldconfig with SIGPIPE, which pipefail turns into a silent exit of this script
+# whenever ldconfig had not finished writing (it failed the rdma suite now and then).
 soname_path() {
-	ldconfig -p | awk -v n="$1" '$1 == n && /x86-64/ { print $NF; exit }'
+	ldconfig -p | awk -v n="$1" '!f && $1 == n && /x86-64/ { print $NF; f = 1 }'
 }
 
 under_share() {

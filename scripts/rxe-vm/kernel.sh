@@ -19,7 +19,7 @@ log() { echo "rxe-vm: $*" >&2; }
 # The versioned package the metapackage points at, e.g. linux-image-6.1.0-57-amd64.
 resolve_pkg() {
 	apt-cache depends linux-image-amd64 2>/dev/null |
-		awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
+		awk '!f && $1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; f = 1 }'
 }
 
 pkg=$(resolve_pkg || true)
