@@ -22,15 +22,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export NCCL_MNNVL_ENABLE=0 NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING
 export NCCL_TUNER_PLUGIN=none PYTHONUNBUFFERED=1
 
-# Several ranks on one GPU: MPS makes their kernels co-resident (no time-slicing).
-mps=0
-if command -v nvidia-cuda-mps-control >/dev/null; then
-	export CUDA_MPS_PIPE_DIRECTORY=$out/mps-pipe CUDA_MPS_LOG_DIRECTORY=$out/mps-log
-	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-	nvidia-cuda-mps-control -d && mps=1
-fi
-cleanup() { [ $mps = 1 ] && echo quit | nvidia-cuda-mps-control; }
-trap cleanup EXIT
+# shellcheck source=mps.sh
+. "$here/mps.sh"
+mps_start "$out"
+trap mps_stop EXIT
 
 port=29500
 # run_job <label> <mode> <extra env...>: two ranks, logs in $out/<label>-<mode>-rank<r>.log

@@ -23,12 +23,9 @@ export MKERNEL_TRANSPORT=${MKERNEL_TRANSPORT:-ofi}
 export MKERNEL_OFI_PROVIDER=${MKERNEL_OFI_PROVIDER:-tcp;ofi_rxm}
 export MKERNEL_OFI_IFACE=${MKERNEL_OFI_IFACE:-lo}
 tmp=$(mktemp -d)
-mps=0
-if [ "${MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
-	export CUDA_MPS_PIPE_DIRECTORY=$tmp/mps CUDA_MPS_LOG_DIRECTORY=$tmp/mps-log
-	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-	nvidia-cuda-mps-control -d && mps=1
-fi
+# shellcheck source=mps.sh
+. "$(dirname "$0")/mps.sh"
+[ "${MPS:-0}" = 1 ] && mps_start "$tmp"
 pids=()
 for r in $(seq 0 $((n - 1))); do
 	NCCL_HOSTID=fake-node-$r timeout ${RANK_TIMEOUT:-150} "$bin" "$r" "$n" "$tmp/ncclid" "$nodes" "$nlocal" "$@" \
@@ -40,7 +37,7 @@ for p in "${pids[@]}"; do
 	wait "$p"
 	rcs+=($?)
 done
-[ "$mps" = 1 ] && echo quit | nvidia-cuda-mps-control
+mps_stop
 for r in $(seq 0 $((n - 1))); do
 	echo "---- rank $r (exit ${rcs[$r]})"
 	cat "$tmp/rank$r.log"

@@ -57,15 +57,11 @@ export NCCL_NET_PLUGIN=$PLUGIN NCCL_NET=mkernel NCCL_MNNVL_ENABLE=0 NCCL_NVLS_EN
 unset NCCL_TUNER_PLUGIN MKERNEL_TUNER_ALGO MKERNEL_TUNER_PROTO MKERNEL_TUNER_CHANNELS \
 	MKERNEL_TUNER_MAX_CHANNELS MKERNEL_TUNER_CONFIG MKERNEL_TUNER_MODEL
 
-# Two ranks on one GPU time-slice without MPS (milliseconds per hand-off): start it so their
-# kernels are co-resident and the busbw figures measure the collective, not the scheduler.
-mps=0
-if command -v nvidia-cuda-mps-control >/dev/null && [ -z "${MKERNEL_NO_MPS:-}" ]; then
-	export CUDA_MPS_PIPE_DIRECTORY=$OUT/mps-pipe CUDA_MPS_LOG_DIRECTORY=$OUT/mps-log
-	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-	nvidia-cuda-mps-control -d && mps=1
-fi
-trap '[ $mps = 1 ] && echo quit | nvidia-cuda-mps-control' EXIT
+# Two ranks on one GPU: MPS unless MKERNEL_NO_MPS is set (scripts/gpu/mps.sh says why).
+# shellcheck source=mps.sh
+. "$here/mps.sh"
+[ -n "${MKERNEL_NO_MPS:-}" ] || mps_start "$OUT"
+trap mps_stop EXIT
 
 free_port() {
 	"$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
