@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,7 @@ static int nb_free_port(void);
  * The raw libfabric ceiling for one point, run between the plugin's points (the plugin's
  * processes wait idle meanwhile) so background load hits both alike.
  */
-static void nb_raw_point(const struct nb_opts *o, size_t size, int win, int nmsg)
+static void nb_raw_point(const struct nb_opts *o, const char *mode, size_t size, int win, int nmsg)
 {
 	const char *prov = *o->provider ? o->provider : "tcp;ofi_rxm";
 	int port = nb_free_port();
@@ -68,15 +69,15 @@ static void nb_raw_point(const struct nb_opts *o, size_t size, int win, int nmsg
 	/* bounded: a failed client must not leave us waiting on its server forever */
 	snprintf(
 		cmd, sizeof(cmd),
-		"timeout 120 '%s' --provider '%s' %s --server %d --mode bw --sizes %zu --window %d "
+		"timeout 120 '%s' --provider '%s' %s --server %d --mode %s --sizes %zu --window %d "
 		"--iters %d --warmup %d --reps %d >/dev/null & sleep 0.3; timeout 120 '%s' "
-		"--provider '%s' %s --client 127.0.0.1:%d --mode bw --sizes %zu --window %d "
+		"--provider '%s' %s --client 127.0.0.1:%d --mode %s --sizes %zu --window %d "
 		"--iters %d --warmup %d --reps %d >> %s; wait",
-		o->raw, prov, iface, port, size, win, nmsg, o->warmup, o->reps, o->raw, prov, iface,
-		port, size, win, nmsg, o->warmup, o->reps, o->rawtmp);
+		o->raw, prov, iface, port, mode, size, win, nmsg, o->warmup, o->reps, o->raw, prov,
+		iface, port, mode, size, win, nmsg, o->warmup, o->reps, o->rawtmp);
 	if (system(cmd) != 0)
-		fprintf(stderr, "mkernel-netbench: raw baseline failed at %zu B, window %d\n", size,
-			win);
+		fprintf(stderr, "mkernel-netbench: raw %s baseline failed at %zu B, window %d\n",
+			mode, size, win);
 }
 
 struct nb_side {
@@ -281,6 +282,20 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 	return nb_now() - t0;
 }
 
+/* The ceiling's turn for one point: the first side runs it, the other waits idle meanwhile. */
+static void nb_raw_turn(const struct nb_opts *o, struct nb_side *s, int first, const char *mode,
+			size_t size, int win, int nmsg)
+{
+	char go = 'g';
+
+	if (first) {
+		nb_raw_point(o, mode, size, win, nmsg);
+		nb_xfer(s->to_peer, &go, 1, 1);
+	} else {
+		nb_xfer(s->from_peer, &go, 1, 0);
+	}
+}
+
 static double nb_lat_rep(struct nb_side *s, int first, size_t size, int iters)
 {
 	double t0 = nb_now();
@@ -365,16 +380,8 @@ static void nb_run_side(const struct nb_opts *o, size_t bytes, int first, int to
 			}
 			if (first)
 				nb_record(o, "bw", o->sizes[i], win, v, o->reps, 1.0);
-			if (o->rawtmp[0] != '\0') {
-				char go = 'g';
-
-				if (first) {
-					nb_raw_point(o, o->sizes[i], win, nmsg);
-					nb_xfer(s.to_peer, &go, 1, 1);
-				} else {
-					nb_xfer(s.from_peer, &go, 1, 0); /* idle meanwhile */
-				}
-			}
+			if (o->rawtmp[0] != '\0')
+				nb_raw_turn(o, &s, first, "bw", o->sizes[i], win, nmsg);
 		}
 	}
 	for (int i = 0; i < o->nlat; i++) {
@@ -386,6 +393,8 @@ static void nb_run_side(const struct nb_opts *o, size_t bytes, int first, int to
 		}
 		if (first)
 			nb_record(o, "lat", o->lat_sizes[i], 1, v, o->reps, 1e6);
+		if (o->rawtmp[0] != '\0') /* the raw ping-pong of the same size and count */
+			nb_raw_turn(o, &s, first, "lat", o->lat_sizes[i], 1, o->lat_iters);
 	}
 	s.net->deregMr(s.send, s.smh);
 	s.net->deregMr(s.recv, s.rmh);
@@ -634,9 +643,10 @@ static double nb_field(const char *line, const char *key)
 	return p != NULL ? strtod(p + strlen(pat), NULL) : -1;
 }
 
-/* The raw ceiling's points, read once: (size, window, GB/s). */
+/* The raw ceiling's points, read once: (size, window, GB/s) or (size, 1, one-way us). */
 struct nb_ceiling {
-	double size, win, gbps;
+	bool lat;
+	double size, win, value;
 };
 
 static int nb_load_raw(const char *raw_json, struct nb_ceiling *pts, int max)
@@ -646,8 +656,14 @@ static int nb_load_raw(const char *raw_json, struct nb_ceiling *pts, int max)
 	int n = 0;
 
 	while (r != NULL && n < max && fgets(line, sizeof(line), r) != NULL)
-		pts[n++] = (struct nb_ceiling){ nb_field(line, "size"), nb_field(line, "window"),
-						nb_field(line, "gbps_median") };
+		pts[n++] = (struct nb_ceiling){
+			.lat = strstr(line, "\"mode\":\"lat\"") != NULL,
+			.size = nb_field(line, "size"),
+			.win = nb_field(line, "window"),
+			.value = strstr(line, "\"mode\":\"lat\"") != NULL
+					 ? nb_field(line, "lat_us_median")
+					 : nb_field(line, "gbps_median"),
+		};
 	if (r != NULL)
 		fclose(r);
 	return n;
@@ -669,8 +685,8 @@ static void nb_table(const char *plugin_json, const char *raw_json)
 		if (strstr(line, "\"mode\":\"bw\"") == NULL)
 			continue;
 		for (int i = 0; i < npts; i++)
-			if (pts[i].size == size && pts[i].win == win)
-				raw = pts[i].gbps;
+			if (!pts[i].lat && pts[i].size == size && pts[i].win == win)
+				raw = pts[i].value;
 		if (raw > 0)
 			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14.3f %-8.2f\n", size, win, gbps,
 				raw, gbps / raw);
@@ -680,11 +696,24 @@ static void nb_table(const char *plugin_json, const char *raw_json)
 	}
 	if (f != NULL)
 		rewind(f);
-	fprintf(stderr, "\n%-10s %-14s\n", "size", "one-way us");
-	while (f != NULL && fgets(line, sizeof(line), f) != NULL)
-		if (strstr(line, "\"mode\":\"lat\"") != NULL)
-			fprintf(stderr, "%-10.0f %-14.2f\n", nb_field(line, "size"),
-				nb_field(line, "lat_us_median"));
+	fprintf(stderr, "\n%-10s %-14s %-14s %-8s\n", "size", "plugin us", "raw us", "raw/plugin");
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+		double size = nb_field(line, "size"), us = nb_field(line, "lat_us_median"),
+		       raw = -1;
+
+		if (strstr(line, "\"mode\":\"lat\"") == NULL)
+			continue;
+		for (int i = 0; i < npts; i++)
+			if (pts[i].lat && pts[i].size == size)
+				raw = pts[i].value;
+		/* raw/plugin, so that above 1 is better for the plugin, as in the bandwidth table
+		 */
+		if (raw > 0 && us > 0)
+			fprintf(stderr, "%-10.0f %-14.2f %-14.2f %-8.2f\n", size, us, raw,
+				raw / us);
+		else
+			fprintf(stderr, "%-10.0f %-14.2f %-14s %-8s\n", size, us, "-", "-");
+	}
 	if (f != NULL)
 		fclose(f);
 }
