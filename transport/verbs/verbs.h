@@ -108,7 +108,7 @@ struct mk_verbs_wire {
 	uint64_t nonce; /* the listener's, echoed by the connector */
 	uint32_t qpn[MK_TP_MAX_LANES];
 	uint32_t psn;
-	uint16_t nrails; /* both sides must span as many ports */
+	uint16_t nrails; /* ports this side spans (1 unless fused); the peer's may differ */
 	uint16_t reserved;
 	struct mk_verbs_wire_rail rail[MK_VERBS_MAX_RAILS];
 	uint32_t blob_len;
@@ -178,6 +178,12 @@ struct mk_verbs_conn {
 
 	struct ibv_cq *cqs[MK_VERBS_MAX_RAILS]; /* per rail: completions of its QPs */
 	int nrails;
+	/*
+	 * The peer's ports, from its setup message (ours until then): lane i runs from our rail
+	 * i % nrails to its rail i % peer_nrails, as NCCL's own IB transport pairs merged NICs of
+	 * different widths, so two hosts that fused differently still connect.
+	 */
+	int peer_nrails;
 	struct ibv_qp *qps[MK_TP_MAX_LANES]; /* lane i on rail i % nrails */
 	int nqps;
 	uint32_t psn;

@@ -164,12 +164,12 @@ static struct ibv_qp *conn_qp_create(struct mk_verbs_conn *c, int rail, int sq, 
 	return mk_verbs_ibv->create_qp(c->vdev->rails[rail]->pd, &ia);
 }
 
-/* INIT -> RTR -> RTS towards (qpn, lid/gid of the same rail, psn) of the peer. */
-static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, int rail, uint32_t dest_qpn,
-			   const struct mk_verbs_wire *wire)
+/* INIT -> RTR -> RTS from our rail towards (qpn, lid/gid of its rail, psn) of the peer. */
+static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, int rail, int peer_rail,
+			   uint32_t dest_qpn, const struct mk_verbs_wire *wire)
 {
 	struct mk_verbs_dev *d = c->vdev->rails[rail];
-	const struct mk_verbs_wire_rail *peer = &wire->rail[rail];
+	const struct mk_verbs_wire_rail *peer = &wire->rail[peer_rail];
 	struct ibv_qp_attr a;
 	const char *step = "RTR";
 	int rc;
@@ -227,14 +227,15 @@ int mk_verbs_qps_connect(struct mk_verbs_conn *c, const struct mk_verbs_wire *pe
 {
 	int rc;
 
+	c->peer_nrails = peer->nrails;
 	for (int i = 0; i < c->nqps; i++) {
-		rc = conn_qp_rtr_rts(c, c->qps[i], mk_verbs_lane_rail(i, c->nrails), peer->qpn[i],
-				     peer);
+		rc = conn_qp_rtr_rts(c, c->qps[i], mk_verbs_lane_rail(i, c->nrails),
+				     mk_verbs_lane_rail(i, c->peer_nrails), peer->qpn[i], peer);
 		if (rc)
 			return rc;
 	}
 	if (c->flush_qp != NULL) /* rail 0 reading from itself */
-		return conn_qp_rtr_rts(c, c->flush_qp, 0, c->flush_qp->qp_num, &c->local);
+		return conn_qp_rtr_rts(c, c->flush_qp, 0, 0, c->flush_qp->qp_num, &c->local);
 	return 0;
 }
 
@@ -380,6 +381,7 @@ static struct mk_verbs_conn *conn_alloc(int dev, struct mk_verbs_dev *vdev)
 	c->base.dev = dev;
 	c->vdev = vdev;
 	c->nrails = vdev->nrails;
+	c->peer_nrails = vdev->nrails;
 	c->fd = -1;
 	c->psn = (uint32_t)conn_random64() & 0xffffff;
 	c->deadline_ns = mk_now_ns() + (uint64_t)mk_param_timeout_ms() * 1000000ull;
@@ -456,10 +458,11 @@ static int conn_check_remote(struct mk_verbs_conn *c, uint64_t nonce)
 		why = "stale or foreign handle (nonce mismatch)";
 	else if (w->nqps < 1 || w->nqps > MK_TP_MAX_LANES || w->blob_len > MK_TP_BLOB_MAX)
 		why = "bad lane count or blob size";
-	else if (w->nrails != c->nrails)
-		why = "the two sides fused a different number of ports";
-	else if (w->rail[0].link_layer != c->vdev->link_layer)
-		why = "link layers differ (InfiniBand vs RoCE)";
+	else if (w->nrails < 1 || w->nrails > MK_VERBS_MAX_RAILS)
+		why = "bad port count";
+	for (int r = 0; why == NULL && r < w->nrails; r++)
+		if (w->rail[r].link_layer != c->vdev->link_layer)
+			why = "link layers differ (InfiniBand vs RoCE)";
 	if (why == NULL)
 		return 0;
 	MK_WARN("verbs: %s: rejecting peer setup: %s", c->vdev->props.name, why);

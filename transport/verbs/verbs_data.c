@@ -135,7 +135,6 @@ int mk_verbs_write(struct mk_conn *base, int lane, const void *src, size_t len, 
 {
 	struct mk_verbs_conn *c = verbs_conn(base);
 	int rc = data_check(c, lane, len, mr, rkey);
-
 	int rail = mk_verbs_lane_rail(lane, c->nrails);
 
 	if (rc)
@@ -144,7 +143,8 @@ int mk_verbs_write(struct mk_conn *base, int lane, const void *src, size_t len, 
 		return -EINVAL;
 	return data_post(c, c->qps[lane], (uint8_t)lane,
 			 has_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, (void *)src, len,
-			 len > 0 ? mr->mr[rail]->lkey : 0, dst, mk_verbs_rkey_of(rkey, rail),
+			 len > 0 ? mr->mr[rail]->lkey : 0, dst,
+			 mk_verbs_rkey_of(rkey, mk_verbs_lane_rail(lane, c->peer_nrails)),
 			 htonl(imm), MK_EV_WRITE_DONE, ctx);
 }
 
@@ -153,7 +153,6 @@ int mk_verbs_read(struct mk_conn *base, int lane, void *dst, size_t len, struct 
 {
 	struct mk_verbs_conn *c = verbs_conn(base);
 	int rc = data_check(c, lane, len, mr, rkey);
-
 	int rail = mk_verbs_lane_rail(lane, c->nrails);
 
 	if (rc)
@@ -161,8 +160,9 @@ int mk_verbs_read(struct mk_conn *base, int lane, void *dst, size_t len, struct 
 	if (len == 0)
 		return -EINVAL;
 	return data_post(c, c->qps[lane], (uint8_t)lane, IBV_WR_RDMA_READ, dst, len,
-			 mr->mr[rail]->lkey, src, mk_verbs_rkey_of(rkey, rail), 0, MK_EV_READ_DONE,
-			 ctx);
+			 mr->mr[rail]->lkey, src,
+			 mk_verbs_rkey_of(rkey, mk_verbs_lane_rail(lane, c->peer_nrails)), 0,
+			 MK_EV_READ_DONE, ctx);
 }
 
 int mk_verbs_flush(struct mk_conn *base, void *addr, size_t len, struct mk_bmr *mr, void *ctx)

@@ -772,6 +772,23 @@ static void test_fused_device_spreads_qps_keys_and_writes(void **state)
 	assert_true(mock.last_wr.wr.rdma.rkey == b->mr[0]->rkey);
 	assert_int_equal(mock.last_sge.lkey, b->mr[0]->lkey);
 
+	/* a peer that fused one port: lane 1 leaves from our rail 1 for its only port */
+	c->peer_nrails = 1;
+	assert_int_equal(mk_verbs_write(&c->base, 1, buf, 64, b, 0x5000, &rk, true, 7, NULL), 0);
+	assert_true(mock.last_wr.wr.rdma.rkey == b->mr[0]->rkey);
+	assert_int_equal(mock.last_sge.lkey, b->mr[1]->lkey);
+	struct mk_verbs_wire peer;
+	memset(&peer, 0, sizeof(peer));
+	peer.nrails = 1;
+	peer.rail[0].lid = 9;
+	peer.rail[0].mtu = IBV_MTU_4096;
+	for (int i = 0; i < 4; i++)
+		peer.qpn[i] = 0x100u + (uint32_t)i;
+	assert_int_equal(mk_verbs_qps_connect(c, &peer), 0);
+	assert_int_equal(c->peer_nrails, 1);
+	assert_int_equal(mock.last_qp_attr.qp_state, IBV_QPS_RTS);
+	c->peer_nrails = 2;
+
 	/* a registration of one port has no key for rail 1: refused, not sent with a wrong key */
 	struct mk_bmr *one;
 	struct mk_rkey rk1;
