@@ -7,8 +7,11 @@
  * every exported table version (v11, v10, v9, v8).
  *
  * Usage: test-net-loopback [--version N] [--case NAME | --all] [--transport ofi|verbs]
- *                          [--provider P] [--fuse D,D[,..]] [--list] [PLUGIN]
- * --fuse: every peer fuses the listed devices with makeVDevice and connects on the result.
+ *                          [--provider P] [--fuse D,D[,..] [--fuse-only recv|send]]
+ *                          [--list] [PLUGIN]
+ * --fuse: every peer fuses the listed devices with makeVDevice and connects on the result;
+ * --fuse-only recv|send: only that peer does, the other stays on device 0 (NICs fused on one
+ * host and not on the other).
  * PLUGIN defaults to $MKERNEL_TEST_PLUGIN. Prints "PASS <case> v<N>" / "FAIL <case> v<N>" /
  * "SKIP <case> v<N>"; exits 0, 1 on any failure, 77 when the backend has no device.
  */
@@ -58,6 +61,7 @@ static const char *role = "?";
  */
 static int use_dev;
 static const char *fuse_list;
+static const char *fuse_only; /* --fuse-only recv|send: the other peer stays on device 0 */
 static const char *case_name = "?";
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -394,11 +398,14 @@ static int peer_init(struct peer *p, const char *path)
 		return fail("devices failed");
 	if (ndev <= 0)
 		return EXIT_SKIP;
-	if (fuse_list != NULL) {
+	if (fuse_list != NULL && (fuse_only == NULL || strcmp(fuse_only, role) == 0)) {
 		int rc = fuse_devices(ndev);
 
 		if (rc)
 			return rc;
+	} else if (fuse_list != NULL) {
+		if (ver == 8)
+			return EXIT_SKIP; /* as its fusing peer does */
 	} else if (ver != 8 && vdev_fn() != NULL && getenv("MKERNEL_TRANSPORT") != NULL &&
 		   strcmp(getenv("MKERNEL_TRANSPORT"), "ofi") == 0) {
 		/* NCCL must see NULL where the backend cannot fuse, or it fails the communicator */
@@ -1727,9 +1734,8 @@ static void usage(const char *argv0)
 {
 	fprintf(stderr,
 		"usage: %s [--version 11|10|9|8] [--case NAME | --all] [--transport ofi|verbs]\n"
-		"          [--provider P] [--fuse D,D[,..]] [--list] [PLUGIN]   (PLUGIN defaults "
-		"to "
-		"$MKERNEL_TEST_PLUGIN)\n",
+		"          [--provider P] [--fuse D,D[,..] [--fuse-only recv|send]] [--list]\n"
+		"          [PLUGIN]   (PLUGIN defaults to $MKERNEL_TEST_PLUGIN)\n",
 		argv0);
 }
 
@@ -1743,6 +1749,7 @@ int main(int argc, char **argv)
 		{ "provider", required_argument, NULL, 'p' },
 		{ "list", no_argument, NULL, 'l' },
 		{ "fuse", required_argument, NULL, 'f' },
+		{ "fuse-only", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static const int versions[] = { 11, 10, 9, 8 };
@@ -1769,6 +1776,9 @@ int main(int argc, char **argv)
 			break;
 		case 'f':
 			fuse_list = optarg;
+			break;
+		case 'o':
+			fuse_only = optarg;
 			break;
 		case 'l':
 			for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
