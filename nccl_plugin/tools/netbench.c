@@ -655,15 +655,16 @@ static int nb_load_raw(const char *raw_json, struct nb_ceiling *pts, int max)
 	char line[1024];
 	int n = 0;
 
-	while (r != NULL && n < max && fgets(line, sizeof(line), r) != NULL)
+	while (r != NULL && n < max && fgets(line, sizeof(line), r) != NULL) {
+		bool lat = strstr(line, "\"mode\":\"lat\"") != NULL;
+
 		pts[n++] = (struct nb_ceiling){
-			.lat = strstr(line, "\"mode\":\"lat\"") != NULL,
+			.lat = lat,
 			.size = nb_field(line, "size"),
 			.win = nb_field(line, "window"),
-			.value = strstr(line, "\"mode\":\"lat\"") != NULL
-					 ? nb_field(line, "lat_us_median")
-					 : nb_field(line, "gbps_median"),
+			.value = nb_field(line, lat ? "lat_us_median" : "gbps_median"),
 		};
+	}
 	if (r != NULL)
 		fclose(r);
 	return n;

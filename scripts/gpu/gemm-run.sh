@@ -14,7 +14,8 @@ out=$2
 shift 2
 steps=${*:-test bench sanitize ncu}
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0
+# Never NVLink multicast, in this process tree or any it starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LD_LIBRARY_PATH="$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # cuBLAS from the Python wheels if the toolkit lacks it.
 if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then

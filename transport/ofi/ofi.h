@@ -305,8 +305,6 @@ int mk_ofi_shm_room(const struct mk_ofi_dev *d);
 void mk_ofi_shm_learn(const struct mk_ofi_conn *conn);
 /* fi_enable, retried where shm met a stale region of a dead process under our name. */
 int mk_ofi_enable(struct mk_ofi_conn *conn);
-/* The process behind a peer's shm address, 0 when the address names none. */
-int mk_ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len);
 /* Starts (and ends) watching the process behind a peer's shm address. */
 void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len);
 void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);

@@ -54,21 +54,35 @@ int mk_ofi_shm_room(const struct mk_ofi_dev *d)
 	return -ENOSPC;
 }
 
+/*
+ * The region file behind a shm address "fi_shm://<name>" (1.17): "/dev/shm/<name>". False for
+ * any other form, which leaves the checks that need it off.
+ */
+static bool ofi_shm_region_path(const void *addr, size_t len, char *out, size_t outlen)
+{
+	static const char scheme[] = "fi_shm://";
+	const size_t skip = sizeof(scheme) - 1;
+
+	if (len <= skip || len > MK_OFI_ADDR_MAX || memcmp(addr, scheme, skip) != 0)
+		return false;
+	snprintf(out, outlen, "%s/%.*s", OFI_SHM_DIR, (int)(len - skip), (const char *)addr + skip);
+	return true;
+}
+
 void mk_ofi_shm_learn(const struct mk_ofi_conn *conn)
 {
+	static int learned; /* every region of a process has the same size: look once */
 	char path[sizeof(OFI_SHM_DIR) + MK_OFI_ADDR_MAX + 2];
-	const char *scheme = "fi_shm://";
-	size_t skip = strlen(scheme);
 	struct stat st;
 
-	if (!mk_ofi_is_shm(conn->dev) || conn->addrlen <= skip || conn->addrlen > MK_OFI_ADDR_MAX ||
-	    memcmp(conn->addr, scheme, skip) != 0)
+	if (__atomic_load_n(&learned, __ATOMIC_RELAXED) || !mk_ofi_is_shm(conn->dev) ||
+	    !ofi_shm_region_path(conn->addr, conn->addrlen, path, sizeof(path)))
 		return;
-	snprintf(path, sizeof(path), "%s/%.*s", OFI_SHM_DIR, (int)(conn->addrlen - skip),
-		 (const char *)conn->addr + skip);
-	if (stat(path, &st) == 0 && st.st_size > 0)
+	if (stat(path, &st) == 0 && st.st_size > 0) {
 		__atomic_store_n(&shm_region_bytes, (unsigned long long)st.st_size,
 				 __ATOMIC_RELAXED);
+		__atomic_store_n(&learned, 1, __ATOMIC_RELAXED);
+	}
 }
 
 int mk_ofi_enable(struct mk_ofi_conn *conn)
@@ -92,36 +106,25 @@ int mk_ofi_enable(struct mk_ofi_conn *conn)
 	return rc;
 }
 
-int mk_ofi_shm_pid(const struct mk_ofi_conn *conn, const void *addr, size_t len)
-{
-	char s[MK_OFI_ADDR_MAX + 1];
-	int pid = 0;
-
-	if (!mk_ofi_is_shm(conn->dev) || len > MK_OFI_ADDR_MAX)
-		return 0;
-	memcpy(s, addr, len);
-	s[len] = '\0';
-	if (sscanf(s, "fi_shm://%d", &pid) != 1 || pid <= 0)
-		return 0; /* another naming scheme: leave the liveness check off */
-	return pid;
-}
-
 void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len)
 {
-	const char *scheme = "fi_shm://";
-	size_t skip = strlen(scheme);
+	const char *name = conn->peer_region + sizeof(OFI_SHM_DIR); /* after "/dev/shm/" */
+	int pid = 0;
 
-	conn->peer_pid = mk_ofi_shm_pid(conn, addr, len);
-	if (conn->peer_pid > 0 && len > skip && memcmp(addr, scheme, skip) == 0)
-		snprintf(conn->peer_region, sizeof(conn->peer_region), "%s/%.*s", OFI_SHM_DIR,
-			 (int)(len - skip), (const char *)addr + skip);
+	if (!mk_ofi_is_shm(conn->dev) ||
+	    !ofi_shm_region_path(addr, len, conn->peer_region, sizeof(conn->peer_region)))
+		return;
+	if (sscanf(name, "%d", &pid) != 1 || pid <= 0) {
+		conn->peer_region[0] = '\0'; /* another naming scheme: leave the checks off */
+		return;
+	}
+	conn->peer_pid = pid;
 	/*
 	 * A pidfd turns readable when the process exits, zombie or reaped, and cannot be fooled by
 	 * the pid being handed to a newer process; kill(pid, 0) is only the fallback (kernels
 	 * before 5.3).
 	 */
-	if (conn->peer_pid > 0)
-		conn->peer_pidfd = (int)syscall(SYS_pidfd_open, conn->peer_pid, 0);
+	conn->peer_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
 void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn)

@@ -93,13 +93,17 @@ static struct ibv_mr *mr_reg_rail(const struct mk_verbs_dev *d, struct ibv_pd *p
 	return NULL;
 }
 
-static void mr_release(struct mk_bmr *b)
+/* Deregisters every rail's MR and frees b: 0 or the first failure. */
+static int mr_release(struct mk_bmr *b)
 {
+	int rc = 0;
+
 	for (int i = 0; i < b->nmr; i++) {
-		if (b->mr[i] != NULL && mk_verbs_ibv->dereg_mr(b->mr[i]))
-			MK_WARN("verbs: dereg_mr failed: %s", strerror(errno));
+		if (b->mr[i] != NULL && mk_verbs_ibv->dereg_mr(b->mr[i]) && rc == 0)
+			rc = -(errno ? errno : EIO);
 	}
 	free(b);
+	return rc;
 }
 
 int mk_verbs_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr,
@@ -142,20 +146,14 @@ undo:
 	MK_WARN("verbs: %s: registering %p+%zu (%s, type %d, fd %d, access 0x%x%s) failed: %s",
 		d->props.name, addr, len, path, attr->type, attr->dmabuf_fd, MR_ACCESS,
 		(attr->flags & MK_MR_FLAG_STRICT_ORDER) ? "" : "|relaxed", mk_strerror(rc));
-	mr_release(b);
+	if (mr_release(b))
+		MK_WARN("verbs: %s: releasing the rails already registered failed", d->props.name);
 	return rc;
 }
 
 int mk_verbs_dereg_mr(int dev, struct mk_bmr *mr)
 {
-	int rc = 0;
-
 	if (mr == NULL)
 		return -EINVAL;
-	for (int i = 0; i < mr->nmr; i++) {
-		if (mr->mr[i] != NULL && mk_verbs_ibv->dereg_mr(mr->mr[i]) && rc == 0)
-			rc = -(errno ? errno : EIO);
-	}
-	free(mr);
-	return rc;
+	return mr_release(mr);
 }
