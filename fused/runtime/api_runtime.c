@@ -136,6 +136,7 @@ MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t coun
 	};
 	struct mk_dev_comm d;
 	uint64_t bytes, total, soff, roff;
+	uint32_t slices;
 
 	if (comm == NULL || sendbuff == NULL || recvbuff == NULL || (int)datatype < 0 ||
 	    (size_t)datatype >= sizeof(tsize) / sizeof(tsize[0]) || tsize[datatype] == 0)
@@ -153,7 +154,9 @@ MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t coun
 	if (bytes > UINT32_MAX)
 		return rt_result(-EINVAL, "mkAllToAll(more than 4 GiB per peer)");
 	mk_comm_dev(comm, &d);
-	comm->a2a_epoch++;
-	return rt_result(mk_alltoall_launch(&d, soff, roff, bytes, comm->a2a_epoch, stream),
-			 "mkAllToAll launch");
+	slices = mk_alltoall_slices(bytes, comm->nranks);
+	comm->a2a_signals += slices;
+	return rt_result(
+		mk_alltoall_launch(&d, soff, roff, bytes, slices, comm->a2a_signals, stream),
+		"mkAllToAll launch");
 }

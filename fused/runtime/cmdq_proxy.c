@@ -306,6 +306,8 @@ static int proxy_exec(struct mk_proxy *p, int qid, uint32_t idx, const struct mk
 	len = c->op == MK_CMD_SIGNAL ? 0 : (size_t)c->bytes;
 	has_imm = c->op != MK_CMD_PUT;
 	if (c->peer == (uint32_t)p->a.rank) {
+		if (p->a.heap_device && len > 0)
+			return -EINVAL; /* the device API copies to itself on the GPU */
 		if (len > 0)
 			memmove(heap + c->dst_off, heap + c->src_off, len);
 		if (has_imm)

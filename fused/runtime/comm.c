@@ -2,10 +2,15 @@
 /*
  * mkComm: the device runtime's communicator over an ncclComm_t. Init is collective and exchanges
  * everything through NCCL itself (ncclAllGather): host identities (node discovery agreeing with
- * NCCL's), transport listen handles, remote keys of the symmetric heap. It owns the symmetric
- * heap (host-pinned, mapped for kernels, registered with the transport), the signal words, the
- * GPU -> host command queue and the host proxy. Ranks of the same node reach each other through
- * the transport as well in this version (no peer pointers yet).
+ * NCCL's), CUDA IPC handles of the heaps of node peers, transport listen handles, remote keys.
+ *
+ * Memory. One device allocation per rank holds the symmetric heap followed by the words node
+ * peers write (signals, then the barrier counter); ranks of one node map each other's allocation
+ * through CUDA IPC, so kernels move node-local data with plain loads and stores. Ranks of other
+ * nodes are reached through the host proxy: the transport registers the heap itself when it can
+ * reach GPU memory, and otherwise a host-pinned mirror of the heap (`stage`), which puts leave
+ * from and land in (device.cuh copies between heap and mirror on the GPU). The signal words the
+ * proxy increments, the error word and the command queue are host-pinned and mapped.
  */
 #define MK_LOG_PREFIX "RUNTIME/mkernel"
 
@@ -22,6 +27,8 @@
 #include "mk/log.h"
 
 #define COMM_HEAP_ALIGN 256
+
+static void comm_unmap_peers(struct mk_comm *c);
 
 struct comm_info {
 	uint64_t host_hash;
@@ -94,14 +101,26 @@ out:
 	return rc;
 }
 
-/* Heap, signals, error word and queue: host-pinned and mapped so kernels use the same pointers. */
+/* Bytes after the heap in the device allocation: node peers' signal words, barrier counter. */
+static size_t comm_sync_len(const struct mk_comm *c)
+{
+	return (size_t)c->nsignals * sizeof(uint64_t) + COMM_HEAP_ALIGN;
+}
+
+/* Heap + sync words (device), signals, error word and queue (host-pinned, mapped). */
 static int comm_memory(struct mk_comm *c)
 {
+	const size_t total = c->heap_len + comm_sync_len(c);
 	struct mk_cmdq_prod prod;
 	int rc;
 
-	rc = cuda_rc(cudaHostAlloc((void **)&c->heap, c->heap_len, cudaHostAllocMapped),
-		     "cudaHostAlloc(symmetric heap)");
+	rc = cuda_rc(cudaMalloc((void **)&c->heap, total), "cudaMalloc(symmetric heap)");
+	if (rc) {
+		MK_WARN("the symmetric heap takes %zu bytes of GPU memory (MKERNEL_SYMM_HEAP)",
+			c->heap_len);
+		return rc;
+	}
+	rc = cuda_rc(cudaMemset(c->heap, 0, total), "cudaMemset(symmetric heap)");
 	if (rc)
 		return rc;
 	rc = cuda_rc(cudaHostAlloc((void **)&c->signals, c->nsignals * sizeof(uint64_t),
@@ -133,6 +152,64 @@ static int comm_memory(struct mk_comm *c)
 	c->q_ready = 1;
 	return cuda_rc(cudaMemcpy(c->prod_d, &prod, sizeof(prod), cudaMemcpyHostToDevice),
 		       "cudaMemcpy(producer)");
+}
+
+/*
+ * Node peers map each other's device allocation (CUDA IPC; the handles travel in one
+ * all-gather) and every rank learns which ranks are node-local (peer_local_d).
+ */
+static int comm_node_map(struct mk_comm *c)
+{
+	const struct mk_topo *t = &c->topo;
+	cudaIpcMemHandle_t mine, *all = NULL;
+	int *local = NULL;
+	int rc = -ENOMEM;
+
+	if (t->nlocal > MK_MAX_LOCAL) {
+		MK_WARN("%d ranks share a node; at most %d can map each other's heaps", t->nlocal,
+			MK_MAX_LOCAL);
+		return -EINVAL;
+	}
+	all = calloc((size_t)c->nranks, sizeof(*all));
+	local = calloc((size_t)c->nranks, sizeof(*local));
+	if (all == NULL || local == NULL)
+		goto out;
+	rc = cuda_rc(cudaIpcGetMemHandle(&mine, c->heap), "cudaIpcGetMemHandle(heap)");
+	if (rc)
+		goto out;
+	rc = mk_comm_allgather(c, &mine, all, sizeof(mine));
+	if (rc)
+		goto out;
+	for (int r = 0; r < c->nranks; r++) {
+		local[r] = t->node_of[r] == t->node ? t->local_of[r] : -1;
+		if (r == c->rank) {
+			c->peer_base[local[r]] = c->heap;
+		} else if (local[r] >= 0) {
+			cudaError_t e =
+				cudaIpcOpenMemHandle((void **)&c->peer_base[local[r]], all[r],
+						     cudaIpcMemLazyEnablePeerAccess);
+
+			if (e != cudaSuccess) {
+				MK_WARN("rank %d cannot map the heap of rank %d of its node (CUDA "
+					"IPC: %s); ranks with one host identity (NCCL_HOSTID, "
+					"MKERNEL_HOSTID) must reach each other's GPU memory",
+					c->rank, r, cudaGetErrorString(e));
+				c->peer_base[local[r]] = NULL;
+				rc = -EIO;
+				goto out;
+			}
+		}
+	}
+	rc = cuda_rc(cudaMalloc((void **)&c->peer_local_d, (size_t)c->nranks * sizeof(int)),
+		     "cudaMalloc(peer map)");
+	if (rc == 0)
+		rc = cuda_rc(cudaMemcpy(c->peer_local_d, local, (size_t)c->nranks * sizeof(int),
+					cudaMemcpyHostToDevice),
+			     "cudaMemcpy(peer map)");
+out:
+	free(all);
+	free(local);
+	return rc;
 }
 
 /*
@@ -208,9 +285,44 @@ out:
 	return rc;
 }
 
+/*
+ * What the transport reads and writes: the heap itself where the device registers GPU memory,
+ * else a host-pinned mirror of it. Ranks decide alone; a mixed set works (a sender's source and
+ * a receiver's landing zone are each the owner's choice).
+ */
+static int comm_register(struct mk_comm *c, struct mk_rkey *mine)
+{
+	struct mk_mr_attr attr = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
+	struct mk_dev_props props;
+	void *target = c->heap;
+	int rc;
+
+	rc = c->ops->dev_props(c->tp_dev, &props);
+	if (rc)
+		return rc;
+	if (props.ptr_support & MK_PTR_CUDA) {
+		attr.type = MK_PTR_CUDA;
+		attr.cuda_device = c->cuda_dev;
+	} else {
+		rc = cuda_rc(cudaHostAlloc((void **)&c->stage, c->heap_len, cudaHostAllocMapped),
+			     "cudaHostAlloc(heap mirror)");
+		if (rc)
+			return rc;
+		target = c->stage;
+		MK_INFO(MK_SUBSYS_INIT,
+			"transport device %s cannot register GPU memory: remote puts go through a "
+			"%zu-byte host mirror of the heap",
+			props.name, c->heap_len);
+	}
+	rc = c->ops->reg_mr(c->tp_dev, target, c->heap_len, &attr, &c->heap_mr, mine);
+	if (rc)
+		MK_WARN("registering the %zu-byte symmetric heap (%s memory) failed: %s",
+			c->heap_len, c->stage != NULL ? "host" : "GPU", mk_strerror(rc));
+	return rc;
+}
+
 static int comm_transport(struct mk_comm *c)
 {
-	const struct mk_mr_attr attr = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
 	struct mk_rkey mine = { 0 };
 	int rc;
 
@@ -221,12 +333,9 @@ static int comm_transport(struct mk_comm *c)
 			return rc;
 		}
 		c->have_tp = 1;
-		rc = c->ops->reg_mr(c->tp_dev, c->heap, c->heap_len, &attr, &c->heap_mr, &mine);
-		if (rc) {
-			MK_WARN("registering the %zu-byte symmetric heap failed: %s", c->heap_len,
-				mk_strerror(rc));
+		rc = comm_register(c, &mine);
+		if (rc)
 			return rc;
-		}
 	}
 	rc = mk_comm_allgather(c, &mine, c->rkeys, sizeof(mine));
 	if (rc || c->nranks == 1)
@@ -243,7 +352,8 @@ static int comm_proxy(struct mk_comm *c)
 		.rank = c->rank,
 		.nranks = c->nranks,
 		.peers = peers,
-		.heap = c->heap,
+		.heap = c->stage != NULL ? c->stage : c->heap,
+		.heap_device = c->stage == NULL,
 		.heap_len = c->heap_len,
 		.heap_mr = c->heap_mr,
 		.signals = c->signals,
@@ -332,6 +442,8 @@ int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
 	if (rc == 0)
 		rc = comm_memory(c);
 	if (rc == 0)
+		rc = comm_node_map(c);
+	if (rc == 0)
 		rc = comm_transport(c);
 	if (rc == 0)
 		rc = comm_proxy(c);
@@ -363,7 +475,10 @@ void mk_comm_free(struct mk_comm *c)
 		mk_transport_put();
 	if (c->q_ready)
 		mk_cmdq_fini(&c->q);
-	cudaFreeHost(c->heap);
+	comm_unmap_peers(c);
+	cudaFree(c->peer_local_d);
+	cudaFree(c->heap);
+	cudaFreeHost(c->stage);
 	cudaFreeHost(c->signals);
 	cudaFreeHost(c->kerr);
 	cudaFreeHost(c->slots);
@@ -379,25 +494,12 @@ void mk_comm_free(struct mk_comm *c)
 	free(c);
 }
 
-/* No rank still sends once every rank's queue is drained and a NCCL barrier passed. */
-int mk_comm_quiesce(struct mk_comm *c)
+/* An all-reduce of one int through NCCL: every rank got here. */
+static int comm_barrier(struct mk_comm *c)
 {
-	uint64_t t0 = mk_now_ns();
-	struct mk_cmdq_prod prod;
 	int one = 1, *d = NULL;
 	int rc;
 
-	/* Every command pushed so far (the producer index lives on the GPU) has completed. */
-	rc = cuda_rc(cudaMemcpy(&prod, c->prod_d, sizeof(prod), cudaMemcpyDeviceToHost),
-		     "cudaMemcpy(producer index)");
-	if (rc)
-		return rc;
-	while (mk_proxy_error(c->proxy) == 0 &&
-	       mk_seq_after(prod.head, __atomic_load_n(&c->ctrl->done, __ATOMIC_ACQUIRE))) {
-		if (mk_now_ns() - t0 > (uint64_t)c->timeout_ms * 1000000u)
-			return -ETIMEDOUT;
-		usleep(100);
-	}
 	rc = cuda_rc(cudaMalloc((void **)&d, sizeof(int)), "cudaMalloc(barrier)");
 	if (rc)
 		return rc;
@@ -411,17 +513,69 @@ int mk_comm_quiesce(struct mk_comm *c)
 	return rc;
 }
 
+/* Unmap node peers' heaps (their owners free them only after everyone did: CUDA IPC rule). */
+static void comm_unmap_peers(struct mk_comm *c)
+{
+	for (int l = 0; l < MK_MAX_LOCAL; l++) {
+		if (c->peer_base[l] != NULL && c->peer_base[l] != c->heap)
+			cudaIpcCloseMemHandle(c->peer_base[l]);
+		c->peer_base[l] = NULL;
+	}
+}
+
+/*
+ * No rank still sends once every rank's queue is drained and a NCCL barrier passed; a second
+ * barrier after every rank unmapped its node peers' heaps lets the owners free them.
+ */
+int mk_comm_quiesce(struct mk_comm *c)
+{
+	uint64_t t0 = mk_now_ns();
+	struct mk_cmdq_prod prod;
+	int rc;
+
+	/* Every command pushed so far (the producer index lives on the GPU) has completed. */
+	rc = cuda_rc(cudaMemcpy(&prod, c->prod_d, sizeof(prod), cudaMemcpyDeviceToHost),
+		     "cudaMemcpy(producer index)");
+	if (rc)
+		return rc;
+	while (mk_proxy_error(c->proxy) == 0 &&
+	       mk_seq_after(prod.head, __atomic_load_n(&c->ctrl->done, __ATOMIC_ACQUIRE))) {
+		if (mk_now_ns() - t0 > (uint64_t)c->timeout_ms * 1000000u)
+			return -ETIMEDOUT;
+		usleep(100);
+	}
+	rc = comm_barrier(c);
+	if (rc)
+		return rc;
+	comm_unmap_peers(c);
+	return comm_barrier(c);
+}
+
 void mk_comm_dev(const struct mk_comm *c, struct mk_dev_comm *d)
 {
+	const size_t sig_bytes = (size_t)c->nsignals * sizeof(uint64_t);
+
 	memset(d, 0, sizeof(*d));
 	d->q = mk_cmdq_dev(&c->q, c->prod_d);
 	d->rank = c->rank;
 	d->nranks = c->nranks;
 	d->heap = c->heap;
+	d->stage = c->stage;
+	d->peer_local = c->peer_local_d;
 	d->net_signals = c->signals;
 	d->nsignals = c->nsignals;
 	d->local_rank = c->topo.local_rank;
 	d->nlocal = c->topo.nlocal;
+	d->nvl_signals = (uint64_t *)(c->heap + c->heap_len);
+	d->barrier = (uint64_t *)(c->heap + c->heap_len + sig_bytes);
+	for (int l = 0; l < c->topo.nlocal && l < MK_MAX_LOCAL; l++) {
+		char *base = c->peer_base[l];
+
+		d->peer_heap[l] = base;
+		d->peer_nvl_signals[l] = base != NULL ? (uint64_t *)(base + c->heap_len) : NULL;
+		d->peer_barrier[l] =
+			base != NULL ? (uint64_t *)(base + c->heap_len + sig_bytes) : NULL;
+	}
 	d->error = c->kerr;
 	d->timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
 }

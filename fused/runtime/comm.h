@@ -32,14 +32,18 @@ struct mk_comm {
 	struct mk_conn **conns; /* [nranks], NULL for myself */
 	int *connected;
 	struct mk_rkey *rkeys; /* [nranks]: every rank's heap registration */
-	/* memory */
-	char *heap; /* host-pinned, mapped: same pointer on host and device */
+	/* memory (layout of the device allocation: comm.c, "Memory") */
+	char *heap; /* device memory: what mkMemAlloc hands out, mapped by node peers */
 	size_t heap_len;
-	struct mk_bmr *heap_mr;
+	char *stage; /* host-pinned mirror of the heap where the transport cannot register GPU
+		      * memory: puts leave from it and land in it (NULL: the NIC uses the heap) */
+	struct mk_bmr *heap_mr; /* registration of what the transport reads and writes */
 	struct mk_symm symm;
 	uint64_t *signals; /* mapped: incremented by the proxy */
 	uint32_t nsignals;
-	int *kerr; /* mapped: first error a kernel of this comm hit */
+	char *peer_base[MK_MAX_LOCAL]; /* node peers' device allocations (mine at my local rank) */
+	int *peer_local_d;	       /* device: local rank of every rank, -1 if another node */
+	int *kerr;		       /* mapped: first error a kernel of this comm hit */
 	/* command queue + proxy */
 	struct mk_cmdq_slot *slots;
 	struct mk_cmdq_ctrl *ctrl;
@@ -51,7 +55,7 @@ struct mk_comm {
 	int nthreads;
 	int timeout_ms;
 	/* ops state */
-	uint64_t a2a_epoch; /* mkAllToAll calls so far */
+	uint64_t a2a_signals; /* mkAllToAll: slices of all calls so far (signal targets) */
 };
 
 int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out);

@@ -16,13 +16,15 @@ struct mk_dev_comm {
 	struct mk_cmdq_dev q; /* the comm's command queue */
 	int rank;
 	int nranks;
-	char *heap;	       /* my symmetric heap, device-visible address */
+	char *heap;	       /* my symmetric heap (device memory) */
+	char *stage;	       /* host-pinned mirror remote puts use, or NULL (device.cuh) */
+	const int *peer_local; /* [nranks]: index into peer_* below, -1 for another node */
 	uint64_t *net_signals; /* mapped host words the proxy increments */
 	uint64_t *nvl_signals; /* my device words node peers increment (may be NULL) */
 	uint32_t nsignals;
 	int local_rank;
 	int nlocal;
-	char *peer_heap[MK_MAX_LOCAL]; /* node peers' heaps (NULL: use the proxy) */
+	char *peer_heap[MK_MAX_LOCAL]; /* node peers' heaps, mine included */
 	uint64_t *peer_nvl_signals[MK_MAX_LOCAL];
 	uint64_t *barrier; /* my barrier counter (device memory) */
 	uint64_t *peer_barrier[MK_MAX_LOCAL];

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device-side API of the runtime for fused kernels (CUDA in C style): the GPU producer of the
- * command queue (cmdq.h), put / put_signal / signal through the host proxy, signal_wait, quiet,
- * peer-pointer loads and stores with the memory ordering they need, and a node-local barrier.
+ * command queue (cmdq.h); put / put_signal / signal, by stores through mapped heaps for ranks of
+ * my node and through the host proxy for the others; land (arrivals from other nodes into the
+ * heap when they come through a host mirror); signal_wait, quiet, peer-pointer loads and stores
+ * with the memory ordering they need, and a node-local barrier.
  *
  * Memory-ordering rules used here:
  *   - queue slot bodies are written with relaxed system-scope stores and the slot's valid word
@@ -198,24 +200,211 @@ MK_RT_DEV int mk_dev_put_cmd(const struct mk_dev_comm *c, uint8_t op, int peer, 
 	return mk_cmdq_push(c->q, &cmd, c->timeout_ns, ticket);
 }
 
+/* ---- where a peer is: node-local peers (and myself) by pointer, the others by the proxy ---- */
+
+/* The peer's heap as a pointer I can store to, or NULL when it is on another node. */
+MK_RT_DEV char *mk_dev_peer_heap(const struct mk_dev_comm *c, int peer)
+{
+	int l = c->peer_local != NULL ? c->peer_local[peer] : (peer == c->rank ? c->local_rank : -1);
+
+	return l >= 0 ? c->peer_heap[l] : NULL;
+}
+
+/* The peer's node-signal words (node-local peers only). */
+MK_RT_DEV uint64_t *mk_dev_peer_signals(const struct mk_dev_comm *c, int peer)
+{
+	int l = c->peer_local != NULL ? c->peer_local[peer] : (peer == c->rank ? c->local_rank : -1);
+
+	return l >= 0 ? c->peer_nvl_signals[l] : NULL;
+}
+
 /*
- * put: bytes from my heap at src_off to peer's heap at dst_off, through the proxy. The source
- * must be written (and visible at system scope: the proxy or NIC reads it) before the call; the
- * caller's own stores to the heap are ordered before the push by a system-scope fence here.
+ * Copy by threads [tid, ..., step): 16 bytes at a time when both ends and the length allow.
+ * `src_volatile` reads the source past the L1 (a host mirror a NIC writes between kernels'
+ * reads of the same lines).
+ */
+MK_RT_DEV uint4 mk_dev_ld16(const uint4 *p, bool src_volatile)
+{
+	return src_volatile ? __ldcv(p) : *p;
+}
+
+MK_RT_DEV void mk_dev_copy(char *dst, const char *src, uint64_t bytes, uint32_t tid, uint32_t step,
+			   bool src_volatile)
+{
+	if (((uintptr_t)src % 16) == 0 && ((uintptr_t)dst % 16) == 0 && bytes % 16 == 0) {
+		const uint4 *s4 = (const uint4 *)src;
+		uint4 *d4 = (uint4 *)dst;
+		const uint64_t n = bytes / 16;
+		uint64_t i = tid;
+
+		/* Four loads in flight per thread before the stores: one side is often host memory
+		 * across PCIe, where a single outstanding load per thread leaves the link idle. */
+		for (; i + 3 * (uint64_t)step < n; i += 4 * (uint64_t)step) {
+			uint4 a = mk_dev_ld16(s4 + i, src_volatile);
+			uint4 b = mk_dev_ld16(s4 + i + step, src_volatile);
+			uint4 c = mk_dev_ld16(s4 + i + 2 * (uint64_t)step, src_volatile);
+			uint4 d = mk_dev_ld16(s4 + i + 3 * (uint64_t)step, src_volatile);
+
+			d4[i] = a;
+			d4[i + step] = b;
+			d4[i + 2 * (uint64_t)step] = c;
+			d4[i + 3 * (uint64_t)step] = d;
+		}
+		for (; i < n; i += step)
+			d4[i] = mk_dev_ld16(s4 + i, src_volatile);
+		return;
+	}
+	for (uint64_t i = tid; i < bytes; i += step)
+		dst[i] = src_volatile ? (char)__ldcv((const signed char *)src + i) : src[i];
+}
+
+/* A ticket that quiet() passes once everything pushed so far completed. */
+MK_RT_DEV uint32_t mk_dev_ticket_now(const struct mk_dev_comm *c)
+{
+	return mk_ld_relaxed_gpu_u32(&c->q.prod->head) - 1u;
+}
+
+/*
+ * put: bytes from my heap at src_off to peer's heap at dst_off. A node-local peer (or myself)
+ * gets them by stores through its mapped heap; another node's through the proxy, from the host
+ * mirror when there is one (the bytes are copied there first). One thread; the source must be
+ * written (and visible to this thread) before the call. *ticket is what quiet() waits for.
  */
 MK_RT_DEV int mk_dev_put(const struct mk_dev_comm *c, int peer, uint64_t dst_off,
 			 uint64_t src_off, uint64_t bytes, uint32_t *ticket)
 {
+	char *to = mk_dev_peer_heap(c, peer);
+
+	if (to != NULL) {
+		mk_dev_copy(to + dst_off, c->heap + src_off, bytes, 0, 1, false);
+		*ticket = mk_dev_ticket_now(c);
+		return 0;
+	}
+	if (c->stage != NULL)
+		mk_dev_copy(c->stage + src_off, c->heap + src_off, bytes, 0, 1, false);
 	mk_fence_acq_rel_sys();
 	return mk_dev_put_cmd(c, MK_CMD_PUT, peer, dst_off, src_off, bytes, 0, ticket);
+}
+
+/* Peer's signal word `signal` += 1, ordered after every put this thread made to it before. */
+MK_RT_DEV int mk_dev_signal(const struct mk_dev_comm *c, int peer, uint32_t signal,
+			    uint32_t *ticket)
+{
+	uint64_t *words = mk_dev_peer_signals(c, peer);
+
+	if (words != NULL) {
+		mk_fence_acq_rel_sys();
+		mk_peer_signal_add(&words[signal], 1);
+		*ticket = mk_dev_ticket_now(c);
+		return 0;
+	}
+	return mk_dev_put_cmd(c, MK_CMD_SIGNAL, peer, 0, 0, 0, signal, ticket);
 }
 
 /* put, then peer's signal word `signal` += 1 once the data is placed there. */
 MK_RT_DEV int mk_dev_put_signal(const struct mk_dev_comm *c, int peer, uint64_t dst_off,
 				uint64_t src_off, uint64_t bytes, uint32_t signal, uint32_t *ticket)
 {
+	if (mk_dev_peer_heap(c, peer) != NULL) {
+		int rc = mk_dev_put(c, peer, dst_off, src_off, bytes, ticket);
+
+		return rc ? rc : mk_dev_signal(c, peer, signal, ticket);
+	}
+	if (c->stage != NULL)
+		mk_dev_copy(c->stage + src_off, c->heap + src_off, bytes, 0, 1, false);
 	mk_fence_acq_rel_sys();
 	return mk_dev_put_cmd(c, MK_CMD_PUT_SIGNAL, peer, dst_off, src_off, bytes, signal, ticket);
+}
+
+/*
+ * land: make bytes that `from` put at my heap offset `off` readable in my heap. Puts from
+ * another node arrive in the host mirror when there is one; this copies them in. Nothing to do
+ * for node-local senders or when the NIC writes the heap. Call after the signal that announced
+ * the data was seen (the waiting thread's acquire, then a barrier for the other threads).
+ */
+MK_RT_DEV void mk_dev_land(const struct mk_dev_comm *c, int from, uint64_t off, uint64_t bytes)
+{
+	if (c->stage != NULL && mk_dev_peer_heap(c, from) == NULL)
+		mk_dev_copy(c->heap + off, c->stage + off, bytes, 0, 1, true);
+}
+
+/* ---- the same for a whole CTA (every thread calls; the result is the same in all) ---- */
+
+/*
+ * A PUT or PUT_SIGNAL to another node by the CTA: every thread copies its share into the host
+ * mirror (when there is one), then thread 0 pushes the command. Ends with the CTA synchronised.
+ */
+MK_RT_DEV int mk_dev_push_block(const struct mk_dev_comm *c, uint8_t op, int peer,
+				uint64_t dst_off, uint64_t src_off, uint64_t bytes, uint32_t signal,
+				uint32_t *ticket)
+{
+	__shared__ int rc_s;
+	__shared__ uint32_t ticket_s;
+
+	if (c->stage != NULL)
+		mk_dev_copy(c->stage + src_off, c->heap + src_off, bytes, threadIdx.x, blockDim.x,
+			    false);
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		mk_fence_acq_rel_sys();
+		rc_s = mk_dev_put_cmd(c, op, peer, dst_off, src_off, bytes, signal, &ticket_s);
+	}
+	__syncthreads();
+	*ticket = ticket_s;
+	return rc_s;
+}
+
+/* put by every thread of the CTA; ends with the CTA synchronised. */
+MK_RT_DEV int mk_dev_put_block(const struct mk_dev_comm *c, int peer, uint64_t dst_off,
+			       uint64_t src_off, uint64_t bytes, uint32_t *ticket)
+{
+	char *to = mk_dev_peer_heap(c, peer);
+
+	if (to == NULL)
+		return mk_dev_push_block(c, MK_CMD_PUT, peer, dst_off, src_off, bytes, 0, ticket);
+	mk_dev_copy(to + dst_off, c->heap + src_off, bytes, threadIdx.x, blockDim.x, false);
+	__syncthreads();
+	*ticket = mk_dev_ticket_now(c);
+	return 0;
+}
+
+/* signal by thread 0 after the CTA's earlier stores (call after mk_dev_put_block). */
+MK_RT_DEV int mk_dev_signal_block(const struct mk_dev_comm *c, int peer, uint32_t signal,
+				  uint32_t *ticket)
+{
+	__shared__ int rc_s;
+	__shared__ uint32_t ticket_s;
+
+	__syncthreads();
+	if (threadIdx.x == 0)
+		rc_s = mk_dev_signal(c, peer, signal, &ticket_s);
+	__syncthreads();
+	*ticket = ticket_s;
+	return rc_s;
+}
+
+/* put + signal by the CTA: one command (one write with immediate) to another node. */
+MK_RT_DEV int mk_dev_put_signal_block(const struct mk_dev_comm *c, int peer, uint64_t dst_off,
+				      uint64_t src_off, uint64_t bytes, uint32_t signal,
+				      uint32_t *ticket)
+{
+	int rc;
+
+	if (mk_dev_peer_heap(c, peer) == NULL)
+		return mk_dev_push_block(c, MK_CMD_PUT_SIGNAL, peer, dst_off, src_off, bytes,
+					 signal, ticket);
+	rc = mk_dev_put_block(c, peer, dst_off, src_off, bytes, ticket);
+	return rc ? rc : mk_dev_signal_block(c, peer, signal, ticket);
+}
+
+/* land by every thread of the CTA; ends with the CTA synchronised. */
+MK_RT_DEV void mk_dev_land_block(const struct mk_dev_comm *c, int from, uint64_t off,
+				 uint64_t bytes)
+{
+	__syncthreads();
+	if (c->stage != NULL && mk_dev_peer_heap(c, from) == NULL)
+		mk_dev_copy(c->heap + off, c->stage + off, bytes, threadIdx.x, blockDim.x, true);
+	__syncthreads();
 }
 
 /* Current value of signal word `signal`: proxy increments plus node peers' increments. */
@@ -258,12 +447,6 @@ MK_RT_DEV int mk_dev_quiet(const struct mk_dev_comm *c, uint32_t ticket)
 			return rc;
 	}
 	return 0;
-}
-
-/* Node-local signal through a peer pointer: data stored before it is visible first. */
-MK_RT_DEV void mk_dev_nvl_signal(const struct mk_dev_comm *c, int local_peer, uint32_t signal)
-{
-	mk_peer_signal_add(&c->peer_nvl_signals[local_peer][signal], 1);
 }
 
 /*

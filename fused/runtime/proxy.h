@@ -66,6 +66,7 @@ struct mk_proxy_attr {
 	struct mk_proxy_peer *peers; /* nranks entries (copied); peers[rank] may be empty */
 	void *heap;		     /* my symmetric heap: source of puts, target of peers' */
 	size_t heap_len;	     /* same on every rank */
+	int heap_device;	     /* heap is GPU memory: no host copy for commands to myself */
 	struct mk_bmr *heap_mr;	     /* its registration (NULL with only local targets) */
 	uint64_t *signals;	     /* my signal words; immediates increment them */
 	uint32_t nsignals;	     /* same on every rank */

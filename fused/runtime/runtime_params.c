@@ -9,8 +9,14 @@ MK_PARAM_INT(proxy_threads, "fused", "MKERNEL_PROXY_THREADS", 1,
 MK_PARAM_INT(proxy_batch, "fused", "MKERNEL_PROXY_BATCH", 64,
 	     "most commands a proxy thread takes from one queue before publishing credits")
 MK_PARAM_INT(symm_heap, "fused", "MKERNEL_SYMM_HEAP", 512 << 20,
-	     "bytes of symmetric heap per rank that mkMemAlloc hands out (host-pinned, registered)")
+	     "bytes of symmetric heap per rank that mkMemAlloc hands out (GPU memory, mapped by "
+	     "node peers; a host-pinned mirror of the same size where the transport cannot "
+	     "register GPU memory)")
 MK_PARAM_STR(
 	role_split, "fused", "MKERNEL_ROLE_SPLIT", "",
 	"initial CTAs per role of persistent kernels, \"compute,intra,send,reduce\" (scaled to "
 	"the grid); empty = the policy engine's split")
+MK_PARAM_STR(hostid, "fused", "MKERNEL_HOSTID", "",
+	     "mkernel's own host identity, in place of NCCL's (NCCL_HOSTID or hostname + boot "
+	     "id): ranks sharing it form one mkernel node and map each other's heaps; for "
+	     "emulating nodes of several ranks on one GPU, which NCCL refuses")

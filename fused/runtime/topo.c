@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fused/runtime/runtime_params.h"
 #include "fused/runtime/topo.h"
 
 uint64_t mk_topo_hash_str(const char *s)
@@ -21,13 +22,15 @@ uint64_t mk_topo_hash_str(const char *s)
 
 int mk_topo_host_id(char *buf, size_t len)
 {
-	const char *env = getenv("NCCL_HOSTID");
+	const char *own = mk_param_hostid(), *env = getenv("NCCL_HOSTID");
 	char boot[64] = "";
 	size_t n;
 	FILE *f;
 
 	if (len == 0)
 		return -EINVAL;
+	if (own != NULL && own[0] != '\0')
+		env = own;
 	if (env != NULL && env[0] != '\0') {
 		snprintf(buf, len, "%s", env);
 		return 0;

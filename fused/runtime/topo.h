@@ -4,6 +4,12 @@
  * value of NCCL_HOSTID when set, else the hostname followed by the kernel's boot id, exactly the
  * string NCCL hashes; ranks with equal identities form a node. Fake nodes on one host (distinct
  * NCCL_HOSTID per process) therefore take the same code path as a real cluster.
+ *
+ * MKERNEL_HOSTID, when set, replaces that identity for mkernel alone. It exists for one case:
+ * emulating nodes of several ranks on a single GPU. NCCL refuses two ranks with one identity on
+ * one GPU ("Duplicate GPU detected"), so such ranks keep distinct NCCL_HOSTIDs (NCCL sees one
+ * node each) and share an MKERNEL_HOSTID (mkernel maps their heaps into each other, which CUDA
+ * IPC allows between processes on one GPU). Unset, mkernel's nodes are exactly NCCL's.
  */
 #ifndef MK_FUSED_RUNTIME_TOPO_H
 #define MK_FUSED_RUNTIME_TOPO_H

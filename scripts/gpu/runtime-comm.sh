@@ -1,11 +1,17 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Run test-comm-gpu as one process per rank on GPU 0, one NCCL_HOSTID per fake node, so NCCL and
-# mkernel both see separate nodes and every byte between ranks crosses the transport.
+# Run test-comm-gpu as one process per rank on GPU 0, one NCCL_HOSTID per process (NCCL sees
+# each as a node and sends everything through the net plugin) and one MKERNEL_HOSTID per
+# emulated node (mkernel's nodes: NLOCAL ranks each).
 # Usage: scripts/gpu/runtime-comm.sh TEST_BIN LAYOUT [--bench] [--kill]
-#   LAYOUT a: 2 fake nodes x 1 rank;  a4: 4 fake nodes x 1 rank.
-#   (Several ranks of one node on one GPU cannot be built on NCCL: it rejects two ranks with the
-#   same host identity on the same GPU as a duplicate GPU.)
+#   LAYOUT a: 2 fake nodes x 1 rank;  a4: 4 fake nodes x 1 rank;
+#          b: 1 node x 2 ranks;       c: 2 nodes x 2 ranks.
+#   Nodes of several ranks: NCCL rejects two ranks with one host identity on one GPU ("Duplicate
+#   GPU"), so every process keeps its own NCCL_HOSTID and the ranks of an emulated node share an
+#   MKERNEL_HOSTID: mkernel then maps their heaps into each other (CUDA IPC on the one GPU) and
+#   sends only between nodes through the transport. Run b and c with MPS=1: the ranks' kernels
+#   wait for each other and must run side by side.
+# WRAP="compute-sanitizer --tool memcheck --error-exitcode 3" runs every rank under that command.
 # MPS=1 starts an MPS daemon first (ranks' kernels then run side by side instead of
 # time-slicing) and stops it at the end. Exit: 0 pass, 1 fail, 77 no GPU.
 set -u
@@ -15,6 +21,8 @@ shift 2
 case $layout in
 a) n=2 nodes=2 nlocal=1 ;;
 a4) n=4 nodes=4 nlocal=1 ;;
+b) n=2 nodes=1 nlocal=2 ;;
+c) n=4 nodes=2 nlocal=2 ;;
 *) echo "unknown layout $layout"; exit 2 ;;
 esac
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -28,7 +36,7 @@ tmp=$(mktemp -d)
 [ "${MPS:-0}" = 1 ] && mps_start "$tmp"
 pids=()
 for r in $(seq 0 $((n - 1))); do
-	NCCL_HOSTID=fake-node-$r timeout ${RANK_TIMEOUT:-150} "$bin" "$r" "$n" "$tmp/ncclid" "$nodes" "$nlocal" "$@" \
+	NCCL_HOSTID=fake-node-$r MKERNEL_HOSTID=mk-node-$((r / nlocal)) timeout ${RANK_TIMEOUT:-150} ${WRAP:-} "$bin" "$r" "$n" "$tmp/ncclid" "$nodes" "$nlocal" "$@" \
 		>"$tmp/rank$r.log" 2>&1 &
 	pids+=($!)
 done

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Device runtime on a GPU host, in one go: what the host offers (GPU, NCCL libraries, MPS), the
 # command-queue gpu test at full size for both slot-publication scopes (throughput and round-trip
-# JSON lines), compute-sanitizer (memcheck, racecheck, synccheck) on the quick test, and the
-# CPU-producer queue benchmark. Binaries come prebuilt in BIN (test-cmdq-gpu,
+# JSON lines), compute-sanitizer (memcheck, racecheck, synccheck) on the quick queue and roles
+# tests, and the CPU-producer queue benchmark. Binaries come prebuilt in BIN (test-cmdq-gpu,
 # test-cmdq-gpu-sysrel, test-roles-gpu, mkernel-bench-cmdq); logs go to OUTDIR.
 # Usage: scripts/gpu/runtime-run.sh BIN OUTDIR [steps...]
 #   steps: info test sanitize bench (default: all four)
@@ -45,14 +45,16 @@ for s in $steps; do
 		done
 		;;
 	sanitize)
-		for tool in memcheck racecheck synccheck; do
-			echo "== compute-sanitizer --tool $tool test-cmdq-gpu --quick"
-			timeout 45 compute-sanitizer --tool $tool --error-exitcode 3 \
-				"$bin/test-cmdq-gpu" --quick >"$out/sanitize-$tool.log" 2>&1
-			rc=$?
-			grep -E "ERROR SUMMARY|FAIL|failure" "$out/sanitize-$tool.log" | tail -3
-			echo "$tool exit: $rc"
-			[ "$rc" = 0 ] || fails=$((fails + 1))
+		for t in test-cmdq-gpu test-roles-gpu; do
+			for tool in memcheck racecheck synccheck; do
+				echo "== compute-sanitizer --tool $tool $t --quick"
+				timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 \
+					"$bin/$t" --quick >"$out/sanitize-$t-$tool.log" 2>&1
+				rc=$?
+				grep -E "ERROR SUMMARY|FAIL|failure" "$out/sanitize-$t-$tool.log" | tail -3
+				echo "$t $tool exit: $rc"
+				[ "$rc" = 0 ] || fails=$((fails + 1))
+			done
 		done
 		;;
 	bench)

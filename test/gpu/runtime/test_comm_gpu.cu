@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * mkComm end to end, one process per rank (started by scripts/gpu/runtime-comm.sh with one
- * NCCL_HOSTID per fake node): mkCommInit over an ncclComm_t, node discovery checked against the
- * layout the launcher set up, mkMemAlloc, put / put_signal patterns from a kernel (ring,
- * one-to-many, data visible before its signal), mkAllToAll with exact results over several
- * calls, and, with --bench, mkAllToAll against ncclSend/ncclRecv groups and a put+signal round
+ * NCCL_HOSTID per process, and one MKERNEL_HOSTID per emulated node): mkCommInit over an
+ * ncclComm_t, node discovery checked against the layout the launcher set up, node peers reached
+ * through mapped heaps and other nodes through the transport, mkMemAlloc, put / put_signal
+ * patterns from a kernel (ring, one-to-many, data visible before its signal), mkAllToAll with
+ * exact results over several calls, and, with --bench, mkAllToAll against ncclSend/ncclRecv groups and a put+signal round
  * trip against an NCCL send/recv ping-pong (JSON lines from rank 0). With --kill, the last rank
  * dies after setup and the survivors must see an async error, not a hang.
  *
- * usage: test-comm-gpu RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--kill]
+ * usage: test-comm-gpu RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--kill] [--quick]
  * Exit: 0 pass, 1 fail, 77 no CUDA device.
  */
 #include <stdio.h>
@@ -41,7 +42,7 @@
 		}                                                                               \
 	} while (0)
 
-static int g_rank, g_failures;
+static int g_rank, g_failures, g_quick; /* --quick: fewer chunks (sanitizer runs) */
 
 static void expect(int cond, const char *what)
 {
@@ -124,11 +125,18 @@ __global__ void pattern_kernel(struct mk_dev_comm c, const int *targets, int nta
 		return;
 	}
 	b -= ntargets;
-	if (b < nsources && threadIdx.x == 0) {
-		int rc = mk_dev_signal_wait(&c, sig + (uint32_t)sources[b], 1);
+	if (b < nsources) {
+		__shared__ int rc_w;
 
-		if (rc)
-			*err = rc;
+		if (threadIdx.x == 0) {
+			rc_w = mk_dev_signal_wait(&c, sig + (uint32_t)sources[b], 1);
+			if (rc_w)
+				*err = rc_w;
+		}
+		__syncthreads();
+		if (rc_w == 0)
+			mk_dev_land_block(&c, sources[b], dst_base + (uint64_t)sources[b] * PBLK,
+					  PBLK);
 	}
 }
 
@@ -140,6 +148,7 @@ static void run_pattern(mkComm_t comm, const char *name, int ntargets, const int
 	uint64_t src_base = (uint64_t)(buf - comm->heap);
 	uint64_t dst_base = src_base + (uint64_t)(1 + round) * comm->nranks * PBLK;
 	uint32_t sig = SIG_BASE + round * 64;
+	uint8_t *landed = (uint8_t *)malloc((size_t)comm->nranks * PBLK);
 
 	mk_comm_dev(comm, &d);
 	CK(cudaMalloc((void **)&t_d, 64 * sizeof(int)));
@@ -152,9 +161,10 @@ static void run_pattern(mkComm_t comm, const char *name, int ntargets, const int
 						     dst_base, round, sig, err_d);
 	CK(cudaDeviceSynchronize());
 	CK(cudaMemcpy(&err, err_d, sizeof(int), cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(landed, buf + (size_t)(1 + round) * comm->nranks * PBLK,
+		      (size_t)comm->nranks * PBLK, cudaMemcpyDeviceToHost));
 	for (int i = 0; i < nsources; i++) {
-		const uint8_t *p = (const uint8_t *)buf + (size_t)(1 + round) * comm->nranks * PBLK +
-				   (size_t)sources[i] * PBLK;
+		const uint8_t *p = landed + (size_t)sources[i] * PBLK;
 
 		for (int k = 0; k < PBLK; k++) {
 			uint8_t want = (uint8_t)(sources[i] * 37 + comm->rank * 11 + k * 5 +
@@ -173,6 +183,7 @@ static void run_pattern(mkComm_t comm, const char *name, int ntargets, const int
 	cudaFree(t_d);
 	cudaFree(s_d);
 	cudaFree(err_d);
+	free(landed);
 }
 
 /* Data visible before its signal: 2000 chunks to the next rank, the receiver checks each. */
@@ -195,8 +206,12 @@ __global__ void order_send(struct mk_dev_comm c, int peer, uint64_t base, int n,
 			return;
 		}
 	}
-	if (threadIdx.x == 0 && (rc_s = mk_dev_quiet(&c, t)) != 0)
-		*err = rc_s;
+	if (threadIdx.x == 0) {
+		int rc = mk_dev_quiet(&c, t); /* not rc_s: other threads may still read it */
+
+		if (rc)
+			*err = rc;
+	}
 }
 
 __global__ void order_recv(struct mk_dev_comm c, int src, uint64_t base, int n, uint64_t sig0,
@@ -213,6 +228,7 @@ __global__ void order_recv(struct mk_dev_comm c, int src, uint64_t base, int n, 
 				*err = rc_s;
 			return;
 		}
+		mk_dev_land_block(&c, src, base + (uint64_t)(n + k) * 256, 256);
 		for (int b = threadIdx.x; b < 256; b += blockDim.x) {
 			if (c.heap[base + (uint64_t)(n + k) * 256 + b] != (char)(k * 7 + b + src))
 				atomicAdd(bad, 1);
@@ -223,7 +239,7 @@ __global__ void order_recv(struct mk_dev_comm c, int src, uint64_t base, int n, 
 
 static void run_order(mkComm_t comm, char *buf)
 {
-	const int n = 2000, me = comm->rank, np = comm->nranks;
+	const int n = g_quick ? 200 : 2000, me = comm->rank, np = comm->nranks;
 	struct mk_dev_comm d;
 	int *bad_d, *err_d, bad = 0, err[2] = { 0, 0 };
 	uint64_t base = (uint64_t)(buf - comm->heap);
@@ -254,8 +270,13 @@ static void run_order(mkComm_t comm, char *buf)
 	       "signal %llu\n", me, err[0], err[1], bad, mk_proxy_error(comm->proxy),
 	       comm->ctrl->tail, comm->ctrl->done,
 	       (unsigned long long)comm->signals[SIG_BASE + 1000]);
-	expect(err[0] == 0 && err[1] == 0 && bad == 0,
-	       "ordering: 2000 put_signals, each chunk complete when its signal is seen");
+	{
+		char what[128];
+
+		snprintf(what, sizeof(what),
+			 "ordering: %d put_signals, each chunk complete when its signal is seen", n);
+		expect(err[0] == 0 && err[1] == 0 && bad == 0, what);
+	}
 	cudaFree(bad_d);
 	cudaFree(err_d);
 	cudaStreamDestroy(s1);
@@ -272,29 +293,34 @@ static uint32_t a2a_val(int src, int dst, size_t i, int iter)
 static void run_alltoall(mkComm_t comm, size_t count, int iters)
 {
 	const int me = comm->rank, np = comm->nranks;
-	uint32_t *send, *recv;
+	const size_t bytes = count * np * 4;
+	uint32_t *send, *recv, *h = (uint32_t *)malloc(bytes);
 	size_t bad = 0;
 	ncclResult_t ae;
 	char what[128];
 
-	if (mkMemAlloc(comm, count * np * 4, (void **)&send) != ncclSuccess ||
-	    mkMemAlloc(comm, count * np * 4, (void **)&recv) != ncclSuccess) {
+	if (h == NULL || mkMemAlloc(comm, bytes, (void **)&send) != ncclSuccess ||
+	    mkMemAlloc(comm, bytes, (void **)&recv) != ncclSuccess) {
 		expect(0, "mkMemAlloc for mkAllToAll");
+		free(h);
 		return;
 	}
 	for (int it = 0; it < iters; it++) {
 		for (int p = 0; p < np; p++) {
 			for (size_t i = 0; i < count; i++)
-				send[(size_t)p * count + i] = a2a_val(me, p, i, it);
+				h[(size_t)p * count + i] = a2a_val(me, p, i, it);
 		}
-		memset(recv, 0, count * np * 4);
+		CK(cudaMemcpy(send, h, bytes, cudaMemcpyHostToDevice));
+		CK(cudaMemset(recv, 0, bytes));
 		NK(mkAllToAll(send, recv, count, ncclUint32, comm, 0));
 		CK(cudaStreamSynchronize(0));
+		CK(cudaMemcpy(h, recv, bytes, cudaMemcpyDeviceToHost));
 		for (int p = 0; p < np; p++) {
 			for (size_t i = 0; i < count; i++)
-				bad += recv[(size_t)p * count + i] != a2a_val(p, me, i, it);
+				bad += h[(size_t)p * count + i] != a2a_val(p, me, i, it);
 		}
 	}
+	free(h);
 	NK(mkCommGetAsyncError(comm, &ae));
 	snprintf(what, sizeof(what), "mkAllToAll %zu x u32 per peer, %d calls: %zu wrong, async %d",
 		 count, iters, bad, (int)ae);
@@ -374,30 +400,40 @@ static void bench_alltoall(mkComm_t comm, ncclComm_t nccl, int nnodes, int nloca
 	cudaEventDestroy(e1);
 }
 
-/* put+signal ping-pong between ranks 0 and 1 (one kernel each), vs NCCL send/recv ping-pong. */
+/*
+ * put+signal ping-pong between ranks 0 and 1 (one CTA each), vs NCCL send/recv ping-pong: each
+ * message is landed in the heap before the answer, as NCCL's arrives in GPU memory.
+ */
 __global__ void pingpong_put(struct mk_dev_comm c, uint64_t off, uint64_t bytes, int iters,
 			     uint64_t sig0, int *err)
 {
+	__shared__ int rc_w;
 	int peer = 1 - c.rank;
-	uint32_t t;
+	uint32_t t = 0;
 	int rc = 0;
 
 	for (int i = 0; i < iters && rc == 0; i++) {
-		if (c.rank == 0) {
-			rc = mk_dev_put_signal(&c, peer, off, off + bytes, bytes, SIG_BASE + 2000, &t);
-			if (rc == 0)
-				rc = mk_dev_signal_wait(&c, SIG_BASE + 2000, sig0 + i + 1);
-		} else {
-			rc = mk_dev_signal_wait(&c, SIG_BASE + 2000, sig0 + i + 1);
-			if (rc == 0)
-				rc = mk_dev_put_signal(&c, peer, off, off + bytes, bytes,
-						       SIG_BASE + 2000, &t);
+		if (c.rank == 0)
+			rc = mk_dev_put_signal_block(&c, peer, off, off + bytes, bytes,
+						     SIG_BASE + 2000, &t);
+		if (rc == 0) {
+			if (threadIdx.x == 0)
+				rc_w = mk_dev_signal_wait(&c, SIG_BASE + 2000, sig0 + i + 1);
+			__syncthreads();
+			rc = rc_w;
 		}
+		if (rc == 0)
+			mk_dev_land_block(&c, peer, off, bytes);
+		if (rc == 0 && c.rank == 1)
+			rc = mk_dev_put_signal_block(&c, peer, off, off + bytes, bytes,
+						     SIG_BASE + 2000, &t);
 	}
-	if (rc == 0)
-		rc = mk_dev_quiet(&c, t);
-	if (rc)
-		*err = rc;
+	if (threadIdx.x == 0) {
+		if (rc == 0)
+			rc = mk_dev_quiet(&c, t);
+		if (rc)
+			*err = rc;
+	}
 }
 
 static void bench_pingpong(mkComm_t comm, ncclComm_t nccl)
@@ -408,8 +444,15 @@ static void bench_pingpong(mkComm_t comm, ncclComm_t nccl)
 	char *buf, *nbuf;
 	int *err_d, err = 0;
 
-	if (comm->rank > 1)
+	/* mkMemAlloc is collective: every rank takes part, then only ranks 0 and 1 play. */
+	if (mkMemAlloc(comm, 2u << 20, (void **)&buf) != ncclSuccess) {
+		expect(0, "mkMemAlloc for the ping-pong");
 		return;
+	}
+	if (comm->rank > 1) {
+		mkMemFree(comm, buf);
+		return;
+	}
 	mk_comm_dev(comm, &d);
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
@@ -422,11 +465,9 @@ static void bench_pingpong(mkComm_t comm, ncclComm_t nccl)
 		/* Known, not read: the peer may already be sending when this rank gets here. */
 		uint64_t sig0 = (uint64_t)size_index * iters;
 
-		if (mkMemAlloc(comm, 2 * bytes, (void **)&buf) != ncclSuccess)
-			break;
 		CK(cudaMalloc((void **)&nbuf, bytes));
 		CK(cudaEventRecord(e0, 0));
-		pingpong_put<<<1, 1>>>(d, (uint64_t)(buf - comm->heap), bytes, iters, sig0, err_d);
+		pingpong_put<<<1, 256>>>(d, (uint64_t)(buf - comm->heap), bytes, iters, sig0, err_d);
 		CK(cudaEventRecord(e1, 0));
 		CK(cudaEventSynchronize(e1));
 		CK(cudaEventElapsedTime(&ms_m, e0, e1));
@@ -445,12 +486,16 @@ static void bench_pingpong(mkComm_t comm, ncclComm_t nccl)
 		CK(cudaEventElapsedTime(&ms_n, e0, e1));
 		if (comm->rank == 0)
 			printf("{\"bench\":\"pingpong\",\"bytes\":%zu,\"iters\":%d,"
+			       "\"nranks\":%d,\"path\":\"%s\","
 			       "\"mkernel_rtt_us\":%.2f,\"nccl_rtt_us\":%.2f,"
 			       "\"ratio_nccl_over_mkernel\":%.3f,\"emulated\":true}\n",
-			       bytes, iters, ms_m * 1e3 / iters, ms_n * 1e3 / iters, ms_n / ms_m);
+			       bytes, iters, comm->nranks,
+			       comm->topo.node_of[0] == comm->topo.node_of[1] ? "node-local"
+									  : "transport",
+			       ms_m * 1e3 / iters, ms_n * 1e3 / iters, ms_n / ms_m);
 		cudaFree(nbuf);
-		mkMemFree(comm, buf);
 	}
+	mkMemFree(comm, buf);
 	CK(cudaMemcpy(&err, err_d, sizeof(int), cudaMemcpyDeviceToHost));
 	expect(err == 0, "ping-pong kernel finished without error");
 	cudaFree(err_d);
@@ -468,7 +513,7 @@ int main(int argc, char **argv)
 	char *buf;
 
 	if (argc < 6) {
-		fprintf(stderr, "usage: %s RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--kill]\n",
+		fprintf(stderr, "usage: %s RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--kill] [--quick]\n",
 			argv[0]);
 		return 2;
 	}
@@ -483,6 +528,7 @@ int main(int argc, char **argv)
 	for (int i = 6; i < argc; i++) {
 		bench |= strcmp(argv[i], "--bench") == 0;
 		kill_last |= strcmp(argv[i], "--kill") == 0;
+		g_quick |= strcmp(argv[i], "--quick") == 0;
 	}
 	CK(cudaSetDevice(0));
 	get_id(rank, argv[3], &id);
@@ -538,7 +584,20 @@ int main(int argc, char **argv)
 	run_order(comm, buf);
 	run_alltoall(comm, 1, 3);
 	run_alltoall(comm, 1000, 3);
-	run_alltoall(comm, 1 << 18, 3);
+	if (!g_quick)
+		run_alltoall(comm, 1 << 18, 3);
+	{
+		struct mk_proxy_stats st;
+		char what[160];
+
+		/* Node peers are reached by stores through mapped heaps, other nodes by the proxy. */
+		mk_proxy_get_stats(comm->proxy, &st);
+		snprintf(what, sizeof(what),
+			 "transport writes %llu: none within one node, some across nodes (%d nodes), "
+			 "heap %s", (unsigned long long)st.writes, comm->topo.nnodes,
+			 comm->stage != NULL ? "mirrored in host memory" : "registered directly");
+		expect(nnodes == 1 ? st.writes == 0 : st.writes > 0, what);
+	}
 	if (bench) {
 		bench_pingpong(comm, nccl);
 		bench_alltoall(comm, nccl, nnodes, nlocal);

@@ -5,6 +5,7 @@
  * exactly once. Static split from the policy engine (no controller); adaptive run starting from a
  * skewed split, where the controller must move CTAs between roles while work runs, and must
  * leave only after every worker left.
+ * --quick: a quarter of the tasks (compute-sanitizer runs).
  * Exit: 0 pass, 1 fail, 77 no CUDA device.
  */
 #include <stdio.h>
@@ -19,6 +20,8 @@ extern "C" {
 #include "policy.h"
 }
 #include "fused/runtime/roles.cuh"
+
+static uint32_t g_div = 1; /* task counts are divided by it (--quick: 4) */
 
 struct task_args {
 	uint32_t *out;
@@ -83,7 +86,8 @@ __global__ void roles_kernel(struct mk_roles_state *s, int controller, struct ta
 static void run(const char *name, int controller, const int sms[MK_ROLES], const int mn[MK_ROLES],
 		const int mx[MK_ROLES], int window, int max_step, int grid)
 {
-	const uint32_t ntasks[MK_ROLES] = { 6000, 1500, 1200, 1200 };
+	const uint32_t ntasks[MK_ROLES] = { 6000 / g_div, 1500 / g_div, 1200 / g_div,
+					    1200 / g_div };
 	const uint32_t spin[MK_ROLES] = { 200, 6000, 1500, 3000 };
 	uint32_t nworkers = (uint32_t)(grid - (controller ? 1 : 0)), total = 0, bad = 0;
 	struct mk_roles_state st, *st_d;
@@ -143,13 +147,15 @@ static void run(const char *name, int controller, const int sms[MK_ROLES], const
 	free(count);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	struct mk_policy_op_query q;
 	struct mk_policy_sm_split sp;
 	int ndev = 0, nsm = 0, per_sm = 0;
 	const int skew[MK_ROLES] = { 1, 0, 0, 0 }, zero[MK_ROLES] = { 0, 0, 0, 0 };
 
+	if (argc > 1 && strcmp(argv[1], "--quick") == 0)
+		g_div = 4;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
 		printf("no CUDA device: skipped\n");
 		return 77;

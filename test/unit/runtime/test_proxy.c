@@ -93,6 +93,7 @@ struct wopts {
 	int batch;
 	int64_t timeout_ms;
 	uint32_t nsignals[MAXR]; /* 0 = NSIG */
+	int heap_device[MAXR];	 /* the rank's proxy is told its heap is GPU memory */
 };
 
 static void world_open(struct world *w, int n, const struct wopts *o)
@@ -137,6 +138,7 @@ static void world_open(struct world *w, int n, const struct wopts *o)
 			.peers = r->peers,
 			.heap = r->heap,
 			.heap_len = HEAP_LEN,
+			.heap_device = o->heap_device[i],
 			.heap_mr = r->mr,
 			.signals = r->signals,
 			.nsignals = o->nsignals[i] ? o->nsignals[i] : NSIG,
@@ -526,6 +528,25 @@ static void test_unknown_signal_at_target_is_protocol_error(void **state)
 	world_close(&w);
 }
 
+/*
+ * A proxy whose heap is GPU memory cannot copy to itself (the device API does that on the GPU):
+ * a signal to itself still works, a put to itself is an error, not a host access to GPU memory.
+ */
+static void test_self_put_refused_with_device_heap(void **state)
+{
+	const uint64_t want[2] = { 1, 0 };
+	const uint32_t sig[2] = { 3, 3 };
+	struct world w;
+	struct wopts o = { .heap_device = { 1, 0 } };
+
+	world_open(&w, 2, &o);
+	push(&w.r[0], MK_CMD_SIGNAL, 0, 0, 0, 0, 3);
+	run_until_signals(&w, want, sig);
+	push(&w.r[0], MK_CMD_PUT, 0, 0, 4096, 64, 0);
+	assert_int_equal(run_until_error(&w, 0, 1000000000ull), -EINVAL);
+	world_close(&w);
+}
+
 static void test_unreachable_peer_rejected(void **state)
 {
 	struct world w;
@@ -700,6 +721,7 @@ int main(void)
 		cmocka_unit_test_setup(test_transient_eagain_retried, setup),
 		cmocka_unit_test_setup(test_endless_eagain_times_out, setup),
 		cmocka_unit_test_setup(test_unknown_signal_at_target_is_protocol_error, setup),
+		cmocka_unit_test_setup(test_self_put_refused_with_device_heap, setup),
 		cmocka_unit_test_setup(test_unreachable_peer_rejected, setup),
 		cmocka_unit_test_setup(test_create_rejects_bad_attr, setup),
 		cmocka_unit_test_setup(test_threaded_proxies_alltoall_rounds, setup),

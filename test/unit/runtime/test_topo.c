@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fused/runtime/symm.h"
+#include "mk/param.h"
 #include "fused/runtime/topo.h"
 
 static void test_host_id_override_replaces_whole_string(void **state)
@@ -32,12 +33,34 @@ static void test_host_id_override_replaces_whole_string(void **state)
 	unsetenv("NCCL_HOSTID");
 }
 
+/* mkernel's own identity wins over NCCL's; empty means unset. */
+static void test_mkernel_host_id_overrides_nccl_for_mkernel_only(void **state)
+{
+	char id[256];
+
+	/* MKERNEL_* knobs are read once per process: reset the cache after each change. */
+	setenv("NCCL_HOSTID", "fake-node-3", 1);
+	setenv("MKERNEL_HOSTID", "mk-node-1", 1);
+	mk_param_reset_all();
+	assert_int_equal(mk_topo_host_id(id, sizeof(id)), 0);
+	assert_string_equal(id, "mk-node-1");
+	assert_true(mk_topo_host_hash() == mk_topo_hash_str("mk-node-1"));
+	setenv("MKERNEL_HOSTID", "", 1);
+	mk_param_reset_all();
+	assert_int_equal(mk_topo_host_id(id, sizeof(id)), 0);
+	assert_string_equal(id, "fake-node-3");
+	unsetenv("MKERNEL_HOSTID");
+	unsetenv("NCCL_HOSTID");
+	mk_param_reset_all();
+}
+
 static void test_host_id_default_is_hostname_and_boot_id(void **state)
 {
 	char id[512], want[512] = "", boot[64] = "";
 	FILE *f;
 
 	unsetenv("NCCL_HOSTID");
+	unsetenv("MKERNEL_HOSTID");
 	assert_int_equal(gethostname(want, sizeof(want)), 0);
 	f = fopen("/proc/sys/kernel/random/boot_id", "r");
 	if (f != NULL) {
@@ -173,6 +196,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_host_id_override_replaces_whole_string),
+		cmocka_unit_test(test_mkernel_host_id_overrides_nccl_for_mkernel_only),
 		cmocka_unit_test(test_host_id_default_is_hostname_and_boot_id),
 		cmocka_unit_test(test_assign_nodes_in_rank_order),
 		cmocka_unit_test(test_assign_one_node_and_all_distinct),
