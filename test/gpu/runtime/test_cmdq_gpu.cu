@@ -4,7 +4,8 @@
  *   1. 1e6 commands from many warps through one queue: every body intact, per-producer order kept,
  *      throughput (commands/s) printed as a JSON line;
  *   2. push -> proxy dequeue -> completion seen by the GPU, one command at a time: round-trip
- *      latency (median, p10, p90) as a JSON line;
+ *      latency (median, p10, p90) as a JSON line, then its floor in the same run (a bare flag
+ *      round trip GPU -> host thread -> GPU over the same mapped memory);
  *   3. put_signal between two ranks (the in-memory transport moves the bytes, the target's proxy
  *      turns immediates into signal words): a receiver kernel waits for each signal and then
  *      checks the data it announces (data visible before its signal, on the GPU);
@@ -229,8 +230,9 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static void test_round_trip(void)
+static uint32_t test_round_trip(void)
 {
+	uint32_t median;
 	const int iters = quick ? 300 : 20000;
 	struct mk_proxy_peer peer;
 	struct proxy_runner run;
@@ -271,9 +273,97 @@ static void test_round_trip(void)
 		       "\"median\":%u,\"p10\":%u,\"p90\":%u,\"iters\":%d,"
 		       "\"one_way_estimate_ns\":%u}\n",
 		       v[n / 2], v[n / 10], v[n * 9 / 10], n, v[n / 2] / 2);
+		median = v[n / 2];
 	}
 	mk_proxy_destroy(run.p[0]);
 	gq_close(&g);
+	cudaFree(lat_d);
+	cudaFree(err_d);
+	free(lat);
+	return median;
+}
+
+/*
+ * The floor under that round trip, in the same run: the GPU writes a word in mapped host memory,
+ * a host thread that spins on it writes an answer, the GPU waits for the answer. Same PCIe
+ * paths and the same kind of CPU poller as the queue, without the queue protocol or the proxy.
+ */
+__global__ void bare_kernel(uint32_t *ping, const uint32_t *pong, int iters, uint32_t *lat,
+			    int *err)
+{
+	for (int k = 1; k <= iters; k++) {
+		uint64_t t0 = mk_globaltimer_ns(), w = 0;
+
+		asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(ping), "r"((uint32_t)k)
+			     : "memory");
+		while (mk_ld_acquire_sys_u32(pong) != (uint32_t)k) {
+			if (mk_dev_wait_step(NULL, &w, 5ull * 1000000000ull)) {
+				*err = -MK_DEV_ETIMEDOUT;
+				return;
+			}
+		}
+		lat[k - 1] = (uint32_t)(mk_globaltimer_ns() - t0);
+	}
+}
+
+struct echo {
+	volatile uint32_t *ping, *pong;
+	int iters;
+};
+
+static void *echo_main(void *arg)
+{
+	struct echo *e = (struct echo *)arg;
+	uint64_t t0 = mk_now_ns();
+
+	for (uint32_t k = 1; k <= (uint32_t)e->iters;) {
+		if (__atomic_load_n(e->ping, __ATOMIC_ACQUIRE) == k) {
+			__atomic_store_n(e->pong, k, __ATOMIC_RELEASE);
+			k++;
+		} else if (mk_now_ns() - t0 > 10000000000ull) {
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void test_bare_round_trip(uint32_t queue_median)
+{
+	const int iters = quick ? 300 : 20000;
+	uint32_t *words, *lat_d, *lat;
+	int *err_d, err = 0;
+	struct echo e;
+	pthread_t tid;
+
+	CK(cudaHostAlloc((void **)&words, 128, cudaHostAllocMapped));
+	memset(words, 0, 128);
+	CK(cudaMalloc((void **)&lat_d, iters * sizeof(uint32_t)));
+	CK(cudaMalloc((void **)&err_d, sizeof(int)));
+	CK(cudaMemset(err_d, 0, sizeof(int)));
+	e.ping = words;
+	e.pong = words + 16; /* another cache line */
+	e.iters = iters;
+	pthread_create(&tid, NULL, echo_main, &e);
+	bare_kernel<<<1, 1>>>(words, words + 16, iters, lat_d, err_d);
+	CK(cudaDeviceSynchronize());
+	pthread_join(tid, NULL);
+	lat = (uint32_t *)malloc(iters * sizeof(uint32_t));
+	CK(cudaMemcpy(lat, lat_d, iters * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(&err, err_d, sizeof(int), cudaMemcpyDeviceToHost));
+	expect(err == 0, "bare GPU -> host -> GPU flag round trip completed");
+	qsort(lat + 100, iters - 100, sizeof(uint32_t), cmp_u32);
+	{
+		uint32_t *v = lat + 100;
+		int n = iters - 100;
+
+		printf("{\"bench\":\"cmdq_gpu\",\"metric\":\"bare_flag_round_trip\",\"unit\":\"ns\","
+		       "\"median\":%u,\"p10\":%u,\"p90\":%u,\"iters\":%d,"
+		       "\"queue_round_trip_ns\":%u,\"queue_over_bare_ns\":%d,"
+		       "\"queue_over_bare_ratio\":%.2f}\n",
+		       v[n / 2], v[n / 10], v[n * 9 / 10], n, queue_median,
+		       (int)queue_median - (int)v[n / 2], (double)queue_median / v[n / 2]);
+	}
+	cudaFreeHost(words);
 	cudaFree(lat_d);
 	cudaFree(err_d);
 	free(lat);
@@ -496,7 +586,7 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	test_million_commands();
-	test_round_trip();
+	test_bare_round_trip(test_round_trip());
 	test_put_signal_two_ranks(0, quick ? 256 : NCHUNK);
 	test_put_signal_two_ranks(1, quick ? 256 : NCHUNK);
 	printf("%d failure(s)\n", failures);
