@@ -43,8 +43,8 @@ static int fallback_handle(cublasHandle_t *out)
 	return 0;
 }
 
-int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
-			  cudaStream_t stream)
+int mk_fallback_gemm(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		     cudaDataType_t ab_type, cudaDataType_t c_type, cudaStream_t stream)
 {
 	const float one = 1.0f, zero = 0.0f;
 	cublasHandle_t h;
@@ -57,12 +57,18 @@ int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, i
 	st = cublasSetStream(h, stream);
 	if (st == CUBLAS_STATUS_SUCCESS)
 		st = cublasGemmEx(h, b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-				  b, CUDA_R_16BF, b_nk ? k : n, a, CUDA_R_16BF, k, &zero, c,
-				  CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+				  b, ab_type, b_nk ? k : n, a, ab_type, k, &zero, c, c_type, n,
+				  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		MK_WARN("cublasGemmEx(m %d, n %d, k %d) failed: %s", m, n, k,
 			cublasGetStatusString(st));
 		return -EIO;
 	}
 	return 0;
+}
+
+int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+			  cudaStream_t stream)
+{
+	return mk_fallback_gemm(a, b, c, m, n, k, b_nk, CUDA_R_16BF, CUDA_R_16BF, stream);
 }

@@ -103,6 +103,25 @@ MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr);
 MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t count,
 			       ncclDataType_t datatype, mkComm_t comm, cudaStream_t stream);
 
+/*
+ * C = allreduce_sum over the comm's ranks of (A @ B), every rank passing its own A (row-major
+ * M x K) and B (layout as in mkGemm) and receiving the whole M x N sum in C (row-major, any
+ * device memory). Collective: every rank calls it with the same M, N, K, type and layout.
+ * With MKERNEL_GEMM_AR_FUSED=1, where it can, one persistent kernel computes the GEMM tiles and
+ * reduces them across the ranks of the node through their mapped heaps as they are ready (fp32
+ * sums of the bf16 partials); otherwise (the default in this version, another type than
+ * ncclBfloat16, a GPU other than sm_90, shapes the engine does not run, ranks on several nodes)
+ * it runs cuBLAS and then ncclAllReduce on `stream`. MKERNEL_DEBUG=INFO says which ran and why. The
+ * fused path keeps 2 x M x N x 2 bytes of the symmetric heap; the first call of a new shape
+ * allocates it (collective, synchronises the host: call once before capturing a CUDA graph); later
+ * calls enqueue without host synchronisation and replay under graphs. Returns ncclInvalidArgument
+ * (NULL pointers, zero or too large sizes, another type, misaligned buffers, a comm of another
+ * device) with nothing launched.
+ */
+MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_t m, size_t n,
+				    size_t k, ncclDataType_t type, mkLayout_t bLayout,
+				    mkComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

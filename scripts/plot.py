@@ -9,6 +9,8 @@ Recognised records (one plot per kind found):
                                                  and raw ceiling)
   nccl-fake-nodes all_reduce                 -> nccl-busbw.png (busbw vs size per configuration)
   mkernel-gemm-bench                         -> gemm-ratio.png (engine / cuBLAS per shape)
+  test-gar-gpu --bench (gemm_allreduce)      -> gemm-allreduce.png (fused, cuBLAS + NCCL and
+                                                 GEMM alone vs M = N, one panel per layout)
 Emulated records are labelled in the plot titles.
 """
 import argparse
@@ -106,6 +108,34 @@ def plot_gemm(rows, out):
     return [path]
 
 
+def plot_gemm_allreduce(rows, out):
+    g = [r for r in rows if r.get("bench") == "gemm_allreduce"]
+    if not g:
+        return []
+    layouts = sorted({(r["nnodes"], r["nlocal"]) for r in g})
+    fig, axes = plt.subplots(1, len(layouts), figsize=(5 * len(layouts), 4), squeeze=False)
+    for ax, (nn, nl) in zip(axes[0], layouts):
+        rs = sorted((r for r in g if (r["nnodes"], r["nlocal"]) == (nn, nl)),
+                    key=lambda r: r["m"])
+        x = [r["m"] for r in rs]
+        for key, label in (("fused_ms", "mkGemmAllReduce (fused)"),
+                           ("cublas_nccl_ms", "cuBLAS + ncclAllReduce"),
+                           ("gemm_only_ms", "GEMM alone")):
+            ax.plot(x, [r[key] for r in rs], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("M = N (K = N / 16)")
+        ax.set_ylabel("ms (median)")
+        emu = " (emulated)" if any(r.get("emulated") for r in rs) else ""
+        ax.set_title(f"{nn} node(s) x {nl} rank(s){emu}")
+        ax.legend(fontsize=7)
+    path = os.path.join(out, "gemm-allreduce.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jsonl", nargs="+")
@@ -113,7 +143,8 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows = load(a.jsonl)
-    made = plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out)
+    made = (plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out) +
+            plot_gemm_allreduce(rows, a.out))
     for m in made:
         print(m)
     return 0 if made else 1

@@ -32,6 +32,7 @@ static void comm_unmap_peers(struct mk_comm *c);
 
 struct comm_info {
 	uint64_t host_hash;
+	uint64_t gpu_key; /* machine and PCI id of the GPU: equal for ranks sharing one GPU */
 	int32_t cuda_dev;
 	int32_t pid;
 };
@@ -78,23 +79,32 @@ int mk_comm_allgather(struct mk_comm *c, const void *mine, void *all, size_t byt
 
 static int comm_topology(struct mk_comm *c)
 {
-	struct comm_info mine = { mk_topo_host_hash(), c->cuda_dev, (int32_t)getpid() };
+	struct comm_info mine = { mk_topo_host_hash(), 0, c->cuda_dev, (int32_t)getpid() };
 	struct comm_info *all = calloc((size_t)c->nranks, sizeof(*all));
 	uint64_t *hashes = calloc((size_t)c->nranks, sizeof(*hashes));
+	char bus[32] = "";
 	int rc = -ENOMEM;
 
 	if (all == NULL || hashes == NULL)
 		goto out;
+	rc = cuda_rc(cudaDeviceGetPCIBusId(bus, sizeof(bus), c->cuda_dev), "cudaDeviceGetPCIBusId");
+	if (rc)
+		goto out;
+	mine.gpu_key = mk_topo_machine_hash() ^ mk_topo_hash_str(bus);
 	rc = mk_comm_allgather(c, &mine, all, sizeof(mine));
 	if (rc)
 		goto out;
-	for (int r = 0; r < c->nranks; r++)
+	c->gpu_share = 0;
+	for (int r = 0; r < c->nranks; r++) {
 		hashes[r] = all[r].host_hash;
+		c->gpu_share += all[r].gpu_key == mine.gpu_key;
+	}
 	rc = mk_topo_assign(hashes, c->nranks, c->rank, &c->topo);
 	if (rc == 0)
-		MK_INFO(MK_SUBSYS_INIT, "rank %d/%d: node %d of %d, local rank %d of %d", c->rank,
-			c->nranks, c->topo.node, c->topo.nnodes, c->topo.local_rank,
-			c->topo.nlocal);
+		MK_INFO(MK_SUBSYS_INIT,
+			"rank %d/%d: node %d of %d, local rank %d of %d, %d rank(s) on its GPU",
+			c->rank, c->nranks, c->topo.node, c->topo.nnodes, c->topo.local_rank,
+			c->topo.nlocal, c->gpu_share);
 out:
 	free(all);
 	free(hashes);
@@ -464,6 +474,8 @@ void mk_comm_free(struct mk_comm *c)
 {
 	if (c == NULL)
 		return;
+	if (c->op_free != NULL)
+		c->op_free(c);
 	mk_proxy_destroy(c->proxy);
 	for (int p = 0; c->conns != NULL && p < c->nranks; p++) {
 		if (c->conns[p] != NULL)
@@ -495,7 +507,7 @@ void mk_comm_free(struct mk_comm *c)
 }
 
 /* An all-reduce of one int through NCCL: every rank got here. */
-static int comm_barrier(struct mk_comm *c)
+int mk_comm_barrier(struct mk_comm *c)
 {
 	int one = 1, *d = NULL;
 	int rc;
@@ -544,11 +556,11 @@ int mk_comm_quiesce(struct mk_comm *c)
 			return -ETIMEDOUT;
 		usleep(100);
 	}
-	rc = comm_barrier(c);
+	rc = mk_comm_barrier(c);
 	if (rc)
 		return rc;
 	comm_unmap_peers(c);
-	return comm_barrier(c);
+	return mk_comm_barrier(c);
 }
 
 void mk_comm_dev(const struct mk_comm *c, struct mk_dev_comm *d)

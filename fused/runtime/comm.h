@@ -54,13 +54,17 @@ struct mk_comm {
 	struct mk_proxy *proxy;
 	int nthreads;
 	int timeout_ms;
+	int gpu_share; /* ranks of this comm on my GPU (me included): my share of its SMs */
 	/* ops state */
-	uint64_t a2a_signals; /* mkAllToAll: slices of all calls so far (signal targets) */
+	uint64_t a2a_signals;  /* mkAllToAll: slices of all calls so far (signal targets) */
+	struct mk_gar_ws *gar; /* mkGemmAllReduce's workspace (fused/ops/gemm_allreduce.c) */
+	void (*op_free)(struct mk_comm *c); /* releases ops state; set by the op that made it */
 };
 
 int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out);
 void mk_comm_free(struct mk_comm *c);
 int mk_comm_quiesce(struct mk_comm *c);
+int mk_comm_barrier(struct mk_comm *c);
 int mk_comm_allgather(struct mk_comm *c, const void *mine, void *all, size_t bytes);
 void mk_comm_dev(const struct mk_comm *c, struct mk_dev_comm *d);
 

@@ -20,3 +20,6 @@ MK_PARAM_STR(hostid, "fused", "MKERNEL_HOSTID", "",
 	     "mkernel's own host identity, in place of NCCL's (NCCL_HOSTID or hostname + boot "
 	     "id): ranks sharing it form one mkernel node and map each other's heaps; for "
 	     "emulating nodes of several ranks on one GPU, which NCCL refuses")
+MK_PARAM_INT(gemm_ar_fused, "fused", "MKERNEL_GEMM_AR_FUSED", 0,
+	     "1: mkGemmAllReduce runs its fused kernel where it can; 0: cuBLAS + ncclAllReduce "
+	     "always (the default while the fused kernel is new)")

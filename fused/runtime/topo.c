@@ -20,21 +20,13 @@ uint64_t mk_topo_hash_str(const char *s)
 	return h;
 }
 
-int mk_topo_host_id(char *buf, size_t len)
+/* hostname followed by the kernel's boot id: NCCL's identity when nothing overrides it. */
+static int topo_machine_id(char *buf, size_t len)
 {
-	const char *own = mk_param_hostid(), *env = getenv("NCCL_HOSTID");
 	char boot[64] = "";
 	size_t n;
 	FILE *f;
 
-	if (len == 0)
-		return -EINVAL;
-	if (own != NULL && own[0] != '\0')
-		env = own;
-	if (env != NULL && env[0] != '\0') {
-		snprintf(buf, len, "%s", env);
-		return 0;
-	}
 	if (gethostname(buf, len) != 0)
 		return -errno;
 	buf[len - 1] = '\0';
@@ -48,6 +40,30 @@ int mk_topo_host_id(char *buf, size_t len)
 	n = strlen(buf);
 	snprintf(buf + n, len - n, "%s", boot);
 	return 0;
+}
+
+int mk_topo_host_id(char *buf, size_t len)
+{
+	const char *own = mk_param_hostid(), *env = getenv("NCCL_HOSTID");
+
+	if (len == 0)
+		return -EINVAL;
+	if (own != NULL && own[0] != '\0')
+		env = own;
+	if (env != NULL && env[0] != '\0') {
+		snprintf(buf, len, "%s", env);
+		return 0;
+	}
+	return topo_machine_id(buf, len);
+}
+
+uint64_t mk_topo_machine_hash(void)
+{
+	char id[1024];
+
+	if (topo_machine_id(id, sizeof(id)) != 0)
+		return 0;
+	return mk_topo_hash_str(id);
 }
 
 uint64_t mk_topo_host_hash(void)

@@ -25,6 +25,9 @@ extern "C" {
 int mk_topo_host_id(char *buf, size_t len);
 /* 64-bit FNV-1a of the identity string: what ranks exchange. */
 uint64_t mk_topo_host_hash(void);
+/* The same of the machine itself (hostname + boot id), whatever NCCL_HOSTID / MKERNEL_HOSTID
+ * say: ranks that share a GPU share this and the GPU's PCI id. */
+uint64_t mk_topo_machine_hash(void);
 uint64_t mk_topo_hash_str(const char *s);
 
 struct mk_topo {

@@ -6,10 +6,12 @@
 #          a, b and c;
 #   extra: compute-sanitizer on the queue, roles and comm tests, the benchmarks on a, b and c,
 #          the CPU queue benchmark;
-#   bench: the benchmarks on a, b and c only.
+#   bench: the benchmarks on a, b and c only;
+#   gar:   mkGemmAllReduce on layouts s (1 rank), b, a and c (GAR_LAYOUTS picks); GAR_BENCH="s b"
+#          adds its benchmark on those layouts.
 # Layouts with several ranks per node run under MPS (their kernels wait for each other).
 # Key lines go to stdout; all logs into OUTDIR/rt-PHASE.tgz.
-# Usage: scripts/gpu/runtime-all.sh BIN OUTDIR [test|extra|bench|all]   (libfabric under .carry/root)
+# Usage: scripts/gpu/runtime-all.sh BIN OUTDIR [test|extra|bench|gar|all]   (libfabric under .carry/root)
 set -u
 bin=$(cd "$1" && pwd)
 outdir=$2
@@ -21,16 +23,19 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 r=$(mktemp -d)/rt-$phase
 mkdir -p "$r"
 fails=0
-comm() {
-	local name=$1 rc
-	shift
-	"$here/scripts/gpu/runtime-comm.sh" "$bin/test-comm-gpu" "$@" >"$r/comm-$name.log" 2>&1
+# per_rank TEST NAME LAYOUT [options]: one per-rank test through runtime-comm.sh, log kept.
+per_rank() {
+	local test=$1 name=$2 rc
+	shift 2
+	"$here/scripts/gpu/runtime-comm.sh" "$bin/test-$test-gpu" "$@" >"$r/$test-$name.log" 2>&1
 	rc=$?
-	echo "== comm $name ($*): exit $rc"
+	echo "== $test $name ($*): exit $rc"
 	[ "$rc" = 0 ] || fails=$((fails + 1))
-	grep -E '^\{|FAIL|failure|node [0-9]|async|dying|exit|transport writes|ERROR SUMMARY' \
-		"$r/comm-$name.log" | head -60
+	grep -E '^\{|FAIL|failure|node [0-9]|async|dying|exit|transport writes|ERROR SUMMARY|WARN' \
+		"$r/$test-$name.log" | head -60
 }
+comm() { per_rank comm "$@"; }
+gar() { per_rank gar "$@"; }
 if [ "$phase" = test ] || [ "$phase" = all ]; then
 	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" info test 2>&1 | tee "$r/run1.log" |
 		grep -vE '^ok ' || fails=$((fails + 1))
@@ -62,6 +67,22 @@ if [ "$phase" = extra ] || [ "$phase" = bench ] || [ "$phase" = all ]; then
 fi
 if [ "$phase" = extra ] || [ "$phase" = all ]; then
 	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" bench 2>&1 | tee "$r/run3.log"
+fi
+if [ "$phase" = gar ] || [ "$phase" = all ]; then
+	for l in ${GAR_LAYOUTS:-s b a c}; do
+		case $l in
+		s) RANK_TIMEOUT=200 gar s s ;;
+		b) MPS=1 RANK_TIMEOUT=200 gar b b ;;
+		*) MPS=1 RANK_TIMEOUT=200 gar "$l" "$l" --quick ;;
+		esac
+	done
+	for l in ${GAR_BENCH:-}; do
+		if [ "$l" = s ]; then
+			RANK_TIMEOUT=300 gar bench-s s --bench
+		else
+			MPS=1 RANK_TIMEOUT=300 gar "bench-$l" "$l" --bench
+		fi
+	done
 fi
 mkdir -p "$outdir"
 tar czf "$outdir/rt-$phase.tgz" -C "$(dirname "$r")" "rt-$phase"

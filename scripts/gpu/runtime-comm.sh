@@ -1,11 +1,11 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Run test-comm-gpu as one process per rank on GPU 0, one NCCL_HOSTID per process (NCCL sees
-# each as a node and sends everything through the net plugin) and one MKERNEL_HOSTID per
-# emulated node (mkernel's nodes: NLOCAL ranks each).
-# Usage: scripts/gpu/runtime-comm.sh TEST_BIN LAYOUT [--bench] [--kill]
-#   LAYOUT a: 2 fake nodes x 1 rank;  a4: 4 fake nodes x 1 rank;
-#          b: 1 node x 2 ranks;       c: 2 nodes x 2 ranks.
+# Run a per-rank GPU test (test-comm-gpu, test-gar-gpu) as one process per rank on GPU 0, one
+# NCCL_HOSTID per process (NCCL sees each as a node and sends everything through the net
+# plugin) and one MKERNEL_HOSTID per emulated node (mkernel's nodes: NLOCAL ranks each).
+# Usage: scripts/gpu/runtime-comm.sh TEST_BIN LAYOUT [test options...]
+#   LAYOUT s: 1 rank;             a: 2 fake nodes x 1 rank;   a4: 4 fake nodes x 1 rank;
+#          b: 1 node x 2 ranks;   c: 2 nodes x 2 ranks.
 #   Nodes of several ranks: NCCL rejects two ranks with one host identity on one GPU ("Duplicate
 #   GPU"), so every process keeps its own NCCL_HOSTID and the ranks of an emulated node share an
 #   MKERNEL_HOSTID: mkernel then maps their heaps into each other (CUDA IPC on the one GPU) and
@@ -19,6 +19,7 @@ bin=$1
 layout=$2
 shift 2
 case $layout in
+s) n=1 nodes=1 nlocal=1 ;;
 a) n=2 nodes=2 nlocal=1 ;;
 a4) n=4 nodes=4 nlocal=1 ;;
 b) n=2 nodes=1 nlocal=2 ;;

@@ -23,65 +23,9 @@
 #include "fused/runtime/comm.h"
 #include "fused/runtime/device.cuh"
 
-#define CK(x)                                                                                   \
-	do {                                                                                    \
-		cudaError_t e_ = (x);                                                           \
-		if (e_ != cudaSuccess) {                                                        \
-			fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__,   \
-				#x, cudaGetErrorString(e_));                                    \
-			exit(1);                                                                \
-		}                                                                               \
-	} while (0)
-#define NK(x)                                                                                   \
-	do {                                                                                    \
-		ncclResult_t r_ = (x);                                                          \
-		if (r_ != ncclSuccess) {                                                        \
-			fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__,   \
-				#x, ncclGetErrorString(r_));                                    \
-			exit(1);                                                                \
-		}                                                                               \
-	} while (0)
+#include "rank_check.h"
 
-static int g_rank, g_failures, g_quick; /* --quick: fewer chunks (sanitizer runs) */
-
-static void expect(int cond, const char *what)
-{
-	printf("rank %d: %s %s\n", g_rank, cond ? "ok" : "FAIL", what);
-	fflush(stdout);
-	if (!cond)
-		g_failures++;
-}
-
-static void get_id(int rank, const char *path, ncclUniqueId *id)
-{
-	if (rank == 0) {
-		char tmp[512];
-		FILE *f;
-
-		NK(ncclGetUniqueId(id));
-		snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-		f = fopen(tmp, "wb");
-		if (f == NULL || fwrite(id, sizeof(*id), 1, f) != 1)
-			exit(1);
-		fclose(f);
-		rename(tmp, path);
-		return;
-	}
-	for (int i = 0; i < 60000; i++) {
-		FILE *f = fopen(path, "rb");
-
-		if (f != NULL) {
-			size_t n = fread(id, sizeof(*id), 1, f);
-
-			fclose(f);
-			if (n == 1)
-				return;
-		}
-		usleep(1000);
-	}
-	fprintf(stderr, "rank %d: no NCCL id in %s\n", rank, path);
-	exit(1);
-}
+static int g_quick; /* --quick: fewer chunks (sanitizer runs) */
 
 /* ---- put / put_signal patterns from a kernel ---- */
 
@@ -505,34 +449,24 @@ static void bench_pingpong(mkComm_t comm, ncclComm_t nccl)
 
 int main(int argc, char **argv)
 {
-	int rank, nranks, nnodes, nlocal, ndev = 0, bench = 0, kill_last = 0;
 	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
-	ncclUniqueId id;
+	struct rank_args a;
 	ncclComm_t nccl;
 	mkComm_t comm;
 	char *buf;
+	int rc, rank, nranks, nnodes, nlocal, bench, kill_last;
 
-	if (argc < 6) {
-		fprintf(stderr, "usage: %s RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--kill] [--quick]\n",
-			argv[0]);
-		return 2;
-	}
-	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-		printf("no CUDA device: skipped\n");
-		return 77;
-	}
-	rank = g_rank = atoi(argv[1]);
-	nranks = atoi(argv[2]);
-	nnodes = atoi(argv[4]);
-	nlocal = atoi(argv[5]);
-	for (int i = 6; i < argc; i++) {
-		bench |= strcmp(argv[i], "--bench") == 0;
-		kill_last |= strcmp(argv[i], "--kill") == 0;
-		g_quick |= strcmp(argv[i], "--quick") == 0;
-	}
-	CK(cudaSetDevice(0));
-	get_id(rank, argv[3], &id);
-	NK(ncclCommInitRank(&nccl, nranks, id, rank));
+	rc = rank_args_parse(argc, argv, "[--bench] [--kill] [--quick]", &a);
+	if (rc)
+		return rc;
+	rank = a.rank;
+	nranks = a.nranks;
+	nnodes = a.nnodes;
+	nlocal = a.nlocal;
+	bench = rank_has_opt(argc, argv, "--bench");
+	kill_last = rank_has_opt(argc, argv, "--kill");
+	g_quick = rank_has_opt(argc, argv, "--quick");
+	rank_nccl_init(&a, &nccl);
 	cfg.heapBytes = bench ? (size_t)1 << 30 : (size_t)256 << 20;
 	cfg.timeoutMs = kill_last ? 3000 : 30000;
 	NK(mkCommInit(nccl, &cfg, &comm));

@@ -170,6 +170,18 @@ static void test_mkgemm_invalid_arguments_before_cuda(void **state)
 			 ncclInvalidArgument);
 }
 
+/* No comm can exist without a GPU; a NULL one is refused before anything touches CUDA. */
+static void test_mkgemm_allreduce_null_comm_refused(void **state)
+{
+	(void)state;
+	assert_int_equal(mkGemmAllReduce(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
+					 mkLayoutRowMajorNK, NULL, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemmAllReduce(NULL, NULL, NULL, 0, 0, 0, ncclBfloat16,
+					 mkLayoutRowMajorNK, NULL, 0),
+			 ncclInvalidArgument);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -181,6 +193,7 @@ int main(void)
 		cmocka_unit_test(test_check_bad_sizes_and_layout_fail),
 		cmocka_unit_test(test_check_epilogue_rules),
 		cmocka_unit_test(test_mkgemm_invalid_arguments_before_cuda),
+		cmocka_unit_test(test_mkgemm_allreduce_null_comm_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

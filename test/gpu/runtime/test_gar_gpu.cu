@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * mkGemmAllReduce end to end, one process per rank (started by scripts/gpu/runtime-comm.sh):
+ * every rank multiplies its own random bf16 A and B; C must equal the fp32 reference (cuBLAS
+ * with fp32 output, then ncclAllReduce in fp32) within the bf16 tolerance stated below, on
+ * square shapes, tails (M, N not multiples of the tile, N not a multiple of 8), both B layouts;
+ * 100 calls back to back without host synchronisation; the call captured in a CUDA graph and
+ * replayed; the unfused path (MKERNEL_GEMM_AR_FUSED=0) on the same inputs; bad
+ * arguments refused with ncclInvalidArgument. With --bench: the fused call against cuBLAS +
+ * ncclAllReduce and against the GEMM engine alone on the same SM share, same CUDA-event timing
+ * for all (JSON lines, rank 0).
+ *
+ * Tolerance, per element: with S = sum over ranks of |partial| (an fp32 all-reduce of the
+ * partials' magnitudes) and u = 2^-8 (bf16 unit roundoff), |C - ref| <= (nranks + 1) u (S +
+ * |ref|). The fused kernel rounds each partial to bf16 and the fp32 sum once more (error <= u S +
+ * u |ref|); the unfused path (NCCL adds bf16 step by step, rounding every partial sum) needs
+ * up to nranks - 1 roundings more, which the bound covers.
+ *
+ * usage: test-gar-gpu RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--quick]
+ * Exit: 0 pass, 1 fail, 77 no CUDA device.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "fused/fallback.h"
+#include "fused/gemm/gemm.h"
+#include "fused/runtime/comm.h"
+extern "C" {
+#include "mk/clock.h"
+#include "mk/param.h"
+}
+
+#include "rank_check.h"
+
+static int g_nranks;
+
+/* Random bf16 in [-1, 1), different per rank and per seed. */
+static void fill_bf16(__nv_bfloat16 *d, size_t count, uint32_t seed)
+{
+	__nv_bfloat16 *h = (__nv_bfloat16 *)malloc(count * sizeof(*h));
+	uint32_t x = seed * 2654435761u + 12345u;
+
+	for (size_t i = 0; i < count; i++) {
+		x = x * 1664525u + 1013904223u;
+		h[i] = __float2bfloat16((float)(x >> 8) / (float)(1u << 23) - 1.0f);
+	}
+	CK(cudaMemcpy(d, h, count * sizeof(*h), cudaMemcpyHostToDevice));
+	free(h);
+}
+
+struct problem {
+	int m, n, k, b_nk;
+	__nv_bfloat16 *a, *b, *c;
+	float *ref; /* host: fp32 reference */
+	float *mag; /* host: sum over ranks of |partial| */
+};
+
+__global__ void abs_kernel(const float *x, float *y, size_t count)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] = fabsf(x[i]);
+}
+
+/* The fused kernel is opt-in (MKERNEL_GEMM_AR_FUSED); the test switches between the paths. */
+static void set_fallback(int on)
+{
+	setenv("MKERNEL_GEMM_AR_FUSED", on ? "0" : "1", 1);
+	mk_param_reset_all();
+}
+
+static void problem_open(struct problem *p, ncclComm_t nccl, int m, int n, int k, int b_nk,
+			 uint32_t seed)
+{
+	float *r, *mag;
+
+	p->m = m;
+	p->n = n;
+	p->k = k;
+	p->b_nk = b_nk;
+	CK(cudaMalloc((void **)&p->a, (size_t)m * k * 2));
+	CK(cudaMalloc((void **)&p->b, (size_t)k * n * 2));
+	CK(cudaMalloc((void **)&p->c, (size_t)m * n * 2));
+	CK(cudaMalloc((void **)&r, (size_t)m * n * 4));
+	fill_bf16(p->a, (size_t)m * k, seed * 131u + (uint32_t)g_rank * 7u + 1u);
+	fill_bf16(p->b, (size_t)k * n, seed * 131u + (uint32_t)g_rank * 7u + 2u);
+	if (mk_fallback_gemm(p->a, p->b, r, m, n, k, b_nk, CUDA_R_16BF, CUDA_R_32F, 0) != 0) {
+		expect(0, "reference GEMM");
+		exit(1);
+	}
+	CK(cudaMalloc((void **)&mag, (size_t)m * n * 4));
+	abs_kernel<<<1024, 256>>>(r, mag, (size_t)m * n);
+	CK(cudaGetLastError());
+	NK(ncclAllReduce(r, r, (size_t)m * n, ncclFloat32, ncclSum, nccl, 0));
+	NK(ncclAllReduce(mag, mag, (size_t)m * n, ncclFloat32, ncclSum, nccl, 0));
+	p->ref = (float *)malloc((size_t)m * n * 4);
+	p->mag = (float *)malloc((size_t)m * n * 4);
+	CK(cudaMemcpy(p->ref, r, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(p->mag, mag, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
+	cudaFree(r);
+	cudaFree(mag);
+}
+
+static void problem_close(struct problem *p)
+{
+	cudaFree(p->a);
+	cudaFree(p->b);
+	cudaFree(p->c);
+	free(p->ref);
+	free(p->mag);
+}
+
+/* Elements of C outside the tolerance (see the header comment). */
+static size_t problem_bad(const struct problem *p, double *max_err)
+{
+	const size_t count = (size_t)p->m * p->n;
+	__nv_bfloat16 *h = (__nv_bfloat16 *)malloc(count * 2);
+	size_t bad = 0;
+
+	CK(cudaMemcpy(h, p->c, count * 2, cudaMemcpyDeviceToHost));
+	*max_err = 0;
+	for (size_t i = 0; i < count; i++) {
+		double got = __bfloat162float(h[i]), want = p->ref[i];
+		double err = fabs(got - want);
+		double tol = (g_nranks + 1) / 256.0 * (p->mag[i] + fabs(want)) + 1e-6;
+
+		if (!(err <= tol))
+			bad++;
+		if (err > *max_err)
+			*max_err = err;
+	}
+	free(h);
+	return bad;
+}
+
+static void check_case(mkComm_t comm, ncclComm_t nccl, int m, int n, int k, int b_nk,
+		       const char *path)
+{
+	struct problem p;
+	double max_err;
+	size_t bad;
+	ncclResult_t ae;
+	char what[200];
+
+	problem_open(&p, nccl, m, n, k, b_nk, (uint32_t)(m + n + k + b_nk));
+	CK(cudaMemset(p.c, 0, (size_t)m * n * 2));
+	NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16,
+			   b_nk ? mkLayoutRowMajorNK : mkLayoutRowMajorKN, comm, 0));
+	CK(cudaStreamSynchronize(0));
+	NK(mkCommGetAsyncError(comm, &ae));
+	bad = problem_bad(&p, &max_err);
+	snprintf(what, sizeof(what), "%s M %d N %d K %d B %s: %zu outside tolerance, max |err| %.4g",
+		 path, m, n, k, b_nk ? "NxK" : "KxN", bad, max_err);
+	expect(bad == 0 && ae == ncclSuccess, what);
+	problem_close(&p);
+}
+
+/* 100 calls without host synchronisation, alternating two A; the last one must be in C. */
+static void check_back_to_back(mkComm_t comm, ncclComm_t nccl, int calls)
+{
+	const int m = 1024, n = 1024, k = 256;
+	struct problem p, q;
+	double max_err;
+	size_t bad;
+	char what[160];
+
+	problem_open(&p, nccl, m, n, k, 1, 77);
+	problem_open(&q, nccl, m, n, k, 1, 78);
+	for (int i = 0; i < calls; i++) {
+		const struct problem *x = i % 2 ? &q : &p;
+
+		NK(mkGemmAllReduce(x->a, x->b, p.c, m, n, k, ncclBfloat16, mkLayoutRowMajorNK, comm,
+				   0));
+	}
+	CK(cudaStreamSynchronize(0));
+	/* The last call used q's inputs (calls is even) into p.c: compare with q's reference. */
+	{
+		float *keep = p.ref, *keep_mag = p.mag;
+
+		p.ref = calls % 2 ? p.ref : q.ref;
+		p.mag = calls % 2 ? p.mag : q.mag;
+		bad = problem_bad(&p, &max_err);
+		p.ref = keep;
+		p.mag = keep_mag;
+	}
+	snprintf(what, sizeof(what), "%d calls back to back: %zu outside tolerance, max |err| %.4g",
+		 calls, bad, max_err);
+	expect(bad == 0, what);
+	problem_close(&p);
+	problem_close(&q);
+}
+
+/* One call captured in a CUDA graph, replayed three times (C cleared before each). */
+static void check_graph(mkComm_t comm, ncclComm_t nccl)
+{
+	const int m = 1536, n = 1024, k = 128;
+	struct problem p;
+	cudaStream_t s;
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	size_t bad = 0;
+	double max_err;
+	char what[160];
+
+	problem_open(&p, nccl, m, n, k, 1, 91);
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	/* The first call of a shape sets up its workspace (host-synchronising): not in capture. */
+	NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16, mkLayoutRowMajorNK, comm, s));
+	CK(cudaStreamSynchronize(s));
+	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16, mkLayoutRowMajorNK, comm, s));
+	CK(cudaStreamEndCapture(s, &g));
+	CK(cudaGraphInstantiate(&ge, g, 0));
+	for (int i = 0; i < 3; i++) {
+		CK(cudaMemsetAsync(p.c, 0, (size_t)m * n * 2, s));
+		CK(cudaGraphLaunch(ge, s));
+		CK(cudaStreamSynchronize(s));
+		bad += problem_bad(&p, &max_err);
+	}
+	snprintf(what, sizeof(what), "CUDA graph, 3 replays: %zu outside tolerance", bad);
+	expect(bad == 0, what);
+	cudaGraphExecDestroy(ge);
+	cudaGraphDestroy(g);
+	cudaStreamDestroy(s);
+	problem_close(&p);
+}
+
+static void check_invalid(mkComm_t comm)
+{
+	void *a, *b, *c;
+	int ok = 1;
+
+	CK(cudaMalloc(&a, 1 << 20));
+	CK(cudaMalloc(&b, 1 << 20));
+	CK(cudaMalloc(&c, 1 << 20));
+	ok &= mkGemmAllReduce(NULL, b, c, 64, 64, 64, ncclBfloat16, mkLayoutRowMajorNK, comm, 0) ==
+	      ncclInvalidArgument;
+	ok &= mkGemmAllReduce(a, b, c, 0, 64, 64, ncclBfloat16, mkLayoutRowMajorNK, comm, 0) ==
+	      ncclInvalidArgument;
+	ok &= mkGemmAllReduce(a, b, c, 64, 64, 64, ncclInt32, mkLayoutRowMajorNK, comm, 0) ==
+	      ncclInvalidArgument;
+	ok &= mkGemmAllReduce((char *)a + 1, b, c, 64, 64, 64, ncclBfloat16, mkLayoutRowMajorNK,
+			      comm, 0) == ncclInvalidArgument;
+	ok &= mkGemmAllReduce(a, b, c, 64, 64, 64, ncclBfloat16, (mkLayout_t)7, comm, 0) ==
+	      ncclInvalidArgument;
+	ok &= mkGemmAllReduce(a, b, c, 64, 64, 64, ncclBfloat16, mkLayoutRowMajorNK, NULL, 0) ==
+	      ncclInvalidArgument;
+	CK(cudaDeviceSynchronize());
+	expect(ok, "bad arguments: ncclInvalidArgument, nothing launched");
+	cudaFree(a);
+	cudaFree(b);
+	cudaFree(c);
+}
+
+/* ---- benchmark ---- */
+
+static int cmp_f(const void *x, const void *y)
+{
+	float a = *(const float *)x, b = *(const float *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)
+{
+	const int reps = 20, warm = 5;
+	cudaEvent_t e0, e1;
+
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int s = 2048; s <= (quick ? 4096 : 16384); s *= 2) {
+		struct problem p;
+		float tf[32], tu[32], tg[32], th[32];
+		double max_err;
+		size_t bad;
+
+		struct mk_gemm_launch gemm;
+
+		problem_open(&p, nccl, s, s, s / 16, 1, (uint32_t)s);
+		/* GEMM alone: the same engine on the whole GPU share the fused kernel computes on. */
+		memset(&gemm, 0, sizeof(gemm));
+		gemm.a = p.a;
+		gemm.b = p.b;
+		mk_gemm_args_init(&gemm.args, s, s, s / 16, MK_GEMM_B_NK, p.c);
+		{
+			int sms = 0;
+
+			CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+			gemm.ctas = sms / (comm->gpu_share > 0 ? comm->gpu_share : 1);
+		}
+		for (int r = 0; r < warm + reps; r++) {
+			float ms;
+
+			/* fused, unfused and GEMM alone alternate: same run, same inputs */
+			set_fallback(0);
+			CK(cudaEventRecord(e0, 0));
+			{
+				/* Host time inside the call: launch cost the events also see. */
+				uint64_t h0 = mk_now_ns();
+
+				NK(mkGemmAllReduce(p.a, p.b, p.c, s, s, s / 16, ncclBfloat16,
+						   mkLayoutRowMajorNK, comm, 0));
+				if (r >= warm)
+					th[r - warm] = (float)((mk_now_ns() - h0) / 1e3);
+			}
+			CK(cudaEventRecord(e1, 0));
+			CK(cudaEventSynchronize(e1));
+			CK(cudaEventElapsedTime(&ms, e0, e1));
+			if (r >= warm)
+				tf[r - warm] = ms;
+			set_fallback(1);
+			CK(cudaEventRecord(e0, 0));
+			NK(mkGemmAllReduce(p.a, p.b, p.c, s, s, s / 16, ncclBfloat16,
+					   mkLayoutRowMajorNK, comm, 0));
+			CK(cudaEventRecord(e1, 0));
+			CK(cudaEventSynchronize(e1));
+			CK(cudaEventElapsedTime(&ms, e0, e1));
+			if (r >= warm)
+				tu[r - warm] = ms;
+			CK(cudaEventRecord(e0, 0));
+			if (mk_gemm_run(&gemm, 0) != 0)
+				expect(0, "GEMM engine alone");
+			CK(cudaEventRecord(e1, 0));
+			CK(cudaEventSynchronize(e1));
+			CK(cudaEventElapsedTime(&ms, e0, e1));
+			if (r >= warm)
+				tg[r - warm] = ms;
+		}
+		set_fallback(0);
+		NK(mkGemmAllReduce(p.a, p.b, p.c, s, s, s / 16, ncclBfloat16, mkLayoutRowMajorNK,
+				   comm, 0));
+		CK(cudaStreamSynchronize(0));
+		bad = problem_bad(&p, &max_err);
+		expect(bad == 0, "benchmark result within tolerance");
+		qsort(tf, reps, sizeof(float), cmp_f);
+		qsort(tu, reps, sizeof(float), cmp_f);
+		qsort(tg, reps, sizeof(float), cmp_f);
+		qsort(th, reps, sizeof(float), cmp_f);
+		if (g_rank == 0)
+			printf("{\"bench\":\"gemm_allreduce\",\"m\":%d,\"n\":%d,\"k\":%d,"
+			       "\"nranks\":%d,\"nnodes\":%d,\"nlocal\":%d,\"fused_ms\":%.4f,"
+			       "\"fused_p10\":%.4f,\"fused_p90\":%.4f,\"cublas_nccl_ms\":%.4f,"
+			       "\"gemm_only_ms\":%.4f,\"speedup_vs_cublas_nccl\":%.3f,"
+			       "\"fused_over_gemm\":%.3f,\"fused_host_us\":%.1f,\"emulated\":true}\n",
+			       s, s, s / 16, g_nranks, nnodes, nlocal, tf[reps / 2], tf[reps / 10],
+			       tf[reps * 9 / 10], tu[reps / 2], tg[reps / 2],
+			       tu[reps / 2] / tf[reps / 2], tf[reps / 2] / tg[reps / 2], th[reps / 2]);
+		problem_close(&p);
+	}
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+}
+
+int main(int argc, char **argv)
+{
+	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
+	struct rank_args a;
+	const char *path;
+	ncclComm_t nccl;
+	mkComm_t comm;
+	int rc, rank, nnodes, nlocal, do_bench, quick;
+
+	rc = rank_args_parse(argc, argv, "[--bench] [--quick]", &a);
+	if (rc)
+		return rc;
+	rank = a.rank;
+	g_nranks = a.nranks;
+	nnodes = a.nnodes;
+	nlocal = a.nlocal;
+	do_bench = rank_has_opt(argc, argv, "--bench");
+	quick = rank_has_opt(argc, argv, "--quick");
+	set_fallback(0);
+	rank_nccl_init(&a, &nccl);
+	cfg.heapBytes = do_bench ? (size_t)1100 << 20 : (size_t)256 << 20;
+	cfg.timeoutMs = 15000; /* a hang fails in 15 s, well inside the launcher's limit */
+	NK(mkCommInit(nccl, &cfg, &comm));
+	/* The path this layout takes: fused within one node on sm_90, unfused otherwise. */
+	path = nnodes == 1 ? "fused" : "unfused (several nodes)";
+	printf("rank %d: node %d/%d local %d/%d, %d rank(s) on this GPU, path %s\n", rank,
+	       comm->topo.node, comm->topo.nnodes, comm->topo.local_rank, comm->topo.nlocal,
+	       comm->gpu_share, path);
+	check_invalid(comm);
+	check_case(comm, nccl, 2048, 2048, 128, 1, path);
+	check_case(comm, nccl, 2048, 2048, 128, 0, path);
+	check_case(comm, nccl, 2000, 3000, 192, 1, path);
+	check_case(comm, nccl, 2000, 3000, 192, 0, path);
+	check_case(comm, nccl, 1000, 1003, 64, 1, path);
+	if (!quick) {
+		check_case(comm, nccl, 4096, 4096, 256, 1, path);
+		check_case(comm, nccl, 4096, 4096, 256, 0, path);
+	}
+	/* The unfused path on the same kind of inputs. */
+	set_fallback(1);
+	check_case(comm, nccl, 2000, 3000, 192, 1, "unfused (forced)");
+	set_fallback(0);
+	check_back_to_back(comm, nccl, quick ? 10 : 100);
+	check_graph(comm, nccl);
+	if (do_bench)
+		bench(comm, nccl, nnodes, nlocal, quick);
+	NK(mkCommDestroy(comm));
+	NK(ncclCommDestroy(nccl));
+	printf("rank %d: %d failure(s)\n", rank, g_failures);
+	return g_failures ? 1 : 0;
+}
