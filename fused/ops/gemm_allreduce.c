@@ -6,10 +6,10 @@
  *
  * Workspace, per comm, for one output shape at a time: W (this rank's bf16 partial, M x N), R
  * (the bf16 results of the tiles this rank owns, M x N), then per tile a ready and a final flag,
- * then the call and exit counters and two work-ticket counters. Offsets are symmetric, so a node peer's W, R and flags are its
- * mapped heap plus the same offsets. A new shape replaces the workspace: the ranks allocate the
- * same sizes in the same order (collective, host-synchronising: warm up before graph capture),
- * zero the flags and pass a barrier before any kernel can read them.
+ * then the call and exit counters and two work-ticket counters. Offsets are symmetric, so a node
+ * peer's W, R and flags are its mapped heap plus the same offsets. A new shape replaces the
+ * workspace: the ranks allocate the same sizes in the same order (collective, host-synchronising:
+ * warm up before graph capture), zero the flags and pass a barrier before any kernel can read them.
  */
 #define MK_LOG_PREFIX "mkernel"
 
@@ -82,7 +82,8 @@ static int gar_order(struct mk_comm *c, struct mk_gar_ws *ws, int tiles_m, int t
 
 static int gar_ws_get(struct mk_comm *c, int m, int n, struct mk_gar_ws **out)
 {
-	const int tiles_m = (m + MK_GEMM_BM - 1) / MK_GEMM_BM, tiles_n = (n + MK_GEMM_BN - 1) / MK_GEMM_BN;
+	const int tiles_m = (m + MK_GEMM_BM - 1) / MK_GEMM_BM,
+		  tiles_n = (n + MK_GEMM_BN - 1) / MK_GEMM_BN;
 	const size_t mat = (size_t)m * n * 2;
 	struct mk_gar_ws *ws = c->gar;
 	int rc;
@@ -103,7 +104,8 @@ static int gar_ws_get(struct mk_comm *c, int m, int n, struct mk_gar_ws **out)
 	ws->m = m;
 	ws->n = n;
 	ws->tiles = tiles_m * tiles_n;
-	if (mkMemAlloc(c, mat, &ws->w) != ncclSuccess || mkMemAlloc(c, mat, &ws->r) != ncclSuccess ||
+	if (mkMemAlloc(c, mat, &ws->w) != ncclSuccess ||
+	    mkMemAlloc(c, mat, &ws->r) != ncclSuccess ||
 	    mkMemAlloc(c, gar_flag_bytes(ws->tiles), &ws->flags) != ncclSuccess) {
 		MK_WARN("mkGemmAllReduce needs 2 x %zu bytes plus flags of symmetric heap for M %d "
 			"x N %d (MKERNEL_SYMM_HEAP, mkConfig_t.heapBytes)",
@@ -155,8 +157,8 @@ static int gar_roles(const struct mk_comm *c, struct mk_gar_launch *l)
 	return l->compute >= 1 ? 0 : -EINVAL;
 }
 
-static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n,
-		     int k, int b_layout, cudaStream_t stream)
+static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
+		     int b_layout, cudaStream_t stream)
 {
 	struct mk_gar_launch l;
 	struct mk_gar_ws *ws;
@@ -199,9 +201,9 @@ static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, 
 static int gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n,
 		       int k, int b_layout, ncclDataType_t type, cudaStream_t stream)
 {
-	const cudaDataType_t ct = type == ncclBfloat16 ? CUDA_R_16BF
-				  : type == ncclFloat16	 ? CUDA_R_16F
-							 : CUDA_R_32F;
+	const cudaDataType_t ct = type == ncclBfloat16	? CUDA_R_16BF
+				  : type == ncclFloat16 ? CUDA_R_16F
+							: CUDA_R_32F;
 	int rc = mk_fallback_gemm(a, b, cc, m, n, k, b_layout, ct, ct, stream);
 
 	if (rc)
@@ -212,8 +214,8 @@ static int gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc
 }
 
 /* Why the fused kernel cannot run this call, or NULL when it can. */
-static const char *gar_why_not(const struct mk_comm *c, const void *a, const void *b, int m,
-			       int n, int k, int b_layout, ncclDataType_t type)
+static const char *gar_why_not(const struct mk_comm *c, const void *a, const void *b, int m, int n,
+			       int k, int b_layout, ncclDataType_t type)
 {
 	static __thread char why[160];
 	struct mk_gemm_args g;

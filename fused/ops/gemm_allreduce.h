@@ -30,15 +30,15 @@ extern "C" {
 
 /* Workspace words per tile and per call (all in the symmetric heap, zeroed per shape). */
 struct mk_gar_ws_dev {
-	uint16_t *w[MK_MAX_LOCAL];	   /* node peers' bf16 partial buffers (mine at local rank) */
-	uint16_t *r[MK_MAX_LOCAL];	   /* node peers' bf16 result buffers */
-	unsigned int *ready[MK_MAX_LOCAL];  /* per tile: partial stored (the engine's flag) */
-	unsigned int *final[MK_MAX_LOCAL];  /* per tile: owner's result stored */
-	unsigned int *calls;		    /* my completed calls on this workspace */
+	uint16_t *w[MK_MAX_LOCAL]; /* node peers' bf16 partial buffers (mine at local rank) */
+	uint16_t *r[MK_MAX_LOCAL]; /* node peers' bf16 result buffers */
+	unsigned int *ready[MK_MAX_LOCAL];	/* per tile: partial stored (the engine's flag) */
+	unsigned int *final[MK_MAX_LOCAL];	/* per tile: owner's result stored */
+	unsigned int *calls;			/* my completed calls on this workspace */
 	unsigned int *peer_calls[MK_MAX_LOCAL]; /* node peers' (mine at my local rank) */
-	unsigned int *exits;		    /* CTAs that left the current call */
-	unsigned int *tickets;		    /* [2]: next reduce and publish work item */
-	int *error;			    /* comm's error word (mapped host) */
+	unsigned int *exits;			/* CTAs that left the current call */
+	unsigned int *tickets;			/* [2]: next reduce and publish work item */
+	int *error;				/* comm's error word (mapped host) */
 	uint64_t timeout_ns;
 };
 
