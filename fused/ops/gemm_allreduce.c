@@ -21,6 +21,7 @@
 
 #include "fused/fallback.h"
 #include "fused/ops/gemm_allreduce.h"
+#include "fused/ops/gemm_allreduce_plan.h"
 #include "fused/runtime/comm.h"
 #include "fused/runtime/runtime_params.h"
 #include "mk/err.h"
@@ -56,22 +57,15 @@ static void gar_ws_free(struct mk_comm *c)
 	c->gar = NULL;
 }
 
-/* Tiles of my slice (tile rows tm % nlocal == local rank) first, then the next owners'. */
+/* The compute order (gemm_allreduce_plan.c) in device memory. */
 static int gar_order(struct mk_comm *c, struct mk_gar_ws *ws, int tiles_m, int tiles_n)
 {
-	int *h = malloc((size_t)ws->tiles * sizeof(int)), k = 0;
-	const int nl = c->topo.nlocal;
-	int rc = -ENOMEM;
+	int *h = malloc((size_t)ws->tiles * sizeof(int));
+	int rc = -EIO;
 
 	if (h == NULL)
-		return rc;
-	for (int d = 0; d < nl; d++) {
-		for (int tm = (c->topo.local_rank + d) % nl; tm < tiles_m; tm += nl) {
-			for (int tn = 0; tn < tiles_n; tn++)
-				h[k++] = tm * tiles_n + tn;
-		}
-	}
-	rc = -EIO;
+		return -ENOMEM;
+	mk_gar_tile_order(tiles_m, tiles_n, c->topo.local_rank, c->topo.nlocal, h);
 	if (cudaMalloc((void **)&ws->order_d, (size_t)ws->tiles * sizeof(int)) == cudaSuccess &&
 	    cudaMemcpy(ws->order_d, h, (size_t)ws->tiles * sizeof(int), cudaMemcpyHostToDevice) ==
 		    cudaSuccess)
@@ -134,27 +128,20 @@ static int gar_ws_get(struct mk_comm *c, int m, int n, struct mk_gar_ws **out)
 	return 0;
 }
 
-/* CTAs per role within my share of the GPU's SMs (MKERNEL_ROLE_SPLIT's intra and reduce). */
+/* CTAs per role within my share of the GPU's SMs (gemm_allreduce_plan.c). */
 static int gar_roles(const struct mk_comm *c, struct mk_gar_launch *l)
 {
-	int dev, sms = 0, share, want[4] = { 0, 0, 0, 0 };
-	const char *split = mk_param_role_split();
+	struct mk_gar_split sp;
+	int dev, sms = 0, rc;
 
 	if (cudaGetDevice(&dev) != cudaSuccess ||
 	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
 		return -EIO;
-	share = sms / (c->gpu_share > 0 ? c->gpu_share : 1);
-	l->reduce = share / 16 > 0 ? share / 16 : 1;
-	l->publish = l->reduce;
-	if (split != NULL && split[0] != '\0' &&
-	    sscanf(split, "%d,%d,%d,%d", &want[0], &want[1], &want[2], &want[3]) == 4) {
-		if (want[1] > 0)
-			l->reduce = want[1];
-		if (want[3] > 0)
-			l->publish = want[3];
-	}
-	l->compute = share - l->reduce - l->publish;
-	return l->compute >= 1 ? 0 : -EINVAL;
+	rc = mk_gar_split(sms, c->gpu_share, mk_param_role_split(), &sp);
+	l->compute = sp.compute;
+	l->reduce = sp.reduce;
+	l->publish = sp.publish;
+	return rc;
 }
 
 static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
