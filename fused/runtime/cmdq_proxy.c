@@ -23,10 +23,19 @@ enum {
 
 #define PROXY_EVENTS 64
 
+/* Signals from one peer waiting for their flush to be posted (GPU-memory heap only). */
+#define PROXY_FLUSH_RING 1024
+
 struct proxy_peer {
 	struct mk_proxy_peer pub;
 	pthread_mutex_t lock; /* serialises data ops on pub.conn */
+	/* Touched only by the thread that polls this peer. */
+	uint32_t flush_ring[PROXY_FLUSH_RING];
+	uint32_t flush_head, flush_tail;
 };
+
+/* Completion contexts of flushes: this queue id, the signal index below. */
+#define PROXY_FLUSH_QID 0xffffffffu
 
 struct proxy_thread {
 	struct mk_proxy *p;
@@ -216,20 +225,69 @@ static void proxy_signal_add(struct mk_proxy *p, uint32_t index)
 	__atomic_fetch_add(&p->a.signals[index], 1, __ATOMIC_RELEASE);
 }
 
-static int proxy_on_event(struct mk_proxy *p, const struct mk_event *ev)
+/*
+ * A NIC that wrote into GPU memory may still have data in flight on PCIe when its immediate is
+ * reported; the GPU must not see the signal first. With a GPU-memory heap and a transport that
+ * can flush, each signal waits for a flush (a local read through the connection, completing
+ * after the writes before it) and is applied when that flush completes.
+ */
+static bool proxy_needs_flush(const struct mk_proxy *p)
 {
+	return p->a.heap_device && p->a.ops->flush != NULL;
+}
+
+/* Post the flushes of pp's waiting signals; -EAGAIN leaves the rest for the next sweep. */
+static int proxy_post_flushes(struct mk_proxy *p, struct proxy_peer *pp)
+{
+	while (pp->flush_head != pp->flush_tail) {
+		uint32_t index = pp->flush_ring[pp->flush_head % PROXY_FLUSH_RING];
+		int rc;
+
+		pthread_mutex_lock(&pp->lock);
+		rc = p->a.ops->flush(pp->pub.conn, p->a.heap, 1, p->a.heap_mr,
+				     proxy_ctx((int)PROXY_FLUSH_QID, index));
+		pthread_mutex_unlock(&pp->lock);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc)
+			return rc;
+		pp->flush_head++;
+		proxy_stat_add(&p->st.flushes, 1);
+	}
+	return 0;
+}
+
+static int proxy_on_event(struct mk_proxy *p, struct proxy_peer *pp, const struct mk_event *ev)
+{
+	uint32_t index;
+
 	if (ev->status != 0)
 		return ev->status;
 	switch (ev->type) {
-	case MK_EV_WRITE_DONE:
 	case MK_EV_READ_DONE:
+		if ((uint32_t)((uint64_t)(uintptr_t)ev->ctx >> 32) == PROXY_FLUSH_QID) {
+			proxy_signal_add(p, (uint32_t)(uintptr_t)ev->ctx);
+			return 0;
+		}
+		proxy_complete(p, ev->ctx); /* a read posted for a command */
+		return 0;
+	case MK_EV_WRITE_DONE:
 		proxy_complete(p, ev->ctx);
 		return 0;
 	case MK_EV_IMM:
 		if ((ev->imm >> MK_IMM_KIND_SHIFT) != MK_IMM_KIND_SIGNAL)
 			return -EPROTO;
-		proxy_signal_add(p, ev->imm & MK_IMM_INDEX_MASK);
+		index = ev->imm & MK_IMM_INDEX_MASK;
 		proxy_stat_add(&p->st.imms, 1);
+		if (!proxy_needs_flush(p)) {
+			proxy_signal_add(p, index);
+			return 0;
+		}
+		if (index >= p->a.nsignals)
+			return -EPROTO;
+		if (pp->flush_tail - pp->flush_head >= PROXY_FLUSH_RING)
+			return -EOVERFLOW;
+		pp->flush_ring[pp->flush_tail++ % PROXY_FLUSH_RING] = index;
 		return 0;
 	}
 	return -EPROTO;
@@ -254,13 +312,19 @@ static int proxy_poll_peers(struct mk_proxy *p, int thread)
 			if (n < 0)
 				return n;
 			for (int i = 0; i < n; i++) {
-				int rc = proxy_on_event(p, &ev[i]);
+				int rc = proxy_on_event(p, pp, &ev[i]);
 
 				if (rc)
 					return rc;
 			}
 			work += n;
 		} while (n == PROXY_EVENTS);
+		if (pp->flush_head != pp->flush_tail) {
+			int rc = proxy_post_flushes(p, pp);
+
+			if (rc)
+				return rc;
+		}
 	}
 	return work;
 }
@@ -511,5 +575,6 @@ void mk_proxy_get_stats(struct mk_proxy *p, struct mk_proxy_stats *st)
 	st->writes = __atomic_load_n(&p->st.writes, __ATOMIC_RELAXED);
 	st->eagain = __atomic_load_n(&p->st.eagain, __ATOMIC_RELAXED);
 	st->imms = __atomic_load_n(&p->st.imms, __ATOMIC_RELAXED);
+	st->flushes = __atomic_load_n(&p->st.flushes, __ATOMIC_RELAXED);
 	st->lat_samples = __atomic_load_n(&p->st.lat_samples, __ATOMIC_RELAXED);
 }

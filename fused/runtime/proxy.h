@@ -66,7 +66,8 @@ struct mk_proxy_attr {
 	struct mk_proxy_peer *peers; /* nranks entries (copied); peers[rank] may be empty */
 	void *heap;		     /* my symmetric heap: source of puts, target of peers' */
 	size_t heap_len;	     /* same on every rank */
-	int heap_device;	     /* heap is GPU memory: no host copy for commands to myself */
+	int heap_device;	     /* heap is GPU memory: no host copy for commands to myself, and
+				      * signals wait for ops->flush (when the transport has one) */
 	struct mk_bmr *heap_mr;	     /* its registration (NULL with only local targets) */
 	uint64_t *signals;	     /* my signal words; immediates increment them */
 	uint32_t nsignals;	     /* same on every rank */
@@ -90,6 +91,7 @@ struct mk_proxy_stats {
 	uint64_t writes;	/* transport writes posted */
 	uint64_t eagain;	/* writes refused with -EAGAIN and retried */
 	uint64_t imms;		/* immediates turned into signal increments */
+	uint64_t flushes;	/* flushes posted before applying a signal (GPU-memory heap) */
 	uint64_t lat_samples;	/* entries written to lat_ns (modulo lat_cap) */
 };
 

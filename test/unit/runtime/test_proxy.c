@@ -54,6 +54,36 @@ static int locked_write(struct mk_conn *c, int lane, const void *src, size_t len
 	return rc;
 }
 
+/*
+ * A flush for the GPU-heap tests: refused with -EAGAIN flush_eagain times, then held until
+ * the test sets flush_release; its completion then comes out of the connection's poll.
+ */
+#define MAX_FLUSHES 16
+static struct {
+	struct mk_conn *conn;
+	void *ctx;
+} flushes[MAX_FLUSHES];
+static int nflushes, flush_calls, flush_eagain, flush_release;
+
+static int test_flush(struct mk_conn *c, void *addr, size_t len, struct mk_bmr *mr, void *ctx)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&fake_lock);
+	flush_calls++;
+	if (flush_eagain > 0) {
+		flush_eagain--;
+		rc = -EAGAIN;
+	} else if (nflushes == MAX_FLUSHES || addr == NULL || len == 0 || mr == NULL) {
+		rc = -EINVAL;
+	} else {
+		flushes[nflushes].conn = c;
+		flushes[nflushes++].ctx = ctx;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
 static int locked_poll(struct mk_conn *c, struct mk_event *ev, int max)
 {
 	int rc;
@@ -63,6 +93,17 @@ static int locked_poll(struct mk_conn *c, struct mk_event *ev, int max)
 	for (int i = 0; i < rc; i++) {
 		if (ev[i].type == MK_EV_IMM)
 			imm_outstanding--;
+	}
+	/* released flushes of this connection complete after its other events */
+	for (int i = 0; rc >= 0 && flush_release && i < nflushes && rc < max;) {
+		if (flushes[i].conn != c) {
+			i++;
+			continue;
+		}
+		memset(&ev[rc], 0, sizeof(ev[rc]));
+		ev[rc].type = MK_EV_READ_DONE;
+		ev[rc++].ctx = flushes[i].ctx;
+		flushes[i] = flushes[--nflushes];
 	}
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
@@ -252,6 +293,7 @@ static int setup(void **state)
 	locked_ops = fake_tp_ops;
 	locked_ops.write = locked_write;
 	locked_ops.poll = locked_poll;
+	nflushes = flush_calls = flush_eagain = flush_release = 0;
 	return 0;
 }
 
@@ -547,6 +589,50 @@ static void test_self_put_refused_with_device_heap(void **state)
 	world_close(&w);
 }
 
+/*
+ * GPU-memory heap and a transport that flushes: a signal becomes visible only after the flush
+ * posted for it completed (retried while the transport refuses it). A host heap never flushes.
+ */
+static void test_signal_waits_for_flush_with_device_heap(void **state)
+{
+	const uint64_t want[2] = { 1, 1 };
+	const uint32_t sig[2] = { 5, 2 };
+	struct wopts o = { .heap_device = { 0, 1 } };
+	struct mk_proxy_stats st;
+	struct world w;
+	uint64_t t0;
+
+	locked_ops.flush = test_flush;
+	flush_eagain = 3;
+	world_open(&w, 2, &o);
+	fill(w.r[0].heap, 0, 1, BLK);
+	push(&w.r[0], MK_CMD_PUT_SIGNAL, 1, 0, 0, BLK, 2);
+	/* The data is there, the immediate seen, the flush posted after three refusals: no signal.
+	 */
+	t0 = mk_now_ns();
+	while (flush_calls < 4 || w.r[0].q.ctrl->done != w.r[0].prod.head) {
+		assert_int_equal(world_progress(&w), 0);
+		assert_true(mk_now_ns() - t0 < 5000000000ull);
+	}
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(world_progress(&w), 0);
+	assert_int_equal(nflushes, 1);
+	assert_int_equal(__atomic_load_n(&w.r[1].signals[2], __ATOMIC_ACQUIRE), 0);
+	/* A host-heap rank applies its signal at once, without a flush. */
+	fill(w.r[1].heap + BLK, 1, 0, BLK);
+	push(&w.r[1], MK_CMD_PUT_SIGNAL, 0, BLK, BLK, BLK, 5);
+	flush_release = 1;
+	run_until_signals(&w, want, sig);
+	check(w.r[1].heap, 0, 1, BLK);
+	check(w.r[0].heap + BLK, 1, 0, BLK);
+	assert_int_equal(flush_calls, 4);
+	mk_proxy_get_stats(w.r[1].proxy, &st);
+	assert_int_equal(st.flushes, 1);
+	mk_proxy_get_stats(w.r[0].proxy, &st);
+	assert_int_equal(st.flushes, 0);
+	world_close(&w);
+}
+
 static void test_unreachable_peer_rejected(void **state)
 {
 	struct world w;
@@ -722,6 +808,7 @@ int main(void)
 		cmocka_unit_test_setup(test_endless_eagain_times_out, setup),
 		cmocka_unit_test_setup(test_unknown_signal_at_target_is_protocol_error, setup),
 		cmocka_unit_test_setup(test_self_put_refused_with_device_heap, setup),
+		cmocka_unit_test_setup(test_signal_waits_for_flush_with_device_heap, setup),
 		cmocka_unit_test_setup(test_unreachable_peer_rejected, setup),
 		cmocka_unit_test_setup(test_create_rejects_bad_attr, setup),
 		cmocka_unit_test_setup(test_threaded_proxies_alltoall_rounds, setup),
