@@ -24,13 +24,6 @@
 #define MK_A2A_MAX_SLICES    8
 #define MK_A2A_MAX_CTAS	     512 /* every CTA must be resident: they wait for each other */
 
-/* First error wins, roughly: atomics on mapped host memory are not guaranteed over PCIe. */
-MK_DEV void a2a_fail(const struct mk_dev_comm *c, int rc)
-{
-	if (mk_ld_relaxed_sys_s32(c->error) == 0)
-		mk_st_relaxed_sys_u32((uint32_t *)c->error, (uint32_t)rc);
-}
-
 /* Thread 0's wait, shared with the CTA. */
 MK_DEV int a2a_wait(const struct mk_dev_comm *c, uint32_t signal, uint64_t value)
 {
@@ -96,7 +89,7 @@ __global__ void __launch_bounds__(MK_A2A_THREADS)
 				      recv_off + (uint64_t)p * bytes + off, len, target);
 
 		if (rc && threadIdx.x == 0)
-			a2a_fail(&c, rc);
+			mk_dev_record_error(c.error, rc);
 		return;
 	}
 	mk_dev_copy(c.heap + recv_off + (uint64_t)p * bytes + off,

@@ -28,11 +28,9 @@
 #include "mk/log.h"
 
 struct mk_gar_ws {
-	int m, n, b_layout;
-	uint64_t w_off, r_off, f_off; /* heap offsets of W, R and the flag block */
-	void *w, *r, *flags;	      /* the same as pointers into my heap */
-	int tiles;
-	int *order_d; /* compute order, my slice first */
+	int m, n, tiles;
+	void *w, *r, *flags; /* in my heap; a node peer's are at the same offsets in its heap */
+	int *order_d;	     /* compute order, my slice first */
 };
 
 static size_t gar_flag_bytes(int tiles)
@@ -107,9 +105,6 @@ static int gar_ws_get(struct mk_comm *c, int m, int n, struct mk_gar_ws **out)
 		gar_ws_free(c);
 		return -ENOMEM;
 	}
-	ws->w_off = (uint64_t)((char *)ws->w - c->heap);
-	ws->r_off = (uint64_t)((char *)ws->r - c->heap);
-	ws->f_off = (uint64_t)((char *)ws->flags - c->heap);
 	rc = mk_gar_prepare(); /* shared-memory limit, and loads the kernel before it is needed */
 	if (rc == 0)
 		rc = gar_order(c, ws, tiles_m, tiles_n);
@@ -132,16 +127,19 @@ static int gar_ws_get(struct mk_comm *c, int m, int n, struct mk_gar_ws **out)
 static int gar_roles(const struct mk_comm *c, struct mk_gar_launch *l)
 {
 	struct mk_gar_split sp;
-	int dev, sms = 0, rc;
+	int rc;
 
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-		return -EIO;
-	rc = mk_gar_split(sms, c->gpu_share, mk_param_role_split(), &sp);
+	rc = mk_gar_split(c->sms, c->gpu_share, mk_param_role_split(), &sp);
 	l->compute = sp.compute;
 	l->reduce = sp.reduce;
 	l->publish = sp.publish;
 	return rc;
+}
+
+/* The address in node peer p's mapped heap of what `mine` is in my heap (symmetric offsets). */
+static void *gar_at_peer(const struct mk_comm *c, int p, const void *mine)
+{
+	return c->peer_base[p] + ((const char *)mine - c->heap);
 }
 
 static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
@@ -169,13 +167,13 @@ static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, 
 	l.nlocal = c->topo.nlocal;
 	l.order = ws->order_d;
 	for (int p = 0; p < c->topo.nlocal; p++) {
-		char *base = c->peer_base[p];
+		unsigned int *flags = gar_at_peer(c, p, ws->flags);
 
-		l.ws.w[p] = (uint16_t *)(base + ws->w_off);
-		l.ws.r[p] = (uint16_t *)(base + ws->r_off);
-		l.ws.ready[p] = (unsigned int *)(base + ws->f_off);
-		l.ws.final[p] = (unsigned int *)(base + ws->f_off) + ws->tiles;
-		l.ws.peer_calls[p] = (unsigned int *)(base + ws->f_off) + 2 * ws->tiles;
+		l.ws.w[p] = gar_at_peer(c, p, ws->w);
+		l.ws.r[p] = gar_at_peer(c, p, ws->r);
+		l.ws.ready[p] = flags;
+		l.ws.final[p] = flags + ws->tiles;
+		l.ws.peer_calls[p] = flags + 2 * ws->tiles;
 	}
 	l.ws.calls = (unsigned int *)ws->flags + 2 * ws->tiles;
 	l.ws.exits = l.ws.calls + 1;

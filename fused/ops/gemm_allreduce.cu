@@ -29,28 +29,14 @@ MK_DEV struct gar_tile gar_tile_of(int t, int tiles_n, int m, int n)
 	return g;
 }
 
-MK_DEV void gar_fail(const struct mk_gar_ws_dev *ws, int rc)
-{
-	if (mk_ld_relaxed_sys_s32(ws->error) == 0)
-		mk_st_relaxed_sys_u32((uint32_t *)ws->error, (uint32_t)rc);
-}
-
 /* Thread 0 waits until *flag >= want; the result is shared with the CTA. */
 MK_DEV int gar_wait(const struct mk_gar_ws_dev *ws, const unsigned int *flag, unsigned int want)
 {
 	__shared__ int rc_s;
 
 	__syncthreads(); /* every thread has read the previous wait's result */
-	if (threadIdx.x == 0) {
-		uint64_t t0 = 0;
-
-		rc_s = 0;
-		while (mk_ld_acquire_sys_u32(flag) < want) {
-			rc_s = mk_dev_wait_step(ws->error, &t0, ws->timeout_ns);
-			if (rc_s)
-				break;
-		}
-	}
+	if (threadIdx.x == 0)
+		rc_s = mk_dev_wait_u32_ge(flag, want, ws->error, ws->timeout_ns);
 	__syncthreads();
 	return rc_s;
 }
@@ -213,7 +199,7 @@ MK_DEV int gar_reduce(const struct mk_gar_launch *l, int tiles_m, int tiles_n, u
 			rc = gar_wait(&l->ws, &l->ws.ready[p][t], e);
 		if (rc) {
 			if (threadIdx.x == 0)
-				gar_fail(&l->ws, rc);
+				mk_dev_record_error(l->ws.error, rc);
 			return rc;
 		}
 		gar_sum_tile(l, gar_tile_of(t, tiles_n, l->m, l->n));
@@ -234,7 +220,7 @@ MK_DEV void gar_publish(const struct mk_gar_launch *l, int tiles_m, int tiles_n,
 		rc = gar_wait(&l->ws, &l->ws.final[owner][t], e);
 		if (rc) {
 			if (threadIdx.x == 0)
-				gar_fail(&l->ws, rc);
+				mk_dev_record_error(l->ws.error, rc);
 			return;
 		}
 		gar_copy_tile(l, l->ws.r[owner], gar_tile_of(t, tiles_n, l->m, l->n));
@@ -260,14 +246,11 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 	if (threadIdx.x == 0) {
 		e_s = *(volatile unsigned int *)l.ws.calls + 1;
 		entry_rc = 0;
-		for (int p = 0; p < l.nlocal && entry_rc == 0; p++) {
-			uint64_t t0 = 0;
-
-			while (entry_rc == 0 && mk_ld_acquire_sys_u32(l.ws.peer_calls[p]) < e_s - 1)
-				entry_rc = mk_dev_wait_step(l.ws.error, &t0, l.ws.timeout_ns);
-		}
+		for (int p = 0; p < l.nlocal && entry_rc == 0; p++)
+			entry_rc = mk_dev_wait_u32_ge(l.ws.peer_calls[p], e_s - 1, l.ws.error,
+						      l.ws.timeout_ns);
 		if (entry_rc)
-			gar_fail(&l.ws, entry_rc);
+			mk_dev_record_error(l.ws.error, entry_rc);
 	}
 	__syncthreads();
 	if (entry_rc)
@@ -305,10 +288,8 @@ leave:
 			l.ws.tickets[0] = 0;
 			l.ws.tickets[1] = 0;
 			*l.ws.exits = 0;
-			/* Node peers wait for this word (entry above): system-scope release. */
-			asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(l.ws.calls),
-				     "r"(e_s)
-				     : "memory");
+			/* Node peers wait for this word (entry above). */
+			mk_peer_st_release_u32(l.ws.calls, e_s);
 		}
 	}
 }

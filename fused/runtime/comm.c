@@ -88,6 +88,10 @@ static int comm_topology(struct mk_comm *c)
 	if (all == NULL || hashes == NULL)
 		goto out;
 	rc = cuda_rc(cudaDeviceGetPCIBusId(bus, sizeof(bus), c->cuda_dev), "cudaDeviceGetPCIBusId");
+	if (rc == 0)
+		rc = cuda_rc(cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount,
+						    c->cuda_dev),
+			     "cudaDeviceGetAttribute(SMs)");
 	if (rc)
 		goto out;
 	mine.gpu_key = mk_topo_machine_hash() ^ mk_topo_hash_str(bus);

@@ -54,6 +54,7 @@ struct mk_comm {
 	struct mk_proxy *proxy;
 	int nthreads;
 	int timeout_ms;
+	int sms;       /* SMs of my GPU */
 	int gpu_share; /* ranks of this comm on my GPU (me included): my share of its SMs */
 	/* ops state */
 	uint64_t a2a_signals;  /* mkAllToAll: slices of all calls so far (signal targets) */

@@ -102,6 +102,11 @@ MK_RT_DEV void mk_peer_st_release_u64(uint64_t *peer_word, uint64_t v)
 	asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(peer_word), "l"(v) : "memory");
 }
 
+MK_RT_DEV void mk_peer_st_release_u32(uint32_t *peer_word, uint32_t v)
+{
+	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(peer_word), "r"(v) : "memory");
+}
+
 MK_RT_DEV uint64_t mk_peer_ld_acquire_u64(const uint64_t *peer_word)
 {
 	return mk_ld_acquire_sys_u64(peer_word);
@@ -121,6 +126,29 @@ MK_RT_DEV int mk_dev_wait_step(const int32_t *error, uint64_t *t0, uint64_t time
 		return -MK_DEV_ETIMEDOUT;
 	__nanosleep(32);
 	return 0;
+}
+
+/* Wait (one thread) until *word >= want, bounded as above. 0, -EPIPE or -ETIMEDOUT. */
+MK_RT_DEV int mk_dev_wait_u32_ge(const uint32_t *word, uint32_t want, const int32_t *error,
+				 uint64_t timeout_ns)
+{
+	uint64_t t0 = 0;
+
+	while (mk_ld_acquire_sys_u32(word) < want) {
+		int rc = mk_dev_wait_step(error, &t0, timeout_ns);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Record a kernel's error in the comm's error word. First error wins, roughly: atomics on
+ * mapped host memory are not guaranteed over PCIe. */
+MK_RT_DEV void mk_dev_record_error(int32_t *error, int rc)
+{
+	if (mk_ld_relaxed_sys_s32(error) == 0)
+		mk_st_relaxed_sys_u32((uint32_t *)error, (uint32_t)rc);
 }
 
 /* ---- the queue producer ---- */
@@ -202,10 +230,18 @@ MK_RT_DEV int mk_dev_put_cmd(const struct mk_dev_comm *c, uint8_t op, int peer, 
 
 /* ---- where a peer is: node-local peers (and myself) by pointer, the others by the proxy ---- */
 
+/* The peer's index among my node's ranks, or -1 when it is on another node. */
+MK_RT_DEV int mk_dev_local_of(const struct mk_dev_comm *c, int peer)
+{
+	if (c->peer_local != NULL)
+		return c->peer_local[peer];
+	return peer == c->rank ? c->local_rank : -1;
+}
+
 /* The peer's heap as a pointer I can store to, or NULL when it is on another node. */
 MK_RT_DEV char *mk_dev_peer_heap(const struct mk_dev_comm *c, int peer)
 {
-	int l = c->peer_local != NULL ? c->peer_local[peer] : (peer == c->rank ? c->local_rank : -1);
+	int l = mk_dev_local_of(c, peer);
 
 	return l >= 0 ? c->peer_heap[l] : NULL;
 }
@@ -213,7 +249,7 @@ MK_RT_DEV char *mk_dev_peer_heap(const struct mk_dev_comm *c, int peer)
 /* The peer's node-signal words (node-local peers only). */
 MK_RT_DEV uint64_t *mk_dev_peer_signals(const struct mk_dev_comm *c, int peer)
 {
-	int l = c->peer_local != NULL ? c->peer_local[peer] : (peer == c->rank ? c->local_rank : -1);
+	int l = mk_dev_local_of(c, peer);
 
 	return l >= 0 ? c->peer_nvl_signals[l] : NULL;
 }
@@ -264,6 +300,32 @@ MK_RT_DEV uint32_t mk_dev_ticket_now(const struct mk_dev_comm *c)
 	return mk_ld_relaxed_gpu_u32(&c->q.prod->head) - 1u;
 }
 
+/* Threads [tid, ..., step) copy [src_off, +bytes) of the heap into the host mirror, if any. */
+MK_RT_DEV void mk_dev_mirror_out(const struct mk_dev_comm *c, uint64_t src_off, uint64_t bytes,
+				 uint32_t tid, uint32_t step)
+{
+	if (c->stage != NULL)
+		mk_dev_copy(c->stage + src_off, c->heap + src_off, bytes, tid, step, false);
+}
+
+/* Threads [tid, ..., step) copy what `from` put at [off, +bytes) out of the mirror, if it
+ * went through one (another node's put, a mirror in use). */
+MK_RT_DEV void mk_dev_mirror_in(const struct mk_dev_comm *c, int from, uint64_t off,
+				uint64_t bytes, uint32_t tid, uint32_t step)
+{
+	if (c->stage != NULL && mk_dev_peer_heap(c, from) == NULL)
+		mk_dev_copy(c->heap + off, c->stage + off, bytes, tid, step, true);
+}
+
+/* A PUT or PUT_SIGNAL to another node by one thread: mirror the source, then push. */
+MK_RT_DEV int mk_dev_push(const struct mk_dev_comm *c, uint8_t op, int peer, uint64_t dst_off,
+			  uint64_t src_off, uint64_t bytes, uint32_t signal, uint32_t *ticket)
+{
+	mk_dev_mirror_out(c, src_off, bytes, 0, 1);
+	mk_fence_acq_rel_sys();
+	return mk_dev_put_cmd(c, op, peer, dst_off, src_off, bytes, signal, ticket);
+}
+
 /*
  * put: bytes from my heap at src_off to peer's heap at dst_off. A node-local peer (or myself)
  * gets them by stores through its mapped heap; another node's through the proxy, from the host
@@ -275,15 +337,11 @@ MK_RT_DEV int mk_dev_put(const struct mk_dev_comm *c, int peer, uint64_t dst_off
 {
 	char *to = mk_dev_peer_heap(c, peer);
 
-	if (to != NULL) {
-		mk_dev_copy(to + dst_off, c->heap + src_off, bytes, 0, 1, false);
-		*ticket = mk_dev_ticket_now(c);
-		return 0;
-	}
-	if (c->stage != NULL)
-		mk_dev_copy(c->stage + src_off, c->heap + src_off, bytes, 0, 1, false);
-	mk_fence_acq_rel_sys();
-	return mk_dev_put_cmd(c, MK_CMD_PUT, peer, dst_off, src_off, bytes, 0, ticket);
+	if (to == NULL)
+		return mk_dev_push(c, MK_CMD_PUT, peer, dst_off, src_off, bytes, 0, ticket);
+	mk_dev_copy(to + dst_off, c->heap + src_off, bytes, 0, 1, false);
+	*ticket = mk_dev_ticket_now(c);
+	return 0;
 }
 
 /* Peer's signal word `signal` += 1, ordered after every put this thread made to it before. */
@@ -305,15 +363,13 @@ MK_RT_DEV int mk_dev_signal(const struct mk_dev_comm *c, int peer, uint32_t sign
 MK_RT_DEV int mk_dev_put_signal(const struct mk_dev_comm *c, int peer, uint64_t dst_off,
 				uint64_t src_off, uint64_t bytes, uint32_t signal, uint32_t *ticket)
 {
-	if (mk_dev_peer_heap(c, peer) != NULL) {
-		int rc = mk_dev_put(c, peer, dst_off, src_off, bytes, ticket);
+	int rc;
 
-		return rc ? rc : mk_dev_signal(c, peer, signal, ticket);
-	}
-	if (c->stage != NULL)
-		mk_dev_copy(c->stage + src_off, c->heap + src_off, bytes, 0, 1, false);
-	mk_fence_acq_rel_sys();
-	return mk_dev_put_cmd(c, MK_CMD_PUT_SIGNAL, peer, dst_off, src_off, bytes, signal, ticket);
+	if (mk_dev_peer_heap(c, peer) == NULL)
+		return mk_dev_push(c, MK_CMD_PUT_SIGNAL, peer, dst_off, src_off, bytes, signal,
+				   ticket);
+	rc = mk_dev_put(c, peer, dst_off, src_off, bytes, ticket);
+	return rc ? rc : mk_dev_signal(c, peer, signal, ticket);
 }
 
 /*
@@ -324,8 +380,7 @@ MK_RT_DEV int mk_dev_put_signal(const struct mk_dev_comm *c, int peer, uint64_t 
  */
 MK_RT_DEV void mk_dev_land(const struct mk_dev_comm *c, int from, uint64_t off, uint64_t bytes)
 {
-	if (c->stage != NULL && mk_dev_peer_heap(c, from) == NULL)
-		mk_dev_copy(c->heap + off, c->stage + off, bytes, 0, 1, true);
+	mk_dev_mirror_in(c, from, off, bytes, 0, 1);
 }
 
 /* ---- the same for a whole CTA (every thread calls; the result is the same in all) ---- */
@@ -341,9 +396,7 @@ MK_RT_DEV int mk_dev_push_block(const struct mk_dev_comm *c, uint8_t op, int pee
 	__shared__ int rc_s;
 	__shared__ uint32_t ticket_s;
 
-	if (c->stage != NULL)
-		mk_dev_copy(c->stage + src_off, c->heap + src_off, bytes, threadIdx.x, blockDim.x,
-			    false);
+	mk_dev_mirror_out(c, src_off, bytes, threadIdx.x, blockDim.x);
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		mk_fence_acq_rel_sys();
@@ -402,8 +455,7 @@ MK_RT_DEV void mk_dev_land_block(const struct mk_dev_comm *c, int from, uint64_t
 				 uint64_t bytes)
 {
 	__syncthreads();
-	if (c->stage != NULL && mk_dev_peer_heap(c, from) == NULL)
-		mk_dev_copy(c->heap + off, c->stage + off, bytes, threadIdx.x, blockDim.x, true);
+	mk_dev_mirror_in(c, from, off, bytes, threadIdx.x, blockDim.x);
 	__syncthreads();
 }
 

@@ -77,6 +77,14 @@ static void get_id(int rank, const char *path, ncclUniqueId *id)
 	exit(1);
 }
 
+/* qsort order of floats (benchmark medians). */
+static int cmp_f(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 struct rank_args {
 	int rank, nranks, nnodes, nlocal;
 	const char *idfile;

@@ -230,15 +230,36 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Per-iteration latencies (ns, device) without the first 100 warm-ups: median, p10, p90. */
+struct lat_stats {
+	uint32_t median, p10, p90;
+	int n;
+};
+
+static struct lat_stats lat_summary(const uint32_t *lat_d, int iters)
+{
+	uint32_t *lat = (uint32_t *)malloc(iters * sizeof(uint32_t)), *v = lat + 100;
+	struct lat_stats st;
+
+	CK(cudaMemcpy(lat, lat_d, iters * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+	st.n = iters - 100;
+	qsort(v, st.n, sizeof(uint32_t), cmp_u32);
+	st.median = v[st.n / 2];
+	st.p10 = v[st.n / 10];
+	st.p90 = v[st.n * 9 / 10];
+	free(lat);
+	return st;
+}
+
 static uint32_t test_round_trip(void)
 {
-	uint32_t median;
 	const int iters = quick ? 300 : 20000;
 	struct mk_proxy_peer peer;
 	struct proxy_runner run;
 	struct mk_dev_comm c;
+	struct lat_stats st;
 	pthread_t tid;
-	uint32_t *lat_d, *lat;
+	uint32_t *lat_d;
 	uint64_t sig = 0;
 	int *err_d, err = 0;
 	struct gq g;
@@ -260,27 +281,18 @@ static uint32_t test_round_trip(void)
 	CK(cudaDeviceSynchronize());
 	run.stop = 1;
 	pthread_join(tid, NULL);
-	lat = (uint32_t *)malloc(iters * sizeof(uint32_t));
-	CK(cudaMemcpy(lat, lat_d, iters * sizeof(uint32_t), cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(&err, err_d, sizeof(int), cudaMemcpyDeviceToHost));
 	expect(err == 0, "round trip: no error");
-	qsort(lat + 100, iters - 100, sizeof(uint32_t), cmp_u32);	/* 100 warm-ups dropped */
-	{
-		uint32_t *v = lat + 100;
-		int n = iters - 100;
-
-		printf("{\"bench\":\"cmdq_gpu\",\"metric\":\"push_to_done_round_trip\",\"unit\":\"ns\","
-		       "\"median\":%u,\"p10\":%u,\"p90\":%u,\"iters\":%d,"
-		       "\"one_way_estimate_ns\":%u}\n",
-		       v[n / 2], v[n / 10], v[n * 9 / 10], n, v[n / 2] / 2);
-		median = v[n / 2];
-	}
+	st = lat_summary(lat_d, iters);
+	printf("{\"bench\":\"cmdq_gpu\",\"metric\":\"push_to_done_round_trip\",\"unit\":\"ns\","
+	       "\"median\":%u,\"p10\":%u,\"p90\":%u,\"iters\":%d,"
+	       "\"one_way_estimate_ns\":%u}\n",
+	       st.median, st.p10, st.p90, st.n, st.median / 2);
 	mk_proxy_destroy(run.p[0]);
 	gq_close(&g);
 	cudaFree(lat_d);
 	cudaFree(err_d);
-	free(lat);
-	return median;
+	return st.median;
 }
 
 /*
@@ -292,15 +304,14 @@ __global__ void bare_kernel(uint32_t *ping, const uint32_t *pong, int iters, uin
 			    int *err)
 {
 	for (int k = 1; k <= iters; k++) {
-		uint64_t t0 = mk_globaltimer_ns(), w = 0;
+		uint64_t t0 = mk_globaltimer_ns();
+		int rc;
 
-		asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(ping), "r"((uint32_t)k)
-			     : "memory");
-		while (mk_ld_acquire_sys_u32(pong) != (uint32_t)k) {
-			if (mk_dev_wait_step(NULL, &w, 5ull * 1000000000ull)) {
-				*err = -MK_DEV_ETIMEDOUT;
-				return;
-			}
+		mk_peer_st_release_u32(ping, (uint32_t)k);
+		rc = mk_dev_wait_u32_ge(pong, (uint32_t)k, NULL, 5ull * 1000000000ull);
+		if (rc) {
+			*err = rc;
+			return;
 		}
 		lat[k - 1] = (uint32_t)(mk_globaltimer_ns() - t0);
 	}
@@ -330,8 +341,9 @@ static void *echo_main(void *arg)
 static void test_bare_round_trip(uint32_t queue_median)
 {
 	const int iters = quick ? 300 : 20000;
-	uint32_t *words, *lat_d, *lat;
+	uint32_t *words, *lat_d;
 	int *err_d, err = 0;
+	struct lat_stats st;
 	struct echo e;
 	pthread_t tid;
 
@@ -347,26 +359,18 @@ static void test_bare_round_trip(uint32_t queue_median)
 	bare_kernel<<<1, 1>>>(words, words + 16, iters, lat_d, err_d);
 	CK(cudaDeviceSynchronize());
 	pthread_join(tid, NULL);
-	lat = (uint32_t *)malloc(iters * sizeof(uint32_t));
-	CK(cudaMemcpy(lat, lat_d, iters * sizeof(uint32_t), cudaMemcpyDeviceToHost));
 	CK(cudaMemcpy(&err, err_d, sizeof(int), cudaMemcpyDeviceToHost));
 	expect(err == 0, "bare GPU -> host -> GPU flag round trip completed");
-	qsort(lat + 100, iters - 100, sizeof(uint32_t), cmp_u32);
-	{
-		uint32_t *v = lat + 100;
-		int n = iters - 100;
-
-		printf("{\"bench\":\"cmdq_gpu\",\"metric\":\"bare_flag_round_trip\",\"unit\":\"ns\","
-		       "\"median\":%u,\"p10\":%u,\"p90\":%u,\"iters\":%d,"
-		       "\"queue_round_trip_ns\":%u,\"queue_over_bare_ns\":%d,"
-		       "\"queue_over_bare_ratio\":%.2f}\n",
-		       v[n / 2], v[n / 10], v[n * 9 / 10], n, queue_median,
-		       (int)queue_median - (int)v[n / 2], (double)queue_median / v[n / 2]);
-	}
+	st = lat_summary(lat_d, iters);
+	printf("{\"bench\":\"cmdq_gpu\",\"metric\":\"bare_flag_round_trip\",\"unit\":\"ns\","
+	       "\"median\":%u,\"p10\":%u,\"p90\":%u,\"iters\":%d,"
+	       "\"queue_round_trip_ns\":%u,\"queue_over_bare_ns\":%d,"
+	       "\"queue_over_bare_ratio\":%.2f}\n",
+	       st.median, st.p10, st.p90, st.n, queue_median, (int)queue_median - (int)st.median,
+	       (double)queue_median / st.median);
 	cudaFreeHost(words);
 	cudaFree(lat_d);
 	cudaFree(err_d);
-	free(lat);
 }
 
 /* ---- 3 and 4. two ranks over the in-memory transport ---- */

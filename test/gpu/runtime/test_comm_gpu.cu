@@ -275,13 +275,6 @@ static void run_alltoall(mkComm_t comm, size_t count, int iters)
 
 /* ---- benchmarks (rank 0 prints) ---- */
 
-static int cmp_f(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static float median_ms(float *v, int n)
 {
 	qsort(v, n, sizeof(*v), cmp_f);

@@ -261,13 +261,6 @@ static void check_invalid(mkComm_t comm)
 
 /* ---- benchmark ---- */
 
-static int cmp_f(const void *x, const void *y)
-{
-	float a = *(const float *)x, b = *(const float *)y;
-
-	return a < b ? -1 : a > b;
-}
-
 static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)
 {
 	const int reps = 20, warm = 5;
