@@ -134,6 +134,25 @@ int mk_model_sm_split(int op, int sms, int nnodes, int ranks_per_node,
 	return 0;
 }
 
+void mk_model_gemm_ar_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
+			 uint64_t m, uint64_t n, uint64_t k, int dtype_bytes, int sms,
+			 int compute_sms, double tflops, double overhead_us, double *fused_us,
+			 double *unfused_us)
+{
+	const double gemm_us = 2.0 * (double)m * (double)n * (double)k / (tflops * 1e6);
+	double ar_us = 0, gemm_fused_us;
+
+	if (topo->nranks > 1) {
+		ar_us = mk_model_coll_us(topo, links, MK_COLL_ALLREDUCE, MK_ALGO_RING,
+					 MK_PROTO_SIMPLE, m * n * (uint64_t)dtype_bytes);
+		if (ar_us < 0)
+			ar_us = 0;
+	}
+	gemm_fused_us = compute_sms > 0 ? gemm_us * sms / compute_sms : gemm_us;
+	*unfused_us = gemm_us + ar_us;
+	*fused_us = (gemm_fused_us > ar_us ? gemm_fused_us : ar_us) + overhead_us;
+}
+
 void mk_model_controller(int sms, struct mk_policy_sm_split *out)
 {
 	int comm_min = 0;

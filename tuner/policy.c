@@ -38,6 +38,8 @@ struct policy_inputs {
 	int split_set; /* MKERNEL_TUNER_SM_SPLIT parsed into split */
 	struct mk_rule split;
 	struct mk_model_links links;
+	double gemm_tflops; /* fused ops' cost model */
+	double fused_overhead_us;
 };
 
 struct mk_policy {
@@ -174,6 +176,9 @@ static struct policy_inputs *inputs_read(void)
 	in->links.nvl_lat_us = (double)mk_param_tuner_nvl_lat_ns() / 1e3;
 	in->links.net_gbps = (double)mk_param_tuner_net_gbps();
 	in->links.net_lat_us = (double)mk_param_tuner_net_lat_ns() / 1e3;
+	in->gemm_tflops =
+		mk_param_tuner_gemm_tflops() > 0 ? (double)mk_param_tuner_gemm_tflops() : 730.0;
+	in->fused_overhead_us = (double)mk_param_tuner_fused_overhead_us();
 	inputs_read_rules(in);
 	inputs_read_split(in);
 	return in;
@@ -557,6 +562,15 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 				sms);
 	}
 	mk_model_controller(sms, &s);
+	if (q->op == MK_FUSED_GEMM_ALLREDUCE && q->m > 0 && q->n > 0 && q->k > 0) {
+		const struct mk_policy_topo topo = { q->nranks, q->nnodes, rpn };
+
+		mk_model_gemm_ar_us(&topo, &in->links, q->m, q->n, q->k,
+				    q->dtype_bytes > 0 ? q->dtype_bytes : 2, sms,
+				    s.sms[MK_ROLE_COMPUTE], in->gemm_tflops, in->fused_overhead_us,
+				    &s.fused_us, &s.unfused_us);
+		s.fuse = q->nranks > 1 && s.fused_us < s.unfused_us;
+	}
 	if (rule != NULL && rule->window > 0)
 		s.window = rule->window;
 	if (in->window > 0)

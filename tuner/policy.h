@@ -142,6 +142,13 @@ struct mk_policy_sm_split {
 	int adaptive;		    /* 1: run the on-GPU controller; 0: keep the split static */
 	enum mk_policy_src src;	    /* who decided sms[] */
 	int rule_line;		    /* line of the rule that matched, 0 if none */
+	/*
+	 * GEMM ops with m, n, k given: whether the fused kernel should win over the GEMM followed
+	 * by the collective (cost model: GEMM time on the compute SMs, collective time from the
+	 * link model, the fused call's measured fixed cost), and both estimates in us.
+	 */
+	int fuse;
+	double fused_us, unfused_us;
 };
 
 /* Answer the fused op's question. 0, or -EINVAL for a bad query (unknown op, sms < 8, ...). */

@@ -20,5 +20,7 @@ MK_PARAM_DECLARE_INT(tuner_gpu_sms);
 MK_PARAM_DECLARE_STR(tuner_sm_split);
 MK_PARAM_DECLARE_INT(tuner_adaptive);
 MK_PARAM_DECLARE_INT(tuner_window);
+MK_PARAM_DECLARE_INT(tuner_gemm_tflops);
+MK_PARAM_DECLARE_INT(tuner_fused_overhead_us);
 
 #endif /* MK_TUNER_PARAMS_H */

@@ -295,16 +295,20 @@ static __device__ __forceinline__ void mk_gemm_publish(const struct mk_gemm_epil
 		mk_bulk_wait_all();
 		mk_fence_proxy_async_global();
 	}
-	if (e->ready_scope == MK_GEMM_FLAG_SYS)
-		mk_fence_acq_rel_sys();
-	else
-		mk_fence_acq_rel_gpu();
+	/*
+	 * One fence by the flag's writer, after the barrier: the barrier orders every consumer
+	 * thread's stores before it, and the fence plus release make them visible at the scope
+	 * (a fence.sys per thread cost microseconds per tile).
+	 */
 	mk_named_bar_sync(1, 2 * 128);
 	if (threadIdx.x == 128) {
-		if (e->ready_scope == MK_GEMM_FLAG_SYS)
+		if (e->ready_scope == MK_GEMM_FLAG_SYS) {
+			mk_fence_acq_rel_sys();
 			mk_red_release_sys_add_u32(&e->ready[tile], 1);
-		else
+		} else {
+			mk_fence_acq_rel_gpu();
 			mk_red_release_gpu_add_u32(&e->ready[tile], 1);
+		}
 	}
 }
 

@@ -1,18 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mkGemmAllReduce's fused kernel (gemm_allreduce.cu) as the public API (gemm_allreduce.c) sees
- * it: a persistent kernel whose CTAs start in three roles for the ranks of one node:
- *   compute: the GEMM engine, tiles of this rank's own slice first, each tile stored into this
- *            rank's partial buffer W in the symmetric heap, then its ready flag raised;
- *   reduce:  for the tiles this rank owns (tile rows tm with tm % nlocal == local rank), wait
- *            for every node peer's ready flag, add the node peers' W tiles in fp32 (peer
- *            pointers), store the sum into this rank's result buffer R, raise its final flag;
- *   publish: for every tile, wait for its owner's final flag and copy the owner's R tile into C.
- * Reduce and publish work is handed out by tickets; compute CTAs take reduce and then publish
- * tickets once the GEMM has no tile left for them, reduce CTAs take publish tickets after.
- * Flags only grow: the kernel reads the call count from the workspace, waits for count + 1,
- * and the last CTA to leave stores count + 1 back, so CUDA-graph replays stay in step. A call
- * starts only after every node peer has finished the previous one.
+ * it: one persistent cooperative kernel per call, CTAs in the roles of gemm_allreduce_plan.h.
+ * My slice is the tile rows tm with tm % nlocal == my local rank; with several nodes the same
+ * local rank of every node owns the same slice.
+ *   compute: the GEMM engine, my slice's tiles first, each tile stored into my partial W in the
+ *            symmetric heap, then its ready flag raised;
+ *   intra:   (several ranks per node) per tile of my slice, wait for every node peer's ready
+ *            flag and add their W tiles in fp32 through the CUDA IPC maps; one node: into my R
+ *            and C, then the final flag; several nodes: the node sum back into my W;
+ *   send:    (several nodes) per tile row of my slice once it is summed, one put_signal to the
+ *            same local rank of every other node, into its landing area for my node;
+ *   reduce:  (several nodes) per tile of my slice, wait for the other nodes' rows, add them to
+ *            my node sum, store into C (and into R with node peers, then the final flag);
+ *   publish: (several ranks per node) copy the node peers' R tiles into C once final.
+ * Every CTA starts in one role and then takes the later roles' work in this order (tickets),
+ * so every piece of work is taken by a CTA that only waits for earlier roles.
+ * Flags only grow: a call waits for count + 1 and the last CTA out stores the new count, so
+ * CUDA-graph replays stay in step; signals across nodes are compared with what earlier calls
+ * consumed (`seen`). A call starts only after every node peer and every same-local-rank peer on
+ * the other nodes finished the previous one.
  */
 #ifndef MK_FUSED_OPS_GEMM_ALLREDUCE_H
 #define MK_FUSED_OPS_GEMM_ALLREDUCE_H
@@ -22,23 +29,42 @@
 #include <cuda_runtime.h>
 
 #include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_allreduce_plan.h"
 #include "fused/runtime/dev_comm.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Workspace words per tile and per call (all in the symmetric heap, zeroed per shape). */
+/* Ticket counters: one per role after compute, then publish. */
+enum { MK_GAR_T_INTRA, MK_GAR_T_SEND, MK_GAR_T_REDUCE, MK_GAR_T_PUBLISH, MK_GAR_TICKETS };
+
+/* Per-CTA timestamps (ns, GPU global timer) when tracing: start, entry passed, then the end of
+ * compute, intra, send, reduce and publish, and the exit. */
+#define MK_GAR_TRACE_WORDS 8
+
+/* Workspace words (symmetric heap unless noted; zeroed per shape). */
 struct mk_gar_ws_dev {
 	uint16_t *w[MK_MAX_LOCAL]; /* node peers' bf16 partial buffers (mine at local rank) */
-	uint16_t *r[MK_MAX_LOCAL]; /* node peers' bf16 result buffers */
+	uint16_t *r[MK_MAX_LOCAL]; /* node peers' bf16 result buffers (several ranks per node) */
 	unsigned int *ready[MK_MAX_LOCAL];	/* per tile: partial stored (the engine's flag) */
 	unsigned int *final[MK_MAX_LOCAL];	/* per tile: owner's result stored */
 	unsigned int *calls;			/* my completed calls on this workspace */
 	unsigned int *peer_calls[MK_MAX_LOCAL]; /* node peers' (mine at my local rank) */
 	unsigned int *exits;			/* CTAs that left the current call */
-	unsigned int *tickets;			/* [2]: next reduce and publish work item */
-	int *error;				/* comm's error word (mapped host) */
+	unsigned int *tickets;			/* [MK_GAR_TICKETS] */
+	unsigned int *row_done;			/* per row of my slice: tiles summed, all calls */
+	int *split;				/* [MK_GAR_ROLES]: the split calls run with */
+	unsigned long long *busy;		/* [MK_GAR_ROLES]: ns worked in the current call */
+	/* across nodes */
+	uint64_t w_off;		  /* heap offset of my W */
+	uint64_t land_off;	  /* heap offset of the landing area: (nnodes - 1) x my slice */
+	const int *remote;	  /* device [nnodes]: rank of my local rank on node n */
+	unsigned long long *seen; /* device [nsignals]: arrivals consumed per signal word */
+	unsigned int *total;	  /* device: my completed calls on this comm, all shapes */
+	uint32_t sig_done;	  /* signal word of "node n finished a call": sig_done + n */
+	uint32_t sig_rows;	  /* row i of my slice from node n: sig_rows + n * rows + i */
+	int *error;		  /* comm's error word (mapped host) */
 	uint64_t timeout_ns;
 };
 
@@ -46,11 +72,23 @@ struct mk_gar_launch {
 	const void *a, *b;
 	void *c;
 	int m, n, k, b_layout;
-	int local_rank, nlocal;
-	int compute, reduce, publish; /* CTAs per role; grid = their sum */
-	const int *order;	      /* compute tile order (device), owned tiles first */
+	int local_rank, nlocal, node, nnodes;
+	int rows;     /* tile rows in my slice */
+	int grid;     /* CTAs (my share of the SMs) */
+	int adaptive; /* 1: the split comes from ws.split and the controller updates it */
+	struct mk_gar_split split; /* starting split (static) and the controller's bounds */
+	const int *order;	   /* compute tile order (device), my slice first */
+	unsigned long long *trace; /* device [grid][MK_GAR_TRACE_WORDS], or NULL */
 	struct mk_gar_ws_dev ws;
+	struct mk_dev_comm dc; /* puts and signals to other nodes */
 };
+
+struct mk_comm;
+
+/* Benchmarks and tests: record per-CTA timestamps in later calls (on = 1), and read the last
+ * call's ([ctas][MK_GAR_TRACE_WORDS], ctas = the grid). 0 or -errno. */
+int mk_gar_trace(struct mk_comm *c, int on);
+int mk_gar_trace_read(struct mk_comm *c, unsigned long long *out, int *ctas);
 
 /* Raise the kernel's shared-memory limit and load it (call once per device). 0 or -EIO. */
 int mk_gar_prepare(void);

@@ -17,20 +17,53 @@ void mk_gar_tile_order(int tiles_m, int tiles_n, int local_rank, int nlocal, int
 	}
 }
 
-int mk_gar_split(int sms, int gpu_share, const char *role_split, struct mk_gar_split *out)
+/* MKERNEL_ROLE_SPLIT: four numbers >= 0, or nothing (the policy's split stands). */
+static int gar_env_split(const char *s, int out[MK_GAR_ROLES])
 {
-	int want[4] = { 0, 0, 0, 0 };
-	int share = sms / (gpu_share > 0 ? gpu_share : 1);
+	char tail;
 
-	out->reduce = share / 16 > 0 ? share / 16 : 1;
-	out->publish = out->reduce;
-	if (role_split != NULL && role_split[0] != '\0' &&
-	    sscanf(role_split, "%d,%d,%d,%d", &want[0], &want[1], &want[2], &want[3]) == 4) {
-		if (want[1] > 0)
-			out->reduce = want[1];
-		if (want[3] > 0)
-			out->publish = want[3];
+	if (s == NULL || s[0] == '\0' ||
+	    sscanf(s, "%d,%d,%d,%d%c", &out[0], &out[1], &out[2], &out[3], &tail) != 4)
+		return 0;
+	for (int r = 0; r < MK_GAR_ROLES; r++) {
+		if (out[r] < 0)
+			return 0;
 	}
-	out->compute = share - out->reduce - out->publish;
-	return out->compute >= 1 ? 0 : -EINVAL;
+	return 1;
+}
+
+int mk_gar_split_plan(const int policy_sms[MK_GAR_ROLES], const int policy_min[MK_GAR_ROLES],
+		      const int policy_max[MK_GAR_ROLES], int max_step, int share, int nnodes,
+		      int nlocal, const char *role_split, struct mk_gar_split *out)
+{
+	int env[MK_GAR_ROLES], used[MK_GAR_ROLES], comm = 0;
+
+	used[MK_GAR_COMPUTE] = 1;
+	used[MK_GAR_INTRA] = nlocal > 1;
+	used[MK_GAR_SEND] = nnodes > 1;
+	/* reduce CTAs add remote sums (several nodes) or copy node peers' results (one node) */
+	used[MK_GAR_REDUCE] = nnodes > 1 || nlocal > 1;
+	if (!gar_env_split(role_split, env)) {
+		for (int r = 0; r < MK_GAR_ROLES; r++)
+			env[r] = policy_sms[r];
+	}
+	for (int r = 1; r < MK_GAR_ROLES; r++) {
+		out->sms[r] = used[r] ? env[r] : 0;
+		out->min[r] = used[r] ? policy_min[r] : 0;
+		out->max[r] = used[r] ? policy_max[r] : 0;
+		if (out->max[r] < out->sms[r])
+			out->max[r] = out->sms[r];
+		if (out->min[r] > out->sms[r])
+			out->min[r] = out->sms[r];
+		comm += out->sms[r];
+	}
+	out->sms[MK_GAR_COMPUTE] = share - comm;
+	out->min[MK_GAR_COMPUTE] = policy_min[MK_GAR_COMPUTE] < out->sms[MK_GAR_COMPUTE]
+					   ? policy_min[MK_GAR_COMPUTE]
+					   : out->sms[MK_GAR_COMPUTE];
+	if (out->min[MK_GAR_COMPUTE] < 1)
+		out->min[MK_GAR_COMPUTE] = 1;
+	out->max[MK_GAR_COMPUTE] = share;
+	out->max_step = max_step > 0 ? max_step : 1;
+	return out->sms[MK_GAR_COMPUTE] >= 1 ? 0 : -EINVAL;
 }

@@ -57,8 +57,8 @@ struct mk_comm {
 	int sms;       /* SMs of my GPU */
 	int gpu_share; /* ranks of this comm on my GPU (me included): my share of its SMs */
 	/* ops state */
-	uint64_t a2a_signals;  /* mkAllToAll: slices of all calls so far (signal targets) */
-	struct mk_gar_ws *gar; /* mkGemmAllReduce's workspace (fused/ops/gemm_allreduce.c) */
+	uint64_t a2a_signals;	  /* mkAllToAll: slices of all calls so far (signal targets) */
+	struct mk_gar_state *gar; /* mkGemmAllReduce's state (fused/ops/gemm_allreduce.c) */
 	void (*op_free)(struct mk_comm *c); /* releases ops state; set by the op that made it */
 };
 

@@ -20,6 +20,10 @@ MK_PARAM_STR(hostid, "fused", "MKERNEL_HOSTID", "",
 	     "mkernel's own host identity, in place of NCCL's (NCCL_HOSTID or hostname + boot "
 	     "id): ranks sharing it form one mkernel node and map each other's heaps; for "
 	     "emulating nodes of several ranks on one GPU, which NCCL refuses")
-MK_PARAM_INT(gemm_ar_fused, "fused", "MKERNEL_GEMM_AR_FUSED", 0,
-	     "1: mkGemmAllReduce runs its fused kernel where it can; 0: cuBLAS + ncclAllReduce "
-	     "always (the default while the fused kernel is new)")
+MK_PARAM_INT(gemm_ar_fused, "fused", "MKERNEL_GEMM_AR_FUSED", -1,
+	     "mkGemmAllReduce: 1 runs the fused kernel wherever it can, 0 always runs cuBLAS + "
+	     "ncclAllReduce, -1 lets the policy engine's cost model choose per shape")
+MK_PARAM_STR(sm_policy, "fused", "MKERNEL_SM_POLICY", "",
+	     "fused ops' SM split: 'static' (the policy engine's split per shape and topology), "
+	     "'adaptive' (the on-GPU controller moves CTAs between roles from call to call); "
+	     "empty = the policy engine decides (MKERNEL_TUNER_ADAPTIVE, rules file)")

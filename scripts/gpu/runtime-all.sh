@@ -8,7 +8,7 @@
 #          the CPU queue benchmark;
 #   bench: the benchmarks on a, b and c only;
 #   gar:   mkGemmAllReduce on layouts s (1 rank), b, a and c (GAR_LAYOUTS picks); GAR_BENCH="s b"
-#          adds its benchmark on those layouts.
+#          adds its benchmark on those layouts; GAR_QUICK=1 stops both at 4096.
 # Layouts with several ranks per node run under MPS (their kernels wait for each other).
 # Key lines go to stdout; all logs into OUTDIR/rt-PHASE.tgz.
 # Usage: scripts/gpu/runtime-all.sh BIN OUTDIR [test|extra|bench|gar|all]   (libfabric under .carry/root)
@@ -69,18 +69,19 @@ if [ "$phase" = extra ] || [ "$phase" = all ]; then
 	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" bench 2>&1 | tee "$r/run3.log"
 fi
 if [ "$phase" = gar ] || [ "$phase" = all ]; then
+	# GAR_QUICK=1: shapes up to 4096 only (a first check of a new build).
 	for l in ${GAR_LAYOUTS:-s b a c}; do
-		case $l in
-		s) RANK_TIMEOUT=200 gar s s ;;
-		b) MPS=1 RANK_TIMEOUT=200 gar b b ;;
-		*) MPS=1 RANK_TIMEOUT=200 gar "$l" "$l" --quick ;;
-		esac
+		if [ "$l" = s ]; then
+			RANK_TIMEOUT=400 gar s s ${GAR_QUICK:+--quick}
+		else
+			MPS=1 RANK_TIMEOUT=400 gar "$l" "$l" ${GAR_QUICK:+--quick}
+		fi
 	done
 	for l in ${GAR_BENCH:-}; do
 		if [ "$l" = s ]; then
-			RANK_TIMEOUT=300 gar bench-s s --bench
+			RANK_TIMEOUT=400 gar bench-s s --bench ${GAR_QUICK:+--quick}
 		else
-			MPS=1 RANK_TIMEOUT=300 gar "bench-$l" "$l" --bench
+			MPS=1 RANK_TIMEOUT=400 gar "bench-$l" "$l" --bench ${GAR_QUICK:+--quick}
 		fi
 	done
 fi

@@ -3,12 +3,14 @@
  * mkGemmAllReduce end to end, one process per rank (started by scripts/gpu/runtime-comm.sh):
  * every rank multiplies its own random bf16 A and B; C must equal the fp32 reference (cuBLAS
  * with fp32 output, then ncclAllReduce in fp32) within the bf16 tolerance stated below, on
- * square shapes, tails (M, N not multiples of the tile, N not a multiple of 8), both B layouts;
- * 100 calls back to back without host synchronisation; the call captured in a CUDA graph and
- * replayed; the unfused path (MKERNEL_GEMM_AR_FUSED=0) on the same inputs; bad
- * arguments refused with ncclInvalidArgument. With --bench: the fused call against cuBLAS +
- * ncclAllReduce and against the GEMM engine alone on the same SM share, same CUDA-event timing
- * for all (JSON lines, rank 0).
+ * M = N = 2048 .. 16384 with K = N / 16, tails (M, N not multiples of the tile, N not a
+ * multiple of 8), both B layouts; under the static split and the adaptive controller (three
+ * calls per shape, so the split moves between them); 100 calls back to back without host
+ * synchronisation; the call captured in a CUDA graph and replayed; the unfused path
+ * (MKERNEL_GEMM_AR_FUSED=0) on the same inputs; bad arguments refused with
+ * ncclInvalidArgument. With --bench: the fused call against cuBLAS + ncclAllReduce and against
+ * the GEMM engine alone on the same SM share, same CUDA-event timing for all, the adaptive
+ * controller against static splits, and one traced call per shape (JSON lines, rank 0).
  *
  * Tolerance, per element: with S = sum over ranks of |partial| (an fp32 all-reduce of the
  * partials' magnitudes) and u = 2^-8 (bf16 unit roundoff), |C - ref| <= (nranks + 1) u (S +
@@ -17,6 +19,7 @@
  * up to nranks - 1 roundings more, which the bound covers.
  *
  * usage: test-gar-gpu RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--quick]
+ * (--quick: shapes up to 4096 and 10 back-to-back calls)
  * Exit: 0 pass, 1 fail, 77 no CUDA device.
  */
 #include <math.h>
@@ -31,6 +34,7 @@
 
 #include "fused/fallback.h"
 #include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_allreduce.h"
 #include "fused/runtime/comm.h"
 extern "C" {
 #include "mk/clock.h"
@@ -69,10 +73,20 @@ __global__ void abs_kernel(const float *x, float *y, size_t count)
 		y[i] = fabsf(x[i]);
 }
 
-/* The fused kernel is opt-in (MKERNEL_GEMM_AR_FUSED); the test switches between the paths. */
+/* The test forces each path (MKERNEL_GEMM_AR_FUSED), whatever the cost model would pick. */
 static void set_fallback(int on)
 {
 	setenv("MKERNEL_GEMM_AR_FUSED", on ? "0" : "1", 1);
+	mk_param_reset_all();
+}
+
+/* MKERNEL_SM_POLICY and MKERNEL_ROLE_SPLIT for the next calls ("" unsets). */
+static void set_env(const char *name, const char *value)
+{
+	if (value[0] == '\0')
+		unsetenv(name);
+	else
+		setenv(name, value, 1);
 	mk_param_reset_all();
 }
 
@@ -140,24 +154,31 @@ static size_t problem_bad(const struct problem *p, double *max_err)
 	return bad;
 }
 
+/* `reps` calls on the same inputs, C cleared before each; every result is checked. */
 static void check_case(mkComm_t comm, ncclComm_t nccl, int m, int n, int k, int b_nk,
-		       const char *path)
+		       const char *path, int reps)
 {
 	struct problem p;
-	double max_err;
-	size_t bad;
+	double max_err = 0;
+	size_t bad = 0;
 	ncclResult_t ae;
 	char what[200];
 
 	problem_open(&p, nccl, m, n, k, b_nk, (uint32_t)(m + n + k + b_nk));
-	CK(cudaMemset(p.c, 0, (size_t)m * n * 2));
-	NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16,
-			   b_nk ? mkLayoutRowMajorNK : mkLayoutRowMajorKN, comm, 0));
-	CK(cudaStreamSynchronize(0));
+	for (int r = 0; r < reps; r++) {
+		double e;
+
+		CK(cudaMemset(p.c, 0, (size_t)m * n * 2));
+		NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16,
+				   b_nk ? mkLayoutRowMajorNK : mkLayoutRowMajorKN, comm, 0));
+		CK(cudaStreamSynchronize(0));
+		bad += problem_bad(&p, &e);
+		max_err = e > max_err ? e : max_err;
+	}
 	NK(mkCommGetAsyncError(comm, &ae));
-	bad = problem_bad(&p, &max_err);
-	snprintf(what, sizeof(what), "%s M %d N %d K %d B %s: %zu outside tolerance, max |err| %.4g",
-		 path, m, n, k, b_nk ? "NxK" : "KxN", bad, max_err);
+	snprintf(what, sizeof(what),
+		 "%s M %d N %d K %d B %s x%d: %zu outside tolerance, max |err| %.4g", path, m, n, k,
+		 b_nk ? "NxK" : "KxN", reps, bad, max_err);
 	expect(bad == 0 && ae == ncclSuccess, what);
 	problem_close(&p);
 }
@@ -261,6 +282,108 @@ static void check_invalid(mkComm_t comm)
 
 /* ---- benchmark ---- */
 
+/* Median of `reps` fused calls after `warm` (CUDA events around each call). */
+static float time_fused(mkComm_t comm, const struct problem *p, int warm, int reps)
+{
+	float t[32], ms;
+	cudaEvent_t e0, e1;
+
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int r = 0; r < warm + reps; r++) {
+		CK(cudaEventRecord(e0, 0));
+		NK(mkGemmAllReduce(p->a, p->b, p->c, p->m, p->n, p->k, ncclBfloat16,
+				   mkLayoutRowMajorNK, comm, 0));
+		CK(cudaEventRecord(e1, 0));
+		CK(cudaEventSynchronize(e1));
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (r >= warm)
+			t[r - warm] = ms;
+	}
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	qsort(t, reps, sizeof(float), cmp_f);
+	return t[reps / 2];
+}
+
+/*
+ * One traced call: for each stage, when the last CTA finished it (us after the first CTA
+ * started), and when the last CTA passed the entry wait.
+ */
+static void bench_trace(mkComm_t comm, const struct problem *p)
+{
+	static const char *const names[MK_GAR_TRACE_WORDS] = {
+		"start", "entry", "compute", "intra", "send", "reduce", "publish", "exit"
+	};
+	unsigned long long *tr;
+	int ctas = 0;
+
+	if (mk_gar_trace(comm, 1) != 0) {
+		expect(0, "trace buffer");
+		return;
+	}
+	(void)time_fused(comm, p, 0, 1);
+	tr = (unsigned long long *)malloc((size_t)comm->sms * MK_GAR_TRACE_WORDS * 8);
+	if (mk_gar_trace_read(comm, tr, &ctas) == 0 && g_rank == 0) {
+		unsigned long long t0 = ~0ull;
+
+		for (int b = 0; b < ctas; b++)
+			t0 = tr[b * MK_GAR_TRACE_WORDS] < t0 ? tr[b * MK_GAR_TRACE_WORDS] : t0;
+		printf("{\"bench\":\"gemm_allreduce_trace\",\"m\":%d,\"ctas\":%d", p->m, ctas);
+		for (int w = 1; w < MK_GAR_TRACE_WORDS; w++) {
+			unsigned long long last = 0;
+
+			for (int b = 0; b < ctas; b++) {
+				unsigned long long v = tr[b * MK_GAR_TRACE_WORDS + w] - t0;
+
+				last = v > last ? v : last;
+			}
+			printf(",\"%s_us\":%.1f", names[w], last / 1e3);
+		}
+		printf("}\n");
+	}
+	free(tr);
+	mk_gar_trace(comm, 0);
+}
+
+/*
+ * Static splits (communication CTAs per used role: share / 32 .. share / 4) against the
+ * adaptive controller after 10 calls of warm-up, same timing. Goal: adaptive within 5 % of the
+ * best static split.
+ */
+static void bench_splits(mkComm_t comm, const struct problem *p)
+{
+	const int share = comm->sms / (comm->gpu_share > 0 ? comm->gpu_share : 1);
+	float best = 1e30f, ms, ad;
+	int best_c = 0;
+	char split[64];
+
+	if (g_rank == 0)
+		printf("{\"bench\":\"gemm_allreduce_splits\",\"m\":%d,\"static\":{", p->m);
+	for (int d = 32, first = 1; d >= 4; d /= 2, first = 0) {
+		const int c = share / d > 0 ? share / d : 1;
+
+		snprintf(split, sizeof(split), "0,%d,%d,%d", c, c, c);
+		set_env("MKERNEL_ROLE_SPLIT", split);
+		ms = time_fused(comm, p, 3, 10);
+		if (ms < best) {
+			best = ms;
+			best_c = c;
+		}
+		if (g_rank == 0)
+			printf("%s\"%d\":%.4f", first ? "" : ",", c, ms);
+	}
+	set_env("MKERNEL_ROLE_SPLIT", "");
+	set_env("MKERNEL_SM_POLICY", "adaptive");
+	ad = time_fused(comm, p, 10, 10);
+	set_env("MKERNEL_SM_POLICY", "static");
+	ms = time_fused(comm, p, 3, 10);
+	if (g_rank == 0)
+		printf("},\"policy_static_ms\":%.4f,\"best_static_ms\":%.4f,\"best_static_comm\":%d,"
+		       "\"adaptive_ms\":%.4f,\"best_static_over_adaptive\":%.3f,\"emulated\":true}\n",
+		       ms, best, best_c, ad, best / ad);
+}
+
 static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)
 {
 	const int reps = 20, warm = 5;
@@ -332,6 +455,8 @@ static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int qu
 		CK(cudaStreamSynchronize(0));
 		bad = problem_bad(&p, &max_err);
 		expect(bad == 0, "benchmark result within tolerance");
+		bench_trace(comm, &p);
+		bench_splits(comm, &p);
 		qsort(tf, reps, sizeof(float), cmp_f);
 		qsort(tu, reps, sizeof(float), cmp_f);
 		qsort(tg, reps, sizeof(float), cmp_f);
@@ -371,27 +496,38 @@ int main(int argc, char **argv)
 	quick = rank_has_opt(argc, argv, "--quick");
 	set_fallback(0);
 	rank_nccl_init(&a, &nccl);
-	cfg.heapBytes = do_bench ? (size_t)1100 << 20 : (size_t)256 << 20;
+	/* 16384 x 16384: partials, results and one node's landing area, 512 MiB each */
+	cfg.heapBytes = quick ? (size_t)256 << 20 : (size_t)1600 << 20;
 	cfg.timeoutMs = 15000; /* a hang fails in 15 s, well inside the launcher's limit */
 	NK(mkCommInit(nccl, &cfg, &comm));
-	/* The path this layout takes: fused within one node on sm_90, unfused otherwise. */
-	path = nnodes == 1 ? "fused" : "unfused (several nodes)";
+	path = "fused, static";
 	printf("rank %d: node %d/%d local %d/%d, %d rank(s) on this GPU, path %s\n", rank,
 	       comm->topo.node, comm->topo.nnodes, comm->topo.local_rank, comm->topo.nlocal,
 	       comm->gpu_share, path);
 	check_invalid(comm);
-	check_case(comm, nccl, 2048, 2048, 128, 1, path);
-	check_case(comm, nccl, 2048, 2048, 128, 0, path);
-	check_case(comm, nccl, 2000, 3000, 192, 1, path);
-	check_case(comm, nccl, 2000, 3000, 192, 0, path);
-	check_case(comm, nccl, 1000, 1003, 64, 1, path);
+	set_env("MKERNEL_SM_POLICY", "static");
+	check_case(comm, nccl, 2048, 2048, 128, 1, path, 1);
+	check_case(comm, nccl, 2048, 2048, 128, 0, path, 1);
+	check_case(comm, nccl, 2000, 3000, 192, 1, path, 1);
+	check_case(comm, nccl, 2000, 3000, 192, 0, path, 1);
+	check_case(comm, nccl, 1000, 1003, 64, 1, path, 1);
+	check_case(comm, nccl, 4096, 4096, 256, 1, path, 1);
+	check_case(comm, nccl, 4096, 4096, 256, 0, path, 1);
 	if (!quick) {
-		check_case(comm, nccl, 4096, 4096, 256, 1, path);
-		check_case(comm, nccl, 4096, 4096, 256, 0, path);
+		check_case(comm, nccl, 8192, 8192, 512, 1, path, 1);
+		check_case(comm, nccl, 8192, 8192, 512, 0, path, 1);
+		check_case(comm, nccl, 16384, 16384, 1024, 1, path, 1);
 	}
+	/* The adaptive controller moves the split between calls: three calls per shape. */
+	set_env("MKERNEL_SM_POLICY", "adaptive");
+	check_case(comm, nccl, 2000, 3000, 192, 0, "fused, adaptive", 3);
+	check_case(comm, nccl, 4096, 4096, 256, 1, "fused, adaptive", 3);
+	if (!quick)
+		check_case(comm, nccl, 16384, 16384, 1024, 1, "fused, adaptive", 3);
+	set_env("MKERNEL_SM_POLICY", "static");
 	/* The unfused path on the same kind of inputs. */
 	set_fallback(1);
-	check_case(comm, nccl, 2000, 3000, 192, 1, "unfused (forced)");
+	check_case(comm, nccl, 2000, 3000, 192, 1, "unfused (forced)", 1);
 	set_fallback(0);
 	check_back_to_back(comm, nccl, quick ? 10 : 100);
 	check_graph(comm, nccl);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * mkGemmAllReduce's host-side plan: the compute order is a permutation with this rank's slice
- * first and rows ascending within each slice; the role split fills the SM share, honours
- * MKERNEL_ROLE_SPLIT's reduce and publish counts and refuses a share with no compute CTA left.
+ * mkGemmAllReduce's plan: the compute order is a permutation with this rank's slice first and
+ * rows ascending within each slice; the role split follows the policy engine's answer, drops
+ * the roles a layout does not use, honours MKERNEL_ROLE_SPLIT and refuses a share with no
+ * compute CTA left; the adaptive rule balances measured work within its bounds and steps.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -56,22 +57,37 @@ static void test_order_is_permutation_mine_first(void **state)
 	check_order(1, 1, 0, 2);
 }
 
-static void test_split_fills_share(void **state)
+/* The policy engine's answer for a 132-SM share on 2 nodes x 8 (compute, intra, send, reduce). */
+static const int pol_sms[4] = { 100, 12, 4, 16 }, pol_min[4] = { 66, 1, 1, 1 },
+		 pol_max[4] = { 128, 66, 66, 66 };
+
+static void test_split_follows_policy_and_layout(void **state)
 {
 	struct mk_gar_split s;
 
 	(void)state;
-	assert_int_equal(mk_gar_split(132, 1, NULL, &s), 0);
-	assert_int_equal(s.reduce, 8);
-	assert_int_equal(s.publish, 8);
-	assert_int_equal(s.compute + s.reduce + s.publish, 132);
-	assert_int_equal(mk_gar_split(132, 2, "", &s), 0);
-	assert_int_equal(s.compute + s.reduce + s.publish, 66);
-	assert_int_equal(s.reduce, 4);
-	/* small shares keep one CTA per communication role */
-	assert_int_equal(mk_gar_split(8, 1, NULL, &s), 0);
-	assert_int_equal(s.reduce, 1);
-	assert_int_equal(s.compute, 6);
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 33, 132, 2, 8, NULL, &s), 0);
+	assert_int_equal(s.sms[MK_GAR_COMPUTE], 100);
+	assert_int_equal(s.sms[MK_GAR_INTRA], 12);
+	assert_int_equal(s.sms[MK_GAR_SEND], 4);
+	assert_int_equal(s.sms[MK_GAR_REDUCE], 16);
+	assert_int_equal(s.min[MK_GAR_COMPUTE], 66);
+	assert_int_equal(s.max_step, 33);
+	/* one rank per node: no intra CTAs, they compute */
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 33, 132, 2, 1, "", &s), 0);
+	assert_int_equal(s.sms[MK_GAR_INTRA], 0);
+	assert_int_equal(s.max[MK_GAR_INTRA], 0);
+	assert_int_equal(s.sms[MK_GAR_COMPUTE], 112);
+	/* one node: no send CTAs; reduce CTAs start by publishing */
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 33, 66, 1, 2, NULL, &s), 0);
+	assert_int_equal(s.sms[MK_GAR_SEND], 0);
+	assert_int_equal(s.sms[MK_GAR_REDUCE], 16);
+	assert_int_equal(s.sms[MK_GAR_COMPUTE], 66 - 28);
+	/* one rank in all: everything computes */
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 33, 132, 1, 1, NULL, &s), 0);
+	assert_int_equal(s.sms[MK_GAR_COMPUTE], 132);
+	for (int r = 1; r < MK_GAR_ROLES; r++)
+		assert_int_equal(s.sms[r] + s.min[r] + s.max[r], 0);
 }
 
 static void test_split_env_and_refusal(void **state)
@@ -79,26 +95,97 @@ static void test_split_env_and_refusal(void **state)
 	struct mk_gar_split s;
 
 	(void)state;
-	assert_int_equal(mk_gar_split(132, 1, "100,12,0,6", &s), 0);
-	assert_int_equal(s.reduce, 12);
-	assert_int_equal(s.publish, 6);
-	assert_int_equal(s.compute, 114);
-	/* zero or malformed fields keep the defaults */
-	assert_int_equal(mk_gar_split(132, 1, "0,0,0,0", &s), 0);
-	assert_int_equal(s.reduce, 8);
-	assert_int_equal(mk_gar_split(132, 1, "garbage", &s), 0);
-	assert_int_equal(s.publish, 8);
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 4, 132, 2, 8, "0,8,2,6", &s),
+			 0);
+	assert_int_equal(s.sms[MK_GAR_INTRA], 8);
+	assert_int_equal(s.sms[MK_GAR_SEND], 2);
+	assert_int_equal(s.sms[MK_GAR_REDUCE], 6);
+	assert_int_equal(s.sms[MK_GAR_COMPUTE], 116);
+	/* zeros are honoured (joiners do the work) */
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 4, 132, 2, 8, "1,0,0,0", &s),
+			 0);
+	assert_int_equal(s.sms[MK_GAR_COMPUTE], 132);
+	assert_int_equal(s.min[MK_GAR_INTRA], 0);
+	/* malformed or negative: the policy's split stands */
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 4, 132, 2, 8, "garbage", &s),
+			 0);
+	assert_int_equal(s.sms[MK_GAR_INTRA], 12);
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 4, 132, 2, 8, "1,-2,0,0", &s),
+			 0);
+	assert_int_equal(s.sms[MK_GAR_INTRA], 12);
+	assert_int_equal(
+		mk_gar_split_plan(pol_sms, pol_min, pol_max, 4, 132, 2, 8, "1,2,3,4,5", &s), 0);
+	assert_int_equal(s.sms[MK_GAR_INTRA], 12);
 	/* nothing left for compute */
-	assert_int_equal(mk_gar_split(132, 1, "0,70,0,70", &s), -EINVAL);
-	assert_int_equal(mk_gar_split(2, 1, NULL, &s), -EINVAL);
+	assert_int_equal(
+		mk_gar_split_plan(pol_sms, pol_min, pol_max, 4, 132, 2, 8, "0,70,0,70", &s),
+		-EINVAL);
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 4, 20, 2, 8, NULL, &s),
+			 -EINVAL);
+}
+
+static int sum4(const int *v)
+{
+	return v[0] + v[1] + v[2] + v[3];
+}
+
+static void test_adapt_balances_work(void **state)
+{
+	struct mk_gar_split b;
+	int cur[4];
+
+	(void)state;
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 8, 132, 2, 8, NULL, &b), 0);
+	/* communication took a quarter of the work: 33 CTAs, reached in steps of 8 from 32 */
+	memcpy(cur, b.sms, sizeof(cur));
+	{
+		const unsigned long long busy[4] = { 300, 50, 25, 25 };
+
+		mk_gar_adapt(busy, &b, 132, cur);
+		assert_int_equal(sum4(cur), 132);
+		assert_int_equal(cur[1] + cur[2] + cur[3], 33);
+		/* in proportion to each role's busy time: 2 : 1 : 1 over the minimums */
+		assert_true(cur[1] > cur[2] && cur[1] > cur[3]);
+	}
+	/* communication idle: down by at most max_step per call, never below the minimums */
+	{
+		const unsigned long long busy[4] = { 1000, 0, 0, 0 };
+		int before = cur[1] + cur[2] + cur[3];
+
+		mk_gar_adapt(busy, &b, 132, cur);
+		assert_int_equal(cur[1] + cur[2] + cur[3], before - 8);
+		for (int i = 0; i < 10; i++)
+			mk_gar_adapt(busy, &b, 132, cur);
+		assert_int_equal(cur[1] + cur[2] + cur[3], 3);
+		assert_int_equal(cur[0], 129);
+	}
+	/* communication-bound: up by max_step per call, compute keeps its minimum */
+	{
+		const unsigned long long busy[4] = { 1, 1000, 1000, 1000 };
+
+		for (int i = 0; i < 20; i++)
+			mk_gar_adapt(busy, &b, 132, cur);
+		assert_int_equal(cur[0], b.min[MK_GAR_COMPUTE]);
+		assert_int_equal(sum4(cur), 132);
+	}
+	/* nothing measured: unchanged */
+	{
+		const unsigned long long busy[4] = { 0, 0, 0, 0 };
+		int keep[4];
+
+		memcpy(keep, cur, sizeof(keep));
+		mk_gar_adapt(busy, &b, 132, cur);
+		assert_memory_equal(keep, cur, sizeof(keep));
+	}
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_order_is_permutation_mine_first),
-		cmocka_unit_test(test_split_fills_share),
+		cmocka_unit_test(test_split_follows_policy_and_layout),
 		cmocka_unit_test(test_split_env_and_refusal),
+		cmocka_unit_test(test_adapt_balances_work),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,11 +24,23 @@
 #define NP MK_PROTO_COUNT
 
 static const char *const knobs[] = {
-	"MKERNEL_TUNER_CONFIG",	    "MKERNEL_TUNER_ALGO",	  "MKERNEL_TUNER_PROTO",
-	"MKERNEL_TUNER_CHANNELS",   "MKERNEL_TUNER_MAX_CHANNELS", "MKERNEL_TUNER_MODEL",
-	"MKERNEL_TUNER_NVL_GBPS",   "MKERNEL_TUNER_NVL_LAT_NS",	  "MKERNEL_TUNER_NET_GBPS",
-	"MKERNEL_TUNER_NET_LAT_NS", "MKERNEL_TUNER_GPU_SMS",	  "MKERNEL_TUNER_SM_SPLIT",
-	"MKERNEL_TUNER_ADAPTIVE",   "MKERNEL_TUNER_WINDOW",	  "MKERNEL_TUNER_LOG_DECISIONS",
+	"MKERNEL_TUNER_CONFIG",
+	"MKERNEL_TUNER_ALGO",
+	"MKERNEL_TUNER_PROTO",
+	"MKERNEL_TUNER_CHANNELS",
+	"MKERNEL_TUNER_MAX_CHANNELS",
+	"MKERNEL_TUNER_MODEL",
+	"MKERNEL_TUNER_NVL_GBPS",
+	"MKERNEL_TUNER_NVL_LAT_NS",
+	"MKERNEL_TUNER_NET_GBPS",
+	"MKERNEL_TUNER_NET_LAT_NS",
+	"MKERNEL_TUNER_GPU_SMS",
+	"MKERNEL_TUNER_SM_SPLIT",
+	"MKERNEL_TUNER_ADAPTIVE",
+	"MKERNEL_TUNER_WINDOW",
+	"MKERNEL_TUNER_LOG_DECISIONS",
+	"MKERNEL_TUNER_GEMM_TFLOPS",
+	"MKERNEL_TUNER_FUSED_OVERHEAD_US",
 };
 
 static char rules_path[64];
@@ -529,6 +541,53 @@ static void check_split_invariants(const struct mk_policy_sm_split *s, int sms)
 	assert_true(s->max_step >= 4);
 }
 
+/* The cost model's fusion choice for GEMM + all-reduce: estimates follow the formula's parts. */
+static void test_gemm_ar_fuse_choice(void **state)
+{
+	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE,
+					.m = 8192,
+					.n = 8192,
+					.k = 512,
+					.nnodes = 2,
+					.nranks = 16,
+					.sms = 132 };
+	struct mk_policy_sm_split s;
+	const double gemm_us = 2.0 * 8192 * 8192 * 512 / 730e6;
+
+	(void)state;
+	/* big: the all-reduce hides the GEMM; fused pays the overhead once */
+	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
+	assert_true(s.unfused_us > gemm_us);
+	assert_true(s.fused_us < s.unfused_us);
+	assert_true(s.fused_us >= 30.0 + gemm_us);
+	assert_int_equal(s.fuse, 1);
+	/* tiny: the fixed overhead cannot be won back */
+	q.m = q.n = 256;
+	q.k = 16;
+	q.nnodes = 1;
+	q.nranks = 2;
+	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
+	assert_int_equal(s.fuse, 0);
+	assert_true(s.fused_us > s.unfused_us);
+	/* one rank: nothing to overlap */
+	q.m = q.n = 16384;
+	q.k = 1024;
+	q.nranks = 1;
+	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
+	assert_int_equal(s.fuse, 0);
+	/* a larger measured overhead moves the choice (MKERNEL_TUNER_FUSED_OVERHEAD_US) */
+	q.m = q.n = 8192;
+	q.k = 512;
+	q.nnodes = 2;
+	q.nranks = 16;
+	setenv("MKERNEL_TUNER_FUSED_OVERHEAD_US", "100000", 1);
+	mk_policy_reload();
+	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
+	assert_int_equal(s.fuse, 0);
+	unsetenv("MKERNEL_TUNER_FUSED_OVERHEAD_US");
+	mk_policy_reload();
+}
+
 static void test_sm_split_table_and_topology(void **state)
 {
 	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE,
@@ -691,6 +750,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_create_rejects_bad_topology, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sm_split_table_and_topology, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gemm_ar_fuse_choice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sm_split_rules_env_precedence, setup,
 						teardown),
 	};
