@@ -183,6 +183,9 @@ static int gar_shape_alloc(struct mk_comm *c, struct mk_gar_shape *s)
 	const size_t land = (size_t)(c->topo.nnodes - 1) * s->rows * MK_GEMM_BM * s->n * 2;
 	const size_t flags = gar_words_of(s->tiles, s->rows).bytes;
 
+	/* One rank in all: the engine stores straight into C, nothing else is needed. */
+	if (c->nranks == 1)
+		return mkMemAlloc(c, flags, &s->flags) == ncclSuccess ? 0 : -ENOMEM;
 	if (mkMemAlloc(c, mat, &s->w) == ncclSuccess &&
 	    (c->topo.nlocal == 1 || mkMemAlloc(c, mat, &s->r) == ncclSuccess) &&
 	    (c->topo.nnodes == 1 || mkMemAlloc(c, land, &s->land) == ncclSuccess) &&
@@ -323,7 +326,7 @@ static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, 
 	for (int p = 0; p < c->topo.nlocal; p++) {
 		unsigned int *pf = gar_at_peer(c, p, s->flags);
 
-		l.ws.w[p] = gar_at_peer(c, p, s->w);
+		l.ws.w[p] = s->w != NULL ? gar_at_peer(c, p, s->w) : NULL;
 		l.ws.r[p] = s->r != NULL ? gar_at_peer(c, p, s->r) : NULL;
 		l.ws.ready[p] = pf + wd.ready;
 		l.ws.final[p] = pf + wd.final;
@@ -336,7 +339,7 @@ static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, 
 	l.ws.split = (int *)(flags + wd.split);
 	l.ws.row_done = flags + wd.row_done;
 	l.ws.busy = (unsigned long long *)((char *)s->flags + wd.busy_bytes);
-	l.ws.w_off = (uint64_t)((char *)s->w - c->heap);
+	l.ws.w_off = s->w != NULL ? (uint64_t)((char *)s->w - c->heap) : 0;
 	l.ws.land_off = s->land != NULL ? (uint64_t)((char *)s->land - c->heap) : 0;
 	l.ws.remote = st->remote_d;
 	l.ws.seen = st->seen;

@@ -282,26 +282,53 @@ static void check_invalid(mkComm_t comm)
 
 /* ---- benchmark ---- */
 
-/* Median of `reps` fused calls after `warm` (CUDA events around each call). */
+/* What a benchmark times: one call on the default stream (GEMM alone when gemm is set). */
+struct bench_op {
+	mkComm_t comm;
+	const struct problem *p;
+	const struct mk_gemm_launch *gemm;
+	float host_us; /* host time inside the last call */
+};
+
+/* Milliseconds of one call between CUDA events on the default stream. */
+static float event_ms(struct bench_op *op)
+{
+	static cudaEvent_t e0, e1;
+	uint64_t h0;
+	float ms;
+
+	if (e0 == NULL) {
+		CK(cudaEventCreate(&e0));
+		CK(cudaEventCreate(&e1));
+	}
+	CK(cudaEventRecord(e0, 0));
+	h0 = mk_now_ns();
+	if (op->gemm != NULL) {
+		if (mk_gemm_run(op->gemm, 0) != 0)
+			expect(0, "GEMM engine alone");
+	} else {
+		NK(mkGemmAllReduce(op->p->a, op->p->b, op->p->c, op->p->m, op->p->n, op->p->k,
+				   ncclBfloat16, mkLayoutRowMajorNK, op->comm, 0));
+	}
+	op->host_us = (float)((mk_now_ns() - h0) / 1e3);
+	CK(cudaEventRecord(e1, 0));
+	CK(cudaEventSynchronize(e1));
+	CK(cudaEventElapsedTime(&ms, e0, e1));
+	return ms;
+}
+
+/* Median of `reps` fused calls after `warm`. */
 static float time_fused(mkComm_t comm, const struct problem *p, int warm, int reps)
 {
-	float t[32], ms;
-	cudaEvent_t e0, e1;
+	struct bench_op op = { comm, p, NULL, 0 };
+	float t[32];
 
-	CK(cudaEventCreate(&e0));
-	CK(cudaEventCreate(&e1));
 	for (int r = 0; r < warm + reps; r++) {
-		CK(cudaEventRecord(e0, 0));
-		NK(mkGemmAllReduce(p->a, p->b, p->c, p->m, p->n, p->k, ncclBfloat16,
-				   mkLayoutRowMajorNK, comm, 0));
-		CK(cudaEventRecord(e1, 0));
-		CK(cudaEventSynchronize(e1));
-		CK(cudaEventElapsedTime(&ms, e0, e1));
+		float ms = event_ms(&op);
+
 		if (r >= warm)
 			t[r - warm] = ms;
 	}
-	cudaEventDestroy(e0);
-	cudaEventDestroy(e1);
 	qsort(t, reps, sizeof(float), cmp_f);
 	return t[reps / 2];
 }
@@ -387,10 +414,7 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)
 {
 	const int reps = 20, warm = 5;
-	cudaEvent_t e0, e1;
 
-	CK(cudaEventCreate(&e0));
-	CK(cudaEventCreate(&e1));
 	for (int s = 2048; s <= (quick ? 4096 : 16384); s *= 2) {
 		struct problem p;
 		float tf[32], tu[32], tg[32], th[32];
@@ -412,42 +436,22 @@ static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int qu
 			gemm.ctas = sms / (comm->gpu_share > 0 ? comm->gpu_share : 1);
 		}
 		for (int r = 0; r < warm + reps; r++) {
-			float ms;
+			struct bench_op op = { comm, &p, NULL, 0 }, gop = { comm, &p, &gemm, 0 };
+			float f, u, gm;
 
 			/* fused, unfused and GEMM alone alternate: same run, same inputs */
 			set_fallback(0);
-			CK(cudaEventRecord(e0, 0));
-			{
-				/* Host time inside the call: launch cost the events also see. */
-				uint64_t h0 = mk_now_ns();
-
-				NK(mkGemmAllReduce(p.a, p.b, p.c, s, s, s / 16, ncclBfloat16,
-						   mkLayoutRowMajorNK, comm, 0));
-				if (r >= warm)
-					th[r - warm] = (float)((mk_now_ns() - h0) / 1e3);
-			}
-			CK(cudaEventRecord(e1, 0));
-			CK(cudaEventSynchronize(e1));
-			CK(cudaEventElapsedTime(&ms, e0, e1));
+			f = event_ms(&op);
 			if (r >= warm)
-				tf[r - warm] = ms;
+				th[r - warm] = op.host_us;
 			set_fallback(1);
-			CK(cudaEventRecord(e0, 0));
-			NK(mkGemmAllReduce(p.a, p.b, p.c, s, s, s / 16, ncclBfloat16,
-					   mkLayoutRowMajorNK, comm, 0));
-			CK(cudaEventRecord(e1, 0));
-			CK(cudaEventSynchronize(e1));
-			CK(cudaEventElapsedTime(&ms, e0, e1));
-			if (r >= warm)
-				tu[r - warm] = ms;
-			CK(cudaEventRecord(e0, 0));
-			if (mk_gemm_run(&gemm, 0) != 0)
-				expect(0, "GEMM engine alone");
-			CK(cudaEventRecord(e1, 0));
-			CK(cudaEventSynchronize(e1));
-			CK(cudaEventElapsedTime(&ms, e0, e1));
-			if (r >= warm)
-				tg[r - warm] = ms;
+			u = event_ms(&op);
+			gm = event_ms(&gop);
+			if (r >= warm) {
+				tf[r - warm] = f;
+				tu[r - warm] = u;
+				tg[r - warm] = gm;
+			}
 		}
 		set_fallback(0);
 		NK(mkGemmAllReduce(p.a, p.b, p.c, s, s, s / 16, ncclBfloat16, mkLayoutRowMajorNK,
@@ -472,8 +476,6 @@ static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int qu
 			       tu[reps / 2] / tf[reps / 2], tf[reps / 2] / tg[reps / 2], th[reps / 2]);
 		problem_close(&p);
 	}
-	cudaEventDestroy(e0);
-	cudaEventDestroy(e1);
 }
 
 int main(int argc, char **argv)
