@@ -11,6 +11,8 @@ Recognised records (one plot per kind found):
   mkernel-gemm-bench                         -> gemm-ratio.png (engine / cuBLAS per shape)
   test-gar-gpu --bench (gemm_allreduce)      -> gemm-allreduce.png (fused, cuBLAS + NCCL and
                                                  GEMM alone vs M = N, one panel per layout)
+  test-gar-gpu --bench (gemm_allreduce_splits) -> gemm-allreduce-splits.png (adaptive controller
+                                                 and policy split vs the best static split)
 Emulated records are labelled in the plot titles.
 """
 import argparse
@@ -108,6 +110,33 @@ def plot_gemm(rows, out):
     return [path]
 
 
+def plot_gemm_allreduce_splits(rows, out):
+    g = [r for r in rows if r.get("bench") == "gemm_allreduce_splits"]
+    if not g:
+        return []
+    layouts = sorted({(r["nnodes"], r["nlocal"]) for r in g})
+    fig, axes = plt.subplots(1, len(layouts), figsize=(5 * len(layouts), 4), squeeze=False)
+    for ax, (nn, nl) in zip(axes[0], layouts):
+        rs = sorted((r for r in g if (r["nnodes"], r["nlocal"]) == (nn, nl)),
+                    key=lambda r: r["m"])
+        x = [r["m"] for r in rs]
+        for key, label in (("adaptive_ms", "adaptive controller"),
+                           ("policy_static_ms", "policy engine's static split")):
+            ax.plot(x, [r["best_static_ms"] / r[key] for r in rs], marker="o", label=label)
+        ax.axhline(0.95, color="grey", linestyle="--", linewidth=1, label="goal 0.95")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M = N (K = N / 16)")
+        ax.set_ylabel("best static time / time (higher is better)")
+        emu = " (emulated)" if any(r.get("emulated") for r in rs) else ""
+        ax.set_title(f"{nn} node(s) x {nl} rank(s){emu}")
+        ax.legend(fontsize=7)
+    path = os.path.join(out, "gemm-allreduce-splits.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
 def plot_gemm_allreduce(rows, out):
     g = [r for r in rows if r.get("bench") == "gemm_allreduce"]
     if not g:
@@ -144,7 +173,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     rows = load(a.jsonl)
     made = (plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out) +
-            plot_gemm_allreduce(rows, a.out))
+            plot_gemm_allreduce(rows, a.out) + plot_gemm_allreduce_splits(rows, a.out))
     for m in made:
         print(m)
     return 0 if made else 1

@@ -45,9 +45,10 @@ struct mk_gar_state {
 	struct mk_gar_shape *shape;
 };
 
-/* Flag words of a shape (u32 indices), then the controller's busy counters (u64). */
+/* Flag words of a shape (u32 indices), then the controller's words (byte offsets). */
 struct gar_words {
-	size_t ready, final, calls, exits, tickets, split, row_done, busy_bytes, bytes;
+	size_t ready, final, calls, exits, tickets, split, row_done;
+	size_t busy_bytes, t_start_bytes, ctl_bytes, bytes;
 };
 
 static struct gar_words gar_words_of(int tiles, int rows)
@@ -62,7 +63,9 @@ static struct gar_words gar_words_of(int tiles, int rows)
 	w.split = w.tickets + MK_GAR_TICKETS;
 	w.row_done = w.split + MK_GAR_ROLES;
 	w.busy_bytes = ((w.row_done + (size_t)rows) * sizeof(unsigned int) + 7) & ~(size_t)7;
-	w.bytes = w.busy_bytes + MK_GAR_ROLES * sizeof(unsigned long long);
+	w.t_start_bytes = w.busy_bytes + MK_GAR_ROLES * sizeof(unsigned long long);
+	w.ctl_bytes = w.t_start_bytes + sizeof(unsigned long long);
+	w.bytes = w.ctl_bytes + sizeof(struct mk_gar_ctl);
 	return w;
 }
 
@@ -289,6 +292,18 @@ int mk_gar_trace_read(struct mk_comm *c, unsigned long long *out, int *ctas)
 		       : -EIO;
 }
 
+int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES])
+{
+	struct mk_gar_shape *s = c->gar != NULL ? c->gar->shape : NULL;
+
+	if (s == NULL)
+		return -EINVAL;
+	return cudaMemcpy(out, (unsigned int *)s->flags + gar_words_of(s->tiles, s->rows).split,
+			  MK_GAR_ROLES * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess
+		       ? 0
+		       : -EIO;
+}
+
 static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
 		     int b_layout, const struct mk_gar_split *sp, int adaptive, cudaStream_t stream)
 {
@@ -339,6 +354,8 @@ static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, 
 	l.ws.split = (int *)(flags + wd.split);
 	l.ws.row_done = flags + wd.row_done;
 	l.ws.busy = (unsigned long long *)((char *)s->flags + wd.busy_bytes);
+	l.ws.t_start = (unsigned long long *)((char *)s->flags + wd.t_start_bytes);
+	l.ws.ctl = (struct mk_gar_ctl *)((char *)s->flags + wd.ctl_bytes);
 	l.ws.w_off = s->w != NULL ? (uint64_t)((char *)s->w - c->heap) : 0;
 	l.ws.land_off = s->land != NULL ? (uint64_t)((char *)s->land - c->heap) : 0;
 	l.ws.remote = st->remote_d;

@@ -454,7 +454,8 @@ MK_DEV int gar_entry(const struct mk_gar_launch *l, unsigned int e, unsigned int
 
 /*
  * The last CTA out (all its threads): marks this call's arrivals consumed, runs the adaptive
- * controller, resets the tickets, records the call (the next call, or graph replay, waits for
+ * controller (on the call's duration since the first CTA passed its entry wait, and each role's
+ * busy time), resets the tickets, records the call (the next call, or graph replay, waits for
  * e + 1) and tells the other nodes' peers that this call is over.
  */
 MK_DEV void gar_last_out(const struct mk_gar_launch *l, unsigned int e, unsigned int total,
@@ -478,12 +479,17 @@ MK_DEV void gar_last_out(const struct mk_gar_launch *l, unsigned int e, unsigned
 			busy_s[r] = atomicExch(&l->ws.busy[r], 0ull);
 			cur_s[r] = split[r];
 		}
-		mk_gar_adapt(busy_s, &l->split, l->grid, cur_s);
+		const unsigned long long t0 = *l->ws.t_start;
+
+		/* The first call of a shape has no start yet (zeroed): nothing measured. */
+		mk_gar_adapt(busy_s, &l->split, l->grid, l->ws.ctl,
+			     t0 != 0 && t0 != ~0ull ? mk_globaltimer_ns() - t0 : 0, cur_s);
 		for (int r = 0; r < MK_GAR_ROLES; r++)
 			l->ws.split[r] = cur_s[r];
 	}
 	for (int t = 0; t < MK_GAR_TICKETS; t++)
 		l->ws.tickets[t] = 0;
+	*l->ws.t_start = ~0ull;
 	*l->ws.exits = 0;
 	*l->ws.total = total;
 	__threadfence();
@@ -525,6 +531,8 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 	}
 	__syncthreads();
 	gar_trace(&l, 1);
+	if (l.adaptive && threadIdx.x == 0)
+		atomicMin(l.ws.t_start, mk_globaltimer_ns()); /* the call's duration starts here */
 	rc = rc_s;
 	/* The role this CTA starts in: CTAs are numbered compute first, then intra, send, reduce. */
 	first = MK_GAR_REDUCE;

@@ -56,6 +56,8 @@ struct mk_gar_ws_dev {
 	unsigned int *row_done;			/* per row of my slice: tiles summed, all calls */
 	int *split;				/* [MK_GAR_ROLES]: the split calls run with */
 	unsigned long long *busy;		/* [MK_GAR_ROLES]: ns worked in the current call */
+	unsigned long long *t_start;		/* first CTA past the entry wait (global timer) */
+	struct mk_gar_ctl *ctl;			/* the adaptive controller's search */
 	/* across nodes */
 	uint64_t w_off;		  /* heap offset of my W */
 	uint64_t land_off;	  /* heap offset of the landing area: (nnodes - 1) x my slice */
@@ -89,6 +91,8 @@ struct mk_comm;
  * call's ([ctas][MK_GAR_TRACE_WORDS], ctas = the grid). 0 or -errno. */
 int mk_gar_trace(struct mk_comm *c, int on);
 int mk_gar_trace_read(struct mk_comm *c, unsigned long long *out, int *ctas);
+/* The split the next call of the current shape starts from (the adaptive controller's). */
+int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES]);
 
 /* Raise the kernel's shared-memory limit and load it (call once per device). 0 or -EIO. */
 int mk_gar_prepare(void);

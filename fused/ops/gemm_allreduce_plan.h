@@ -54,37 +54,82 @@ int mk_gar_split_plan(const int policy_sms[MK_GAR_ROLES], const int policy_min[M
 		      const int policy_max[MK_GAR_ROLES], int max_step, int share, int nnodes,
 		      int nlocal, const char *role_split, struct mk_gar_split *out);
 
+/* The adaptive controller's state per shape (device memory; zero = nothing measured yet). */
+struct mk_gar_ctl {
+	unsigned long long best_t; /* duration of a call with best_c communication CTAs, ns */
+	int best_c;		   /* the best count found so far */
+	int step;		   /* distance of the next probe from best_c; 0 = settled */
+	int up;			   /* 0: the next probe is below best_c, 1: above */
+	int pad;
+};
+
 /*
- * The adaptive controller's rule, run by the last CTA of a call on what the call measured:
- * `busy[r]`, the nanoseconds CTAs spent working (not waiting) in role r. Work balance: the
- * communication roles get grid * comm / (compute + comm) CTAs (comm = their busy time), at most
- * max_step more or fewer than now, within the bounds; each communication role gets a share in
- * proportion to its own busy time. `cur` (the split the call ran with) is updated in place.
+ * The controller's search over the number of communication CTAs, fed with each call's
+ * duration `t` (ns, 0 = not measured) at `cur` CTAs. The first measured call's count is the
+ * best so far; probes go `step` below it, then above; a probe 1 % faster becomes the best and
+ * the search goes on that way with the same step, two slower probes halve the step, and a step
+ * of 0 settles. Calls at the best count refresh its time (run-to-run noise). Returns the count
+ * for the next call, within [lo, hi].
+ */
+MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
+{
+	if (t == 0)
+		return cur;
+	if (s->best_t == 0) {
+		s->best_t = t;
+		s->best_c = cur;
+		s->step = cur / 2 > (hi - lo) / 8 ? cur / 2 : (hi - lo) / 8;
+		s->step = s->step > 0 ? s->step : 1;
+		s->up = 0;
+	} else if (cur == s->best_c) {
+		s->best_t = (3 * s->best_t + t) / 4;
+	} else if (t * 100 < s->best_t * 99) {
+		s->best_t = t;
+		s->best_c = cur;
+	} else if (!s->up) {
+		s->up = 1;
+	} else {
+		s->up = 0;
+		s->step /= 2;
+	}
+	while (s->step > 0) {
+		const int next = s->best_c + (s->up ? s->step : -s->step);
+
+		if (next >= lo && next <= hi)
+			return next;
+		if (!s->up) { /* no room on this side */
+			s->up = 1;
+		} else {
+			s->up = 0;
+			s->step /= 2;
+		}
+	}
+	return s->best_c < lo ? lo : s->best_c > hi ? hi : s->best_c;
+}
+
+/*
+ * The adaptive controller, run by the last CTA of a call: the search above picks how many
+ * CTAs communicate (within the bounds, compute keeps its minimum); they are shared among the
+ * communication roles by what the call measured of each, `busy[r]` (ns CTAs spent working, not
+ * waiting, in role r), after each role's minimum. `cur` (the split the call ran with) is
+ * rewritten in place with the next call's split.
  */
 MK_GAR_HD void mk_gar_adapt(const unsigned long long busy[MK_GAR_ROLES],
-			    const struct mk_gar_split *b, int grid, int cur[MK_GAR_ROLES])
+			    const struct mk_gar_split *b, int grid, struct mk_gar_ctl *ctl,
+			    unsigned long long t, int cur[MK_GAR_ROLES])
 {
-	unsigned long long comm = 0, total;
-	int now = 0, want, lo = 0, hi, left;
+	unsigned long long comm = 0;
+	int now = 0, want, lo = 0, hi = 0, left;
 
 	for (int r = 1; r < MK_GAR_ROLES; r++) {
 		comm += busy[r];
 		now += cur[r];
 		lo += b->min[r];
+		hi += b->max[r];
 	}
-	total = comm + busy[MK_GAR_COMPUTE];
-	if (total == 0)
-		return; /* nothing measured: keep the split */
-	want = (int)((grid * comm + total / 2) / total);
-	if (want > now + b->max_step)
-		want = now + b->max_step;
-	if (want < now - b->max_step)
-		want = now - b->max_step;
-	hi = grid - b->min[MK_GAR_COMPUTE];
-	if (want > hi)
-		want = hi;
-	if (want < lo)
-		want = lo;
+	if (hi > grid - b->min[MK_GAR_COMPUTE])
+		hi = grid - b->min[MK_GAR_COMPUTE];
+	want = mk_gar_climb(ctl, now, t, lo, hi);
 	/* Every role its minimum, then the rest in proportion to busy time, within max (cur is
 	 * rewritten in place: no scratch array, so the kernel keeps it in shared memory). */
 	left = want;
@@ -104,12 +149,14 @@ MK_GAR_HD void mk_gar_adapt(const unsigned long long busy[MK_GAR_ROLES],
 			left -= more;
 		}
 	}
-	/* Rounding leftovers go to the busiest role with room. */
+	/* Rounding leftovers (or everything, when nothing was measured) go to the busiest role
+	 * with room, the one with fewer CTAs on ties. */
 	while (left > 0) {
 		int best = -1;
 
 		for (int r = 1; r < MK_GAR_ROLES; r++) {
-			if (cur[r] < b->max[r] && (best < 0 || busy[r] > busy[best]))
+			if (cur[r] < b->max[r] && (best < 0 || busy[r] > busy[best] ||
+						   (busy[r] == busy[best] && cur[r] < cur[best])))
 				best = r;
 		}
 		if (best < 0)

@@ -118,13 +118,23 @@ MK_RT_DEV uint64_t mk_peer_ld_acquire_u64(const uint64_t *peer_word)
  */
 MK_RT_DEV int mk_dev_wait_step(const int32_t *error, uint64_t *t0, uint64_t timeout_ns)
 {
+	const uint64_t now = mk_globaltimer_ns();
+	uint64_t waited;
+
 	if (error != NULL && mk_ld_relaxed_sys_s32(error) != 0)
 		return -MK_DEV_EPIPE;
 	if (*t0 == 0)
-		*t0 = mk_globaltimer_ns();
-	else if (mk_globaltimer_ns() - *t0 > timeout_ns)
+		*t0 = now;
+	waited = now - *t0;
+	if (waited > timeout_ns)
 		return -MK_DEV_ETIMEDOUT;
-	__nanosleep(32);
+	/*
+	 * Back off as the wait grows (an eighth of it, at most 1 us): dozens of CTAs polling
+	 * system-scope words and the host-memory error word at full rate slowed the SMs that do
+	 * the work (a fused GEMM ran many times slower next to them), while a short wait still
+	 * sees its word within 32 ns.
+	 */
+	__nanosleep(waited < 256 ? 32u : waited < 8000 ? (unsigned int)(waited >> 3) : 1000u);
 	return 0;
 }
 

@@ -3,7 +3,8 @@
  * mkGemmAllReduce's plan: the compute order is a permutation with this rank's slice first and
  * rows ascending within each slice; the role split follows the policy engine's answer, drops
  * the roles a layout does not use, honours MKERNEL_ROLE_SPLIT and refuses a share with no
- * compute CTA left; the adaptive rule balances measured work within its bounds and steps.
+ * compute CTA left; the adaptive controller's search settles near the fastest count of
+ * communication CTAs within its bounds and shares them by measured work.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -129,53 +130,93 @@ static int sum4(const int *v)
 	return v[0] + v[1] + v[2] + v[3];
 }
 
-static void test_adapt_balances_work(void **state)
+/* A call's duration with c communication CTAs: a valley at `best`, 1 % per CTA away from it. */
+static unsigned long long valley(int c, int best)
+{
+	return 1000000ull + 10000ull * (unsigned long long)(c > best ? c - best : best - c);
+}
+
+static void test_climb_finds_the_valley(void **state)
+{
+	(void)state;
+	for (int best = 3; best <= 60; best += 7) {
+		for (int start = 3; start <= 60; start += 11) {
+			struct mk_gar_ctl ctl = { 0 };
+			int c = start, calls = 0;
+
+			/* settles within 20 calls at a count whose time is within 3 % of the best
+			 */
+			while (calls < 21 && (ctl.best_t == 0 || ctl.step != 0)) {
+				c = mk_gar_climb(&ctl, c, valley(c, best), 3, 62);
+				calls++;
+				assert_true(c >= 3 && c <= 62);
+			}
+			assert_true(calls <= 20);
+			assert_int_equal(ctl.step, 0);
+			assert_int_equal(c, ctl.best_c);
+			assert_true(valley(c, best) * 100 <= valley(best, best) * 103 + 100);
+		}
+	}
+}
+
+static void test_climb_bounds_and_no_measure(void **state)
+{
+	struct mk_gar_ctl ctl = { 0 };
+
+	(void)state;
+	/* nothing measured: unchanged, state untouched */
+	assert_int_equal(mk_gar_climb(&ctl, 10, 0, 3, 62), 10);
+	assert_int_equal(ctl.best_t, 0);
+	/* at the lower bound the first probe goes up instead, by an eighth of the range */
+	assert_int_equal(mk_gar_climb(&ctl, 3, 1000, 3, 62), 10);
+	/* the best count's later times are averaged in */
+	ctl.best_t = 1000;
+	ctl.best_c = 8;
+	ctl.step = 0;
+	assert_int_equal(mk_gar_climb(&ctl, 8, 2000, 3, 62), 8);
+	assert_int_equal(ctl.best_t, 1250);
+}
+
+static void test_adapt_shares_by_busy_time(void **state)
 {
 	struct mk_gar_split b;
+	struct mk_gar_ctl ctl = { 0 };
 	int cur[4];
 
 	(void)state;
 	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 8, 132, 2, 8, NULL, &b), 0);
-	/* communication took a quarter of the work: 33 CTAs, reached in steps of 8 from 32 */
 	memcpy(cur, b.sms, sizeof(cur));
 	{
+		/* first measured call: 32 communication CTAs, next trial 16 of them */
 		const unsigned long long busy[4] = { 300, 50, 25, 25 };
 
-		mk_gar_adapt(busy, &b, 132, cur);
+		mk_gar_adapt(busy, &b, 132, &ctl, 1000000, cur);
 		assert_int_equal(sum4(cur), 132);
-		assert_int_equal(cur[1] + cur[2] + cur[3], 33);
-		/* in proportion to each role's busy time: 2 : 1 : 1 over the minimums */
-		assert_true(cur[1] > cur[2] && cur[1] > cur[3]);
+		assert_int_equal(cur[1] + cur[2] + cur[3], 16);
+		/* shared by busy time, 2 : 1 : 1 over the minimums */
+		assert_int_equal(cur[1], 1 + 7);
+		assert_true(cur[2] >= 4 && cur[3] >= 4);
 	}
-	/* communication idle: down by at most max_step per call, never below the minimums */
 	{
-		const unsigned long long busy[4] = { 1000, 0, 0, 0 };
-		int before = cur[1] + cur[2] + cur[3];
-
-		mk_gar_adapt(busy, &b, 132, cur);
-		assert_int_equal(cur[1] + cur[2] + cur[3], before - 8);
-		for (int i = 0; i < 10; i++)
-			mk_gar_adapt(busy, &b, 132, cur);
-		assert_int_equal(cur[1] + cur[2] + cur[3], 3);
-		assert_int_equal(cur[0], 129);
-	}
-	/* communication-bound: up by max_step per call, compute keeps its minimum */
-	{
-		const unsigned long long busy[4] = { 1, 1000, 1000, 1000 };
-
-		for (int i = 0; i < 20; i++)
-			mk_gar_adapt(busy, &b, 132, cur);
-		assert_int_equal(cur[0], b.min[MK_GAR_COMPUTE]);
-		assert_int_equal(sum4(cur), 132);
-	}
-	/* nothing measured: unchanged */
-	{
+		/* nothing measured (first call of a shape): the split stands */
 		const unsigned long long busy[4] = { 0, 0, 0, 0 };
 		int keep[4];
 
 		memcpy(keep, cur, sizeof(keep));
-		mk_gar_adapt(busy, &b, 132, cur);
-		assert_memory_equal(keep, cur, sizeof(keep));
+		mk_gar_adapt(busy, &b, 132, &ctl, 0, cur);
+		assert_int_equal(sum4(cur), 132);
+		assert_int_equal(cur[1] + cur[2] + cur[3], keep[1] + keep[2] + keep[3]);
+	}
+	{
+		/* compute keeps its minimum whatever the search asks */
+		const unsigned long long busy[4] = { 1, 1000, 1000, 1000 };
+
+		ctl.best_t = 1;
+		ctl.best_c = 120;
+		ctl.step = 30;
+		mk_gar_adapt(busy, &b, 132, &ctl, 1, cur);
+		assert_true(cur[0] >= b.min[MK_GAR_COMPUTE]);
+		assert_int_equal(sum4(cur), 132);
 	}
 }
 
@@ -185,7 +226,9 @@ int main(void)
 		cmocka_unit_test(test_order_is_permutation_mine_first),
 		cmocka_unit_test(test_split_follows_policy_and_layout),
 		cmocka_unit_test(test_split_env_and_refusal),
-		cmocka_unit_test(test_adapt_balances_work),
+		cmocka_unit_test(test_climb_finds_the_valley),
+		cmocka_unit_test(test_climb_bounds_and_no_measure),
+		cmocka_unit_test(test_adapt_shares_by_busy_time),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
