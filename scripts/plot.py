@@ -110,8 +110,10 @@ def plot_gemm(rows, out):
     return [path]
 
 
-def plot_gemm_allreduce_splits(rows, out):
-    g = [r for r in rows if r.get("bench") == "gemm_allreduce_splits"]
+def layout_panels(rows, bench, out, name, draw):
+    """One panel per (nodes, ranks per node) of the `bench` records, x = M = N; `draw(ax, rs,
+    x)` adds the curves and the y axis."""
+    g = [r for r in rows if r.get("bench") == bench]
     if not g:
         return []
     layouts = sorted({(r["nnodes"], r["nlocal"]) for r in g})
@@ -119,50 +121,40 @@ def plot_gemm_allreduce_splits(rows, out):
     for ax, (nn, nl) in zip(axes[0], layouts):
         rs = sorted((r for r in g if (r["nnodes"], r["nlocal"]) == (nn, nl)),
                     key=lambda r: r["m"])
-        x = [r["m"] for r in rs]
+        draw(ax, rs, [r["m"] for r in rs])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M = N (K = N / 16)")
+        emu = " (emulated)" if any(r.get("emulated") for r in rs) else ""
+        ax.set_title(f"{nn} node(s) x {nl} rank(s){emu}")
+        ax.legend(fontsize=7)
+    path = os.path.join(out, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def plot_gemm_allreduce_splits(rows, out):
+    def draw(ax, rs, x):
         for key, label in (("adaptive_ms", "adaptive controller"),
                            ("policy_static_ms", "policy engine's static split")):
             ax.plot(x, [r["best_static_ms"] / r[key] for r in rs], marker="o", label=label)
         ax.axhline(0.95, color="grey", linestyle="--", linewidth=1, label="goal 0.95")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("M = N (K = N / 16)")
         ax.set_ylabel("best static time / time (higher is better)")
-        emu = " (emulated)" if any(r.get("emulated") for r in rs) else ""
-        ax.set_title(f"{nn} node(s) x {nl} rank(s){emu}")
-        ax.legend(fontsize=7)
-    path = os.path.join(out, "gemm-allreduce-splits.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+
+    return layout_panels(rows, "gemm_allreduce_splits", out, "gemm-allreduce-splits.png", draw)
 
 
 def plot_gemm_allreduce(rows, out):
-    g = [r for r in rows if r.get("bench") == "gemm_allreduce"]
-    if not g:
-        return []
-    layouts = sorted({(r["nnodes"], r["nlocal"]) for r in g})
-    fig, axes = plt.subplots(1, len(layouts), figsize=(5 * len(layouts), 4), squeeze=False)
-    for ax, (nn, nl) in zip(axes[0], layouts):
-        rs = sorted((r for r in g if (r["nnodes"], r["nlocal"]) == (nn, nl)),
-                    key=lambda r: r["m"])
-        x = [r["m"] for r in rs]
+    def draw(ax, rs, x):
         for key, label in (("fused_ms", "mkGemmAllReduce (fused)"),
                            ("cublas_nccl_ms", "cuBLAS + ncclAllReduce"),
                            ("gemm_only_ms", "GEMM alone")):
             ax.plot(x, [r[key] for r in rs], marker="o", label=label)
-        ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("M = N (K = N / 16)")
         ax.set_ylabel("ms (median)")
-        emu = " (emulated)" if any(r.get("emulated") for r in rs) else ""
-        ax.set_title(f"{nn} node(s) x {nl} rank(s){emu}")
-        ax.legend(fontsize=7)
-    path = os.path.join(out, "gemm-allreduce.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+
+    return layout_panels(rows, "gemm_allreduce", out, "gemm-allreduce.png", draw)
 
 
 def main():

@@ -617,8 +617,8 @@ extern "C" int mk_gar_launch(const struct mk_gar_launch *l, cudaStream_t stream)
 	/* One rank in all: the sum is the product itself, stored straight into C. */
 	mk_gemm_args_init(&g, l->m, l->n, l->k, l->b_layout,
 			  alone ? l->c : (void *)l->ws.w[l->local_rank]);
-	g.sched.order = l->order;
 	if (!alone) {
+		g.sched.order = l->order; /* alone: the engine's own raster, nothing waits */
 		g.epi.ready = l->ws.ready[l->local_rank];
 		g.epi.ready_scope = MK_GEMM_FLAG_SYS;
 	}

@@ -10,9 +10,18 @@ void mk_gar_tile_order(int tiles_m, int tiles_n, int local_rank, int nlocal, int
 	int k = 0;
 
 	for (int d = 0; d < nlocal; d++) {
-		for (int tm = (local_rank + d) % nlocal; tm < tiles_m; tm += nlocal) {
-			for (int tn = 0; tn < tiles_n; tn++)
-				order[k++] = tm * tiles_n + tn;
+		const int first = (local_rank + d) % nlocal;
+
+		/* bands of MK_GAR_BAND rows of the slice, column by column inside a band */
+		for (int b0 = first; b0 < tiles_m; b0 += MK_GAR_BAND * nlocal) {
+			for (int tn = 0; tn < tiles_n; tn++) {
+				for (int i = 0; i < MK_GAR_BAND; i++) {
+					const int tm = b0 + i * nlocal;
+
+					if (tm < tiles_m)
+						order[k++] = tm * tiles_n + tn;
+				}
+			}
 		}
 	}
 }

@@ -18,10 +18,15 @@
 extern "C" {
 #endif
 
+/* Tile rows of a slice the compute order works through together (L2 reuse of A and B panels
+ * against how soon a whole row is ready to reduce and send). */
+#define MK_GAR_BAND 8
+
 /*
  * order[0 .. tiles_m * tiles_n): tile ids (tm * tiles_n + tn), the slice of local rank
  * `local_rank` first (tile rows tm % nlocal == local_rank), then the next local ranks' slices
- * in turn; rows in ascending order within a slice. A permutation of all tiles.
+ * in turn; within a slice, bands of MK_GAR_BAND rows in ascending order, each band column by
+ * column. A permutation of all tiles.
  */
 void mk_gar_tile_order(int tiles_m, int tiles_n, int local_rank, int nlocal, int *order);
 

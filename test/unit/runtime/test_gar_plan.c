@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * mkGemmAllReduce's plan: the compute order is a permutation with this rank's slice first and
- * rows ascending within each slice; the role split follows the policy engine's answer, drops
- * the roles a layout does not use, honours MKERNEL_ROLE_SPLIT and refuses a share with no
+ * bands of rows ascending within each slice; the role split follows the policy engine's answer,
+ * drops the roles a layout does not use, honours MKERNEL_ROLE_SPLIT and refuses a share with no
  * compute CTA left; the adaptive controller's search settles near the fastest count of
  * communication CTAs within its bounds and shares them by measured work.
  */
@@ -23,7 +23,7 @@ static void check_order(int tiles_m, int tiles_n, int lr, int nl)
 	const int tiles = tiles_m * tiles_n;
 	int *order = malloc((size_t)tiles * sizeof(int));
 	char *seen = calloc((size_t)tiles, 1);
-	int prev_slice = 0, prev_row = -1;
+	int prev_slice = 0, prev_band = -1;
 
 	assert_non_null(order);
 	assert_non_null(seen);
@@ -31,16 +31,17 @@ static void check_order(int tiles_m, int tiles_n, int lr, int nl)
 	for (int i = 0; i < tiles; i++) {
 		int t = order[i], tm = t / tiles_n;
 		int slice = (tm % nl - lr + nl) % nl; /* 0 = mine, 1 = the next owner's, ... */
+		int band = tm / nl / MK_GAR_BAND;     /* band of rows within the slice */
 
 		assert_true(t >= 0 && t < tiles);
 		assert_false(seen[t]);
 		seen[t] = 1;
-		/* slices in turn from mine; rows ascending within one */
+		/* slices in turn from mine; bands of rows ascending within one */
 		assert_true(slice >= prev_slice);
 		if (slice == prev_slice)
-			assert_true(tm >= prev_row);
+			assert_true(band >= prev_band);
 		prev_slice = slice;
-		prev_row = tm;
+		prev_band = band;
 	}
 	if (lr < tiles_m)
 		assert_int_equal(order[0] / tiles_n % nl, lr);
@@ -56,6 +57,8 @@ static void test_order_is_permutation_mine_first(void **state)
 	check_order(13, 5, 2, 4); /* rows not a multiple of the ranks */
 	check_order(3, 7, 5, 8);  /* fewer tile rows than ranks: my slice is empty */
 	check_order(1, 1, 0, 2);
+	check_order(128, 64, 1, 2); /* several bands per slice */
+	check_order(37, 3, 0, 1);
 }
 
 /* The policy engine's answer for a 132-SM share on 2 nodes x 8 (compute, intra, send, reduce). */
