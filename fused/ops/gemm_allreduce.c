@@ -467,6 +467,25 @@ static const char *gar_why_not(const struct mk_comm *c, const void *a, const voi
 	return NULL;
 }
 
+/*
+ * A new shape allocates its memory collectively and synchronises the host, which a stream
+ * under CUDA-graph capture cannot do: that call takes the unfused path (capturable), the same
+ * on every rank since they capture the same calls.
+ */
+static const char *gar_why_not_now(const struct mk_comm *c, int m, int n, cudaStream_t stream)
+{
+	const struct mk_gar_shape *s = c->gar != NULL ? c->gar->shape : NULL;
+	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+
+	if (s != NULL && s->m == m && s->n == n)
+		return NULL;
+	if (cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+	    cap == cudaStreamCaptureStatusNone)
+		return NULL;
+	return "first call of this output shape under CUDA-graph capture (its fused memory is set "
+	       "up outside capture: call once before capturing)";
+}
+
 static ncclResult_t gar_invalid(const char *what)
 {
 	MK_WARN("mkGemmAllReduce: %s; nothing launched", what);
@@ -496,6 +515,8 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
 	if (cudaGetDevice(&dev) != cudaSuccess || dev != comm->cuda_dev)
 		return gar_invalid("the comm belongs to another CUDA device than the current one");
 	why = gar_why_not(comm, a, b, c, (int)m, (int)n, (int)k, bLayout, type, &sp, &adaptive);
+	if (why == NULL)
+		why = gar_why_not_now(comm, (int)m, (int)n, stream);
 	if (why == NULL) {
 		MK_INFO(MK_SUBSYS_INIT,
 			"mkGemmAllReduce(M %zu, N %zu, K %zu): fused kernel, %s split %d/%d/%d/%d "
