@@ -503,6 +503,8 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
 
 	if (comm == NULL || a == NULL || b == NULL || c == NULL)
 		return gar_invalid("NULL comm or buffer");
+	if (comm->magic != MK_COMM_MAGIC)
+		return gar_invalid("comm is not one mkCommInit made, or it was destroyed");
 	if (m == 0 || n == 0 || k == 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX ||
 	    m * n > (size_t)INT_MAX * 64)
 		return gar_invalid("M, N and K must be in [1, INT_MAX]");

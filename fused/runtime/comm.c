@@ -467,6 +467,7 @@ int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
 		rc = mk_alltoall_preload();
 	if (rc)
 		goto undo;
+	c->magic = MK_COMM_MAGIC;
 	*out = c;
 	return 0;
 undo:
@@ -478,6 +479,7 @@ void mk_comm_free(struct mk_comm *c)
 {
 	if (c == NULL)
 		return;
+	c->magic = 0;
 	if (c->op_free != NULL)
 		c->op_free(c);
 	mk_proxy_destroy(c->proxy);

@@ -18,7 +18,11 @@ extern "C" {
 /* Signal words per comm; ops use [0, 2 * nranks) today (arrivals, then ready-to-receive). */
 #define MK_COMM_SIGNALS 4096
 
+/* First word of a live comm: the API refuses other pointers (and destroyed comms, mostly). */
+#define MK_COMM_MAGIC 0x6d6b636dU
+
 struct mk_comm {
+	uint32_t magic; /* MK_COMM_MAGIC from mkCommInit's success until mkCommDestroy */
 	ncclComm_t nccl;
 	int rank;
 	int nranks;

@@ -17,6 +17,7 @@
 
 #include "mkernel.h"
 #include "fused/gemm/gemm.h"
+#include "fused/runtime/comm.h"
 
 #define A_PTR ((const void *)(uintptr_t)0x10000)
 #define B_PTR ((const void *)(uintptr_t)0x20000)
@@ -182,6 +183,18 @@ static void test_mkgemm_allreduce_null_comm_refused(void **state)
 			 ncclInvalidArgument);
 }
 
+/* A pointer that is not a live comm (another object, a destroyed comm) is refused too. */
+static void test_mkgemm_allreduce_foreign_comm_refused(void **state)
+{
+	struct mk_comm fake;
+
+	(void)state;
+	memset(&fake, 0, sizeof(fake));
+	assert_int_equal(mkGemmAllReduce(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
+					 mkLayoutRowMajorNK, &fake, 0),
+			 ncclInvalidArgument);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -194,6 +207,7 @@ int main(void)
 		cmocka_unit_test(test_check_epilogue_rules),
 		cmocka_unit_test(test_mkgemm_invalid_arguments_before_cuda),
 		cmocka_unit_test(test_mkgemm_allreduce_null_comm_refused),
+		cmocka_unit_test(test_mkgemm_allreduce_foreign_comm_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
