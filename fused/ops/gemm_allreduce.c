@@ -105,21 +105,6 @@ static void gar_state_free(struct mk_comm *c)
 	c->gar = NULL;
 }
 
-/* Every node has as many ranks as mine: the same local rank owns the same slice everywhere. */
-static int gar_nodes_uniform(const struct mk_comm *c)
-{
-	int *count = calloc((size_t)c->topo.nnodes, sizeof(int)), ok = 1;
-
-	if (count == NULL)
-		return 0;
-	for (int r = 0; r < c->nranks; r++)
-		count[c->topo.node_of[r]]++;
-	for (int nn = 0; nn < c->topo.nnodes; nn++)
-		ok &= count[nn] == c->topo.nlocal;
-	free(count);
-	return ok;
-}
-
 static int gar_state_get(struct mk_comm *c, struct mk_gar_state **out)
 {
 	struct mk_gar_state *st = c->gar;
@@ -333,7 +318,6 @@ static int gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, 
 	l.node = c->topo.node;
 	l.nnodes = c->topo.nnodes;
 	l.rows = s->rows;
-	l.grid = gar_share(c);
 	l.adaptive = adaptive;
 	l.split = *sp;
 	l.order = s->order_d;
@@ -427,7 +411,8 @@ static const char *gar_why_not(const struct mk_comm *c, const void *a, const voi
 		return "the device is not sm_90";
 	if (c->topo.nlocal > MK_MAX_LOCAL)
 		return "more ranks per node than the fused kernel maps (8)";
-	if (!gar_nodes_uniform(c))
+	/* the same local rank must own the same slice on every node */
+	if (!c->topo.uniform)
 		return "nodes have different numbers of ranks";
 	words = 2ull * (uint64_t)c->nranks + (uint64_t)c->topo.nnodes +
 		(uint64_t)c->topo.nnodes *

@@ -482,7 +482,7 @@ MK_DEV void gar_last_out(const struct mk_gar_launch *l, unsigned int e, unsigned
 		const unsigned long long t0 = *l->ws.t_start;
 
 		/* The first call of a shape has no start yet (zeroed): nothing measured. */
-		mk_gar_adapt(busy_s, &l->split, l->grid, l->ws.ctl,
+		mk_gar_adapt(busy_s, &l->split, (int)gridDim.x, l->ws.ctl,
 			     t0 != 0 && t0 != ~0ull ? mk_globaltimer_ns() - t0 : 0, cur_s);
 		for (int r = 0; r < MK_GAR_ROLES; r++)
 			l->ws.split[r] = cur_s[r];
@@ -610,9 +610,11 @@ extern "C" int mk_gar_launch(const struct mk_gar_launch *l, cudaStream_t stream)
 	struct mk_gemm_args g;
 	struct mk_gemm_tmaps maps;
 	void *params[3];
-	int rc;
+	int rc, grid = 0;
 
-	if (l->grid < 1 || l->split.sms[MK_GAR_COMPUTE] < 1)
+	for (int r = 0; r < MK_GAR_ROLES; r++)
+		grid += l->split.sms[r]; /* the split fills my share of the SMs */
+	if (l->split.sms[MK_GAR_COMPUTE] < 1)
 		return -EINVAL;
 	/* One rank in all: the sum is the product itself, stored straight into C. */
 	mk_gemm_args_init(&g, l->m, l->n, l->k, l->b_layout,
@@ -632,7 +634,7 @@ extern "C" int mk_gar_launch(const struct mk_gar_launch *l, cudaStream_t stream)
 	params[2] = (void *)l;
 	if (cudaLaunchCooperativeKernel(l->b_layout == MK_GEMM_B_NK ? (const void *)mk_gar_kernel<1>
 								    : (const void *)mk_gar_kernel<0>,
-					l->grid, MK_GEMM_THREADS, params, MK_GEMM_SMEM_BYTES,
+					grid, MK_GEMM_THREADS, params, MK_GEMM_SMEM_BYTES,
 					stream) != cudaSuccess)
 		return -EIO;
 	return 0;

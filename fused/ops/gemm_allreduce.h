@@ -76,11 +76,10 @@ struct mk_gar_launch {
 	int m, n, k, b_layout;
 	int local_rank, nlocal, node, nnodes;
 	int rows;     /* tile rows in my slice */
-	int grid;     /* CTAs (my share of the SMs) */
 	int adaptive; /* 1: the split comes from ws.split and the controller updates it */
 	struct mk_gar_split split; /* starting split (static) and the controller's bounds */
 	const int *order;	   /* compute tile order (device), my slice first */
-	unsigned long long *trace; /* device [grid][MK_GAR_TRACE_WORDS], or NULL */
+	unsigned long long *trace; /* device [CTAs][MK_GAR_TRACE_WORDS], or NULL */
 	struct mk_gar_ws_dev ws;
 	struct mk_dev_comm dc; /* puts and signals to other nodes */
 };

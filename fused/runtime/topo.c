@@ -114,6 +114,10 @@ int mk_topo_assign(const uint64_t *host_hash, int nranks, int rank, struct mk_to
 	out->local_rank = out->local_of[rank];
 	for (int r = 0; r < nranks; r++)
 		out->nlocal += out->node_of[r] == out->node;
+	/* As many ranks as nodes x mine, and none with a local rank beyond mine: all equal. */
+	out->uniform = nranks == out->nnodes * out->nlocal;
+	for (int r = 0; r < nranks; r++)
+		out->uniform &= out->local_of[r] < out->nlocal;
 	free(first);
 	return 0;
 }

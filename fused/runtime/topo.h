@@ -37,6 +37,7 @@ struct mk_topo {
 	int nnodes;
 	int local_rank; /* my index among my node's ranks, in rank order */
 	int nlocal;	/* ranks in my node */
+	int uniform;	/* every node has nlocal ranks */
 	int *node_of;	/* node_of[r] for every rank (owned; mk_topo_fini frees it) */
 	int *local_of;	/* local rank of every rank */
 };

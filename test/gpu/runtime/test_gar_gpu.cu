@@ -73,14 +73,7 @@ __global__ void abs_kernel(const float *x, float *y, size_t count)
 		y[i] = fabsf(x[i]);
 }
 
-/* The test forces each path (MKERNEL_GEMM_AR_FUSED), whatever the cost model would pick. */
-static void set_fallback(int on)
-{
-	setenv("MKERNEL_GEMM_AR_FUSED", on ? "0" : "1", 1);
-	mk_param_reset_all();
-}
-
-/* MKERNEL_SM_POLICY and MKERNEL_ROLE_SPLIT for the next calls ("" unsets). */
+/* A knob for the next calls ("" unsets it). */
 static void set_env(const char *name, const char *value)
 {
 	if (value[0] == '\0')
@@ -88,6 +81,12 @@ static void set_env(const char *name, const char *value)
 	else
 		setenv(name, value, 1);
 	mk_param_reset_all();
+}
+
+/* The test forces each path (MKERNEL_GEMM_AR_FUSED), whatever the cost model would pick. */
+static void set_fallback(int on)
+{
+	set_env("MKERNEL_GEMM_AR_FUSED", on ? "0" : "1");
 }
 
 static void problem_open(struct problem *p, ncclComm_t nccl, int m, int n, int k, int b_nk,

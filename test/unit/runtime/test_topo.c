@@ -93,6 +93,7 @@ static void test_assign_nodes_in_rank_order(void **state)
 		assert_int_equal(t.node, node[r]);
 		assert_int_equal(t.local_rank, local[r]);
 		assert_int_equal(t.nlocal, nlocal[r]);
+		assert_false(t.uniform); /* nodes of 3, 2 and 1 ranks */
 		for (int q = 0; q < 6; q++) {
 			assert_int_equal(t.node_of[q], node[q]);
 			assert_int_equal(t.local_of[q], local[q]);
@@ -110,12 +111,14 @@ static void test_assign_one_node_and_all_distinct(void **state)
 	assert_int_equal(t.nnodes, 1);
 	assert_int_equal(t.local_rank, 3);
 	assert_int_equal(t.nlocal, 4);
+	assert_true(t.uniform);
 	mk_topo_fini(&t);
 	assert_int_equal(mk_topo_assign(distinct, 4, 2, &t), 0);
 	assert_int_equal(t.nnodes, 4);
 	assert_int_equal(t.node, 2);
 	assert_int_equal(t.local_rank, 0);
 	assert_int_equal(t.nlocal, 1);
+	assert_true(t.uniform);
 	mk_topo_fini(&t);
 	assert_int_equal(mk_topo_assign(distinct, 4, 4, &t), -EINVAL);
 	assert_int_equal(mk_topo_assign(NULL, 4, 0, &t), -EINVAL);

@@ -541,16 +541,19 @@ static void check_split_invariants(const struct mk_policy_sm_split *s, int sms)
 	assert_true(s->max_step >= 4);
 }
 
+/* GEMM + all-reduce of 8192 x 8192 x 512 on 2 nodes x 8 GPUs of 132 SMs. */
+static const struct mk_policy_op_query gar_2x8 = { .op = MK_FUSED_GEMM_ALLREDUCE,
+						   .m = 8192,
+						   .n = 8192,
+						   .k = 512,
+						   .nnodes = 2,
+						   .nranks = 16,
+						   .sms = 132 };
+
 /* The cost model's fusion choice for GEMM + all-reduce: estimates follow the formula's parts. */
 static void test_gemm_ar_fuse_choice(void **state)
 {
-	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE,
-					.m = 8192,
-					.n = 8192,
-					.k = 512,
-					.nnodes = 2,
-					.nranks = 16,
-					.sms = 132 };
+	struct mk_policy_op_query q = gar_2x8;
 	struct mk_policy_sm_split s;
 	const double gemm_us = 2.0 * 8192 * 8192 * 512 / 730e6;
 
@@ -576,27 +579,16 @@ static void test_gemm_ar_fuse_choice(void **state)
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
 	assert_int_equal(s.fuse, 0);
 	/* a larger measured overhead moves the choice (MKERNEL_TUNER_FUSED_OVERHEAD_US) */
-	q.m = q.n = 8192;
-	q.k = 512;
-	q.nnodes = 2;
-	q.nranks = 16;
+	q = gar_2x8;
 	setenv("MKERNEL_TUNER_FUSED_OVERHEAD_US", "100000", 1);
 	mk_policy_reload();
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
-	assert_int_equal(s.fuse, 0);
-	unsetenv("MKERNEL_TUNER_FUSED_OVERHEAD_US");
-	mk_policy_reload();
+	assert_int_equal(s.fuse, 0); /* teardown unsets the knob */
 }
 
 static void test_sm_split_table_and_topology(void **state)
 {
-	struct mk_policy_op_query q = { .op = MK_FUSED_GEMM_ALLREDUCE,
-					.m = 8192,
-					.n = 8192,
-					.k = 512,
-					.nnodes = 2,
-					.nranks = 16,
-					.sms = 132 };
+	struct mk_policy_op_query q = gar_2x8;
 	struct mk_policy_sm_split s;
 
 	(void)state;
