@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * Public mk* functions: argument checks, the choice between mkernel's engine and the unfused
- * fallback, and the one conversion from negative errno to ncclResult_t with a WARN saying what
- * failed and why.
+ * fallback, and a WARN saying what failed and why before the errno becomes an ncclResult_t
+ * (mk_result_api).
  */
 #include <errno.h>
 #include <limits.h>
@@ -16,6 +16,7 @@
 #include "mk/err.h"
 #include "mk/log.h"
 #include "mk/param.h"
+#include "mk/result.h"
 
 MK_PARAM_DECLARE_INT(gemm_force_fallback); /* fused/gemm/gemm_params.c */
 
@@ -24,17 +25,6 @@ static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 static void api_init(void)
 {
 	mk_log_set_sink(NULL);
-}
-
-static ncclResult_t api_result(int rc)
-{
-	if (rc == 0)
-		return ncclSuccess;
-	if (rc == -EINVAL)
-		return ncclInvalidArgument;
-	if (rc == -ENOMEM)
-		return ncclSystemError;
-	return ncclUnhandledCudaError;
 }
 
 /* 1 if mkernel's engine takes this call, 0 for the fallback; logs why at INFO. */
@@ -65,19 +55,19 @@ MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size
 	pthread_once(&api_once, api_init);
 	if (a == NULL || b == NULL || c == NULL) {
 		MK_WARN("mkGemm: NULL pointer (a %p, b %p, c %p)", a, b, c);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 	if (m == 0 || n == 0 || k == 0 || m > INT_MAX || n > INT_MAX || k > INT_MAX) {
 		MK_WARN("mkGemm: sizes m %zu, n %zu, k %zu must be in 1 .. %d", m, n, k, INT_MAX);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 	if (type != ncclBfloat16) {
 		MK_WARN("mkGemm: data type %d is not supported (only ncclBfloat16)", (int)type);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 	if (bLayout != mkLayoutRowMajorKN && bLayout != mkLayoutRowMajorNK) {
 		MK_WARN("mkGemm: unknown B layout %d", (int)bLayout);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 
 	l.a = a;
@@ -90,7 +80,7 @@ MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size
 		if (rc != -ENOSYS) {
 			MK_WARN("mkGemm(m %zu, n %zu, k %zu): engine launch failed: %s", m, n, k,
 				mk_strerror(rc));
-			return api_result(rc);
+			return mk_result_api(rc);
 		}
 		MK_INFO(MK_SUBSYS_INIT, "mkGemm: no cuTensorMapEncodeTiled, using cuBLAS");
 	}
@@ -98,7 +88,7 @@ MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size
 	if (rc) {
 		MK_WARN("mkGemm(m %zu, n %zu, k %zu): cuBLAS fallback failed: %s", m, n, k,
 			mk_strerror(rc));
-		return api_result(rc);
+		return mk_result_api(rc);
 	}
 	return ncclSuccess;
 }

@@ -3,8 +3,8 @@
  * NCCL net plugin v11, implemented once over the messaging layer (mk/rdv.h) and the backend
  * registry. Owns the per-communicator contexts, the device property cache NCCL reads names from,
  * argument validation at the NCCL edge and the single -errno -> ncclResult_t conversion per call
- * (with a WARN naming the call). The older ABI versions are adapters over the mk_net11_*
- * functions below (net_v10.c, net_v9.c, net_v8.c).
+ * (mk_result_net, with a WARN naming the call). The older ABI versions are adapters over the
+ * mk_net11_* functions below (net_v10.c, net_v9.c, net_v8.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -20,6 +20,7 @@
 #include "mk/err.h"
 #include "mk/log.h"
 #include "mk/rdv.h"
+#include "mk/result.h"
 #include "mk/transport.h"
 #include "mk_config.h"
 #include "mk_git.h"
@@ -213,7 +214,7 @@ ncclResult_t mk_net11_init(void **ctx, uint64_t commId, struct mk_nccl_net_comm_
 
 fail:
 	MK_WARN("init(comm 0x%" PRIx64 ") failed: %s", commId, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_devices(int *ndev)
@@ -234,7 +235,7 @@ ncclResult_t mk_net11_devices(int *ndev)
 
 fail:
 	MK_WARN("devices() failed (called before init?): %s", mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props)
@@ -280,7 +281,7 @@ ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props
 
 fail:
 	MK_WARN("getProperties(dev %d) failed: %s", dev, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 /* Checks NCCL's list and has the backend build the fused device; under net_lock. */
@@ -346,7 +347,7 @@ ncclResult_t mk_net11_makeVDevice(int *d, struct mk_nccl_vdev_props *props)
 
 fail:
 	MK_WARN("makeVDevice failed: %s", mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_listen(void *ctx, int dev, void *handle, void **listenComm)
@@ -370,7 +371,7 @@ ncclResult_t mk_net11_listen(void *ctx, int dev, void *handle, void **listenComm
 
 fail:
 	MK_WARN("listen(ctx %p, dev %d) failed: %s", ctx, dev, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_comm_config *config,
@@ -401,7 +402,7 @@ ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_com
 
 fail:
 	MK_WARN("connect(ctx %p, dev %d) failed: %s", ctx, dev, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_connect(void *ctx, int dev, void *handle, void **sendComm,
@@ -436,7 +437,7 @@ ncclResult_t mk_net11_accept(void *listenComm, void **recvComm,
 
 fail:
 	MK_WARN("accept(listenComm %p) failed: %s", listenComm, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 /* regMr and regMrDmaBuf: fd -1 for a plain virtual-address registration. */
@@ -469,7 +470,7 @@ ncclResult_t mk_net11_regMr(void *comm, void *data, size_t size, int type, void 
 		return ncclSuccess;
 	MK_WARN("regMr(comm %p, %p, %zu bytes, type %d) failed: %s", comm, data, size, type,
 		mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_regMrDmaBuf(void *comm, void *data, size_t size, int type, uint64_t offset,
@@ -484,7 +485,7 @@ ncclResult_t mk_net11_regMrDmaBuf(void *comm, void *data, size_t size, int type,
 	MK_WARN("regMrDmaBuf(comm %p, %p, %zu bytes, type %d, fd %d, offset %" PRIu64
 		") failed: %s",
 		comm, data, size, type, fd, offset, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_deregMr(void *comm, void *mhandle)
@@ -496,7 +497,7 @@ ncclResult_t mk_net11_deregMr(void *comm, void *mhandle)
 	if (rc == 0)
 		return ncclSuccess;
 	MK_WARN("deregMr(comm %p, mhandle %p) failed: %s", comm, mhandle, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle,
@@ -525,7 +526,7 @@ ncclResult_t mk_net11_isend(void *sendComm, void *data, size_t size, int tag, vo
 fail:
 	MK_WARN("isend(comm %p, %p, %zu bytes, tag %d, mhandle %p) failed: %s", sendComm, data,
 		size, tag, mhandle, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 /* Shape of a grouped receive or flush: 1 <= n <= maxRecvs, every array and handle present. */
@@ -574,7 +575,7 @@ fail:
 	MK_WARN("irecv(comm %p, n %d, first %zu bytes tag %d) failed: %s", recvComm, n,
 		n > 0 && sizes != NULL ? sizes[0] : 0, n > 0 && tags != NULL ? tags[0] : -1,
 		mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_iflush(void *recvComm, int n, void **data, int *sizes, void **mhandles,
@@ -601,7 +602,7 @@ ncclResult_t mk_net11_iflush(void *recvComm, int n, void **data, int *sizes, voi
 
 fail:
 	MK_WARN("iflush(comm %p, n %d) failed: %s", recvComm, n, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_test(void *request, int *done, int *sizes)
@@ -626,7 +627,7 @@ ncclResult_t mk_net11_test(void *request, int *done, int *sizes)
 
 fail:
 	MK_WARN("test(request %p) failed: %s", request, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 static ncclResult_t net_close(void *comm, enum mk_rdv_kind kind, const char *call)
@@ -638,7 +639,7 @@ static ncclResult_t net_close(void *comm, enum mk_rdv_kind kind, const char *cal
 	if (rc == 0)
 		return ncclSuccess;
 	MK_WARN("%s(comm %p) failed: %s", call, comm, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_closeSend(void *sendComm)
@@ -676,7 +677,7 @@ ncclResult_t mk_net11_finalize(void *ctx)
 	if (rc == 0)
 		return ncclSuccess;
 	MK_WARN("finalize(ctx %p) failed: %s", ctx, mk_strerror(rc));
-	return mk_err_to_nccl(rc);
+	return mk_result_net(rc);
 }
 
 ncclResult_t mk_net11_setNetAttr(void *ctx, struct mk_nccl_net_attr *netAttr)
@@ -686,7 +687,7 @@ ncclResult_t mk_net11_setNetAttr(void *ctx, struct mk_nccl_net_attr *netAttr)
 
 	if (rc) {
 		MK_WARN("setNetAttr(ctx %p) failed: %s", ctx, mk_strerror(rc));
-		return mk_err_to_nccl(rc);
+		return mk_result_net(rc);
 	}
 	/* Hints only: remembered for later policies; NULL means "no hints". */
 	if (netAttr != NULL)
@@ -735,7 +736,7 @@ ncclResult_t mk_net_props_prefix(int dev, void *props, size_t len)
 	ncclResult_t ret;
 
 	if (len > sizeof(p11))
-		return ncclInternalError;
+		return mk_result_net(-EINVAL);
 	ret = mk_net11_getProperties(dev, props != NULL ? &p11 : NULL);
 	if (ret == ncclSuccess)
 		memcpy(props, &p11, len);

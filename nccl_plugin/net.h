@@ -20,9 +20,6 @@
  */
 #define MK_NET_MAX_BYTES ((size_t)0x7ffff000)
 
-/* -errno -> ncclResult_t (errors.c): the one conversion at the NCCL edge. */
-ncclResult_t mk_err_to_nccl(int rc);
-
 ncclResult_t mk_net11_init(void **ctx, uint64_t commId, struct mk_nccl_net_comm_config *config,
 			   mk_nccl_logger_t logFunction, mk_nccl_prof_cb_t profFunction);
 ncclResult_t mk_net11_devices(int *ndev);

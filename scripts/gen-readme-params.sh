@@ -8,7 +8,7 @@ mode=${2:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 readme=$root/README.md
 # The table lists defaults: generate it from an environment without MKERNEL_* settings.
-table=$(env -i PATH="$PATH" "$build/transport/tools/mkernel-params" --markdown)
+table=$(env -i PATH="$PATH" "$build/tools/mkernel-params" --markdown)
 new=$(awk -v table="$table" '
 	/<!-- params:begin -->/ { print; print table; skip = 1; next }
 	/<!-- params:end -->/ { skip = 0 }

@@ -2,7 +2,7 @@
 /*
  * NCCL's face of the policy engine: ncclTunerPlugin_v5 and, as a translation-only adapter,
  * ncclTunerPlugin_v4. This is the only tuner file that speaks NCCL's ABI; every decision is
- * made by policy.c. Errors are converted here, once; getCollInfo never fails.
+ * made by policy.c. Errors are converted here, once (mk_result_net); getCollInfo never fails.
  */
 #define MK_LOG_PREFIX "TUNER/mkernel"
 
@@ -11,6 +11,7 @@
 
 #include "mk/compiler.h"
 #include "mk/log.h"
+#include "mk/result.h"
 #include "mk_nccl/tuner_v4.h"
 #include "mk_nccl/tuner_v5.h"
 #include "policy.h"
@@ -43,12 +44,12 @@ static ncclResult_t tuner5_init(void **ctx, uint64_t commId, size_t nRanks, size
 	if (logFunction != NULL)
 		mk_log_set_sink(logFunction);
 	if (ctx == NULL)
-		return ncclInternalError;
+		return mk_result_net(-EINVAL);
 	*ctx = NULL;
 	if (nRanks > (size_t)1 << 30 || nNodes > nRanks) {
 		MK_WARN("init(comm %#llx): %zu ranks on %zu nodes is not a topology",
 			(unsigned long long)commId, nRanks, nNodes);
-		return ncclInternalError;
+		return mk_result_net(-EINVAL);
 	}
 	topo.nranks = (int)nRanks;
 	topo.nnodes = (int)nNodes;
@@ -58,7 +59,7 @@ static ncclResult_t tuner5_init(void **ctx, uint64_t commId, size_t nRanks, size
 	if (rc) {
 		MK_WARN("init(comm %#llx, %zu ranks, %zu nodes) failed: %s",
 			(unsigned long long)commId, nRanks, nNodes, strerror(-rc));
-		return rc == -ENOMEM ? ncclSystemError : ncclInternalError;
+		return mk_result_net(rc);
 	}
 	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_TUNING,
 		"tuner ready for comm %#llx: %zu ranks, %zu nodes, %d ranks per NVLink domain",

@@ -29,6 +29,7 @@
 #include "fused/runtime/runtime_params.h"
 #include "mk/err.h"
 #include "mk/log.h"
+#include "mk/result.h"
 #include "tuner/policy.h"
 
 struct mk_gar_shape {
@@ -474,7 +475,7 @@ static const char *gar_why_not_now(const struct mk_comm *c, int m, int n, cudaSt
 static ncclResult_t gar_invalid(const char *what)
 {
 	MK_WARN("mkGemmAllReduce: %s; nothing launched", what);
-	return ncclInvalidArgument;
+	return mk_result_api(-EINVAL);
 }
 
 MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_t m, size_t n,
@@ -516,7 +517,7 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
 			return ncclSuccess;
 		if (rc != -ENOMEM) {
 			MK_WARN("mkGemmAllReduce: fused kernel failed (%s)", mk_strerror(rc));
-			return ncclUnhandledCudaError;
+			return mk_result_api(rc);
 		}
 		why = "the symmetric heap is too small for this shape";
 	}
@@ -525,7 +526,7 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
 	rc = gar_unfused(comm, a, b, c, (int)m, (int)n, (int)k, bLayout, type, stream);
 	if (rc) {
 		MK_WARN("mkGemmAllReduce: unfused path failed (%s)", mk_strerror(rc));
-		return ncclUnhandledCudaError;
+		return mk_result_api(rc);
 	}
 	return ncclSuccess;
 }

@@ -13,26 +13,15 @@
 #include "fused/runtime/comm.h"
 #include "mk/err.h"
 #include "mk/log.h"
+#include "mk/result.h"
 
+/* The API edge: say what failed and why, then convert (mk_result_api). */
 static ncclResult_t rt_result(int rc, const char *what)
 {
 	if (rc == 0)
 		return ncclSuccess;
 	MK_WARN("%s failed: %s", what, mk_strerror(rc));
-	switch (rc) {
-	case -EINVAL:
-		return ncclInvalidArgument;
-	case -ENOMEM:
-	case -EPROTO:
-		return ncclInvalidUsage;
-	case -ECONNRESET:
-	case -ETIMEDOUT:
-	case -EPIPE:
-	case -EHOSTUNREACH:
-		return ncclRemoteError;
-	default:
-		return ncclSystemError;
-	}
+	return mk_result_api(rc);
 }
 
 MK_API ncclResult_t mkCommInit(ncclComm_t nccl, const mkConfig_t *config, mkComm_t *comm)
@@ -72,10 +61,7 @@ MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError)
 	rc = mk_proxy_error(comm->proxy);
 	if (rc == 0)
 		rc = __atomic_load_n(comm->kerr, __ATOMIC_ACQUIRE);
-	*asyncError = rc == 0			    ? ncclSuccess
-		      : rc == -EINVAL		    ? ncclInvalidUsage
-		      : rc == -EIO || rc == -ENOMEM ? ncclSystemError
-						    : ncclRemoteError;
+	*asyncError = mk_result_api(rc);
 	return ncclSuccess;
 }
 
@@ -87,9 +73,11 @@ MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr)
 	if (comm == NULL || ptr == NULL || size == 0)
 		return rt_result(-EINVAL, "mkMemAlloc(NULL or 0 bytes)");
 	rc = mk_symm_alloc(&comm->symm, size, &off);
-	if (rc == -ENOMEM)
+	if (rc == -ENOMEM) {
 		MK_WARN("symmetric heap exhausted: %zu bytes asked of %zu (MKERNEL_SYMM_HEAP)",
 			size, comm->heap_len);
+		rc = -ENOSPC; /* a limit of the configuration, not a failed allocation */
+	}
 	/* Symmetric by construction; check it, and that every rank succeeded. */
 	all = calloc((size_t)comm->nranks, sizeof(*all));
 	if (all == NULL) {

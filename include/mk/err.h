@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Error convention: every internal function returns 0 or a negative errno. Conversion to
- * ncclResult_t happens once, at the NCCL or public-API edge (nccl_plugin/errors.c, fused/api.c).
+ * ncclResult_t happens once, at the NCCL or public-API edge (mk/result.h).
  */
 #ifndef MK_ERR_H
 #define MK_ERR_H

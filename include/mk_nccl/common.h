@@ -2,9 +2,6 @@
 /*
  * Declarations shared by our copies of NCCL's plugin ABIs (net, tuner, GIN), written from the
  * documented member lists. Included only by nccl_plugin/ and tuner/tuner_abi.c.
- *
- * ncclResult_t comes from the installed <nccl.h> when the build found it; otherwise the
- * documented values are declared here so the plugin still builds on hosts without the toolkit.
  */
 #ifndef MK_NCCL_COMMON_H
 #define MK_NCCL_COMMON_H
@@ -12,23 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mk_config.h"
-
-#if MK_HAVE_NCCL_H
-#include <nccl.h>
-#else
-typedef enum {
-	ncclSuccess = 0,
-	ncclUnhandledCudaError = 1,
-	ncclSystemError = 2,
-	ncclInternalError = 3,
-	ncclInvalidArgument = 4,
-	ncclInvalidUsage = 5,
-	ncclRemoteError = 6,
-	ncclInProgress = 7,
-	ncclNumResults = 8
-} ncclResult_t;
-#endif
+#include "mk/result.h" /* ncclResult_t: <nccl.h>, or its documented values */
 
 /* ncclDebugLogger_t: level is NCCL's C enum (int-sized); same shape as mk_log_fn. */
 typedef void (*mk_nccl_logger_t)(int level, unsigned long flags, const char *file, int line,
