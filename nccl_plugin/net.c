@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * NCCL net plugin v11, implemented once over the messaging layer (mk/rdv.h) and the backend
- * registry. Owns the per-communicator contexts, the device property cache NCCL reads names from,
- * argument validation at the NCCL edge and the single -errno -> ncclResult_t conversion per call
- * (mk_result_net, with a WARN naming the call). The older ABI versions are adapters over the
+ * registry: the per-communicator contexts, connections, registrations and requests. Owns the
+ * check of every pointer NCCL hands in (once, here) and the single -errno -> ncclResult_t
+ * conversion per call (mk_result_net, with a WARN naming the call). The devices NCCL sees and
+ * NIC fusion are in net_devs.c. The older ABI versions are adapters over the
  * mk_net11_* functions below (net_v10.c, net_v9.c, net_v8.c).
  */
 #include <errno.h>
@@ -22,12 +23,9 @@
 #include "mk/rdv.h"
 #include "mk/result.h"
 #include "mk/transport.h"
-#include "mk_config.h"
-#include "mk_git.h"
 #include "net.h"
 
 #define MK_NET_CTX_MAGIC 0x6d6b6e78u /* "mknx" */
-#define MK_NET_MAX_DEVS	 32	     /* devices reported to NCCL */
 
 _Static_assert(MK_PTR_HOST == MK_NCCL_PTR_HOST && MK_PTR_CUDA == MK_NCCL_PTR_CUDA &&
 		       MK_PTR_DMABUF == MK_NCCL_PTR_DMABUF,
@@ -45,14 +43,10 @@ struct mk_net_ctx {
 	struct mk_net_ctx *next_free;	       /* on net_free_ctxs after finalize */
 };
 
-/* Control-path state, under net_lock. The data path reads none of it. */
+/* Contexts, under net_lock. The data path reads none of it. */
 static pthread_mutex_t net_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Finalized contexts are reused, never freed: a stale pointer fails the magic check. */
 static struct mk_net_ctx *net_free_ctxs;
-/* Properties of the backend's devices; NCCL keeps pointers to the names. */
-static const struct mk_transport_ops *net_devs_ops;
-static struct mk_dev_props net_devs[MK_NET_MAX_DEVS];
-static int net_ndevs;
 static bool net_params_dumped;
 
 /* The context of the versions without one (v10, v9, v8). */
@@ -79,68 +73,6 @@ static int net_data_comm_check(const void *comm)
 	return mk_rdv_check(comm, MK_RDV_RECV);
 }
 
-static int net_dev_check(int dev)
-{
-	int n;
-
-	pthread_mutex_lock(&net_lock);
-	n = net_devs_ops != NULL ? net_ndevs : 0;
-	pthread_mutex_unlock(&net_lock);
-	return dev >= 0 && dev < n ? 0 : -EINVAL;
-}
-
-/*
- * NCCL treats a makeVDevice that fails as fatal for the communicator, but a NULL one as "no NIC
- * fusion here". So the member is set only while the chosen backend can fuse devices (verbs),
- * and stays NULL for the others (ofi); NCCL reads it after init. Under net_lock.
- */
-static void net_publish_fusion(const struct mk_transport_ops *ops)
-{
-	ncclResult_t (*fn)(int *, struct mk_nccl_vdev_props *) =
-		ops->make_vdev != NULL ? mk_net11_makeVDevice : NULL;
-
-	ncclNetPlugin_v11.makeVDevice = fn;
-	ncclNetPlugin_v10.makeVDevice = fn;
-	ncclNetPlugin_v9.makeVDevice = fn;
-}
-
-/* Read every device's properties once per backend selection; under net_lock. */
-static int net_devs_load(const struct mk_transport_ops *ops)
-{
-	int n = ops->ndevs();
-	int rc;
-
-	if (n > MK_NET_MAX_DEVS) {
-		MK_WARN("backend %s has %d devices; reporting the first %d", ops->name, n,
-			MK_NET_MAX_DEVS);
-		n = MK_NET_MAX_DEVS;
-	}
-	for (int i = 0; i < n; i++) {
-		memset(&net_devs[i], 0, sizeof(net_devs[i]));
-		rc = ops->dev_props(i, &net_devs[i]);
-		if (rc) {
-			MK_WARN("backend %s: properties of device %d: %s", ops->name, i,
-				mk_strerror(rc));
-			return rc;
-		}
-		net_devs[i].name[sizeof(net_devs[i].name) - 1] = '\0';
-		net_devs[i].pci_path[sizeof(net_devs[i].pci_path) - 1] = '\0';
-		net_devs[i].provider[sizeof(net_devs[i].provider) - 1] = '\0';
-	}
-	net_ndevs = n;
-	net_devs_ops = ops;
-	net_publish_fusion(ops);
-	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "plugin %s (git %s), backend %s, %d device%s",
-		MK_VERSION, MK_GIT_HASH, ops->name, n, n == 1 ? "" : "s");
-	for (int i = 0; i < n; i++)
-		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
-			"device %d: %s (%s) speed %d Mbps, port %d, ptrSupport 0x%x, pci %s", i,
-			net_devs[i].name, net_devs[i].provider, net_devs[i].speed_mbps,
-			net_devs[i].port, net_devs[i].ptr_support,
-			net_devs[i].pci_path[0] ? net_devs[i].pci_path : "none");
-	return 0;
-}
-
 /* Take a backend reference and build a context; under net_lock. */
 static int net_ctx_create(uint64_t comm_id, const struct mk_nccl_net_comm_config *config,
 			  struct mk_net_ctx **out)
@@ -154,11 +86,9 @@ static int net_ctx_create(uint64_t comm_id, const struct mk_nccl_net_comm_config
 		rc = -EPROTONOSUPPORT; /* MKERNEL_TRANSPORT names no built backend (WARNed) */
 	if (rc)
 		return rc;
-	if (ops != net_devs_ops) {
-		rc = net_devs_load(ops);
-		if (rc)
-			goto undo_backend;
-	}
+	rc = mk_net_devs_select(ops);
+	if (rc)
+		goto undo_backend;
 	c = net_free_ctxs;
 	if (c != NULL) {
 		net_free_ctxs = c->next_free;
@@ -217,139 +147,6 @@ fail:
 	return mk_result_net(rc);
 }
 
-ncclResult_t mk_net11_devices(int *ndev)
-{
-	int rc = -EINVAL;
-
-	if (ndev == NULL)
-		goto fail;
-	pthread_mutex_lock(&net_lock);
-	if (net_devs_ops != NULL) {
-		*ndev = net_ndevs;
-		rc = 0;
-	}
-	pthread_mutex_unlock(&net_lock);
-	if (rc)
-		goto fail;
-	return ncclSuccess;
-
-fail:
-	MK_WARN("devices() failed (called before init?): %s", mk_strerror(rc));
-	return mk_result_net(rc);
-}
-
-ncclResult_t mk_net11_getProperties(int dev, struct mk_nccl_net_props_v11 *props)
-{
-	const struct mk_dev_props *d;
-	int rc = -EINVAL, nfused, fused[MK_TP_MAX_FUSED];
-
-	if (props == NULL)
-		goto fail;
-	memset(props, 0, sizeof(*props));
-	pthread_mutex_lock(&net_lock);
-	if (net_devs_ops == NULL || dev < 0 || dev >= net_ndevs) {
-		pthread_mutex_unlock(&net_lock);
-		goto fail;
-	}
-	d = &net_devs[dev];
-	props->name = (char *)d->name;
-	props->pciPath = d->pci_path[0] != '\0' ? (char *)d->pci_path : NULL;
-	props->guid = d->guid;
-	props->ptrSupport = d->ptr_support;
-	props->regIsGlobal = 1; /* one MR cache per process, keyed by device */
-	props->forceFlush = d->force_flush;
-	props->speed = d->speed_mbps;
-	props->port = d->port;
-	props->latency = d->latency_us;
-	props->maxComms = d->max_comms;
-	nfused = d->nfused;
-	memcpy(fused, d->fused, sizeof(fused));
-	pthread_mutex_unlock(&net_lock);
-	props->maxRecvs = mk_rdv_max_recvs();
-	props->netDeviceType = MK_NCCL_NET_DEVICE_HOST;
-	props->netDeviceVersion = MK_NCCL_NET_DEVICE_INVALID_VERSION;
-	props->vProps.ndevs = 1;
-	props->vProps.devs[0] = dev;
-	if (nfused > 0) { /* a fused device: NCCL places it by its children */
-		props->vProps.ndevs = nfused;
-		memcpy(props->vProps.devs, fused, sizeof(int) * (size_t)nfused);
-	}
-	props->maxP2pBytes = MK_NET_MAX_BYTES;
-	props->maxCollBytes = MK_NET_MAX_BYTES;
-	props->maxMultiRequestSize = 1;
-	return ncclSuccess;
-
-fail:
-	MK_WARN("getProperties(dev %d) failed: %s", dev, mk_strerror(rc));
-	return mk_result_net(rc);
-}
-
-/* Checks NCCL's list and has the backend build the fused device; under net_lock. */
-static int net_make_vdev(const struct mk_nccl_vdev_props *props, int *out)
-{
-	const struct mk_transport_ops *ops = net_devs_ops;
-	int rc;
-
-	if (ops == NULL) {
-		MK_WARN("makeVDevice before init");
-		return -EINVAL;
-	}
-	if (ops->make_vdev == NULL) {
-		MK_WARN("makeVDevice: backend %s cannot fuse devices (set "
-			"NCCL_NET_MERGE_LEVEL=LOC)",
-			ops->name);
-		return -EOPNOTSUPP;
-	}
-	if (props->ndevs < 1 || props->ndevs > MK_TP_MAX_FUSED) {
-		MK_WARN("makeVDevice: %d devices, between 1 and %d can be fused", props->ndevs,
-			MK_TP_MAX_FUSED);
-		return -EINVAL;
-	}
-	for (int i = 0; i < props->ndevs; i++) {
-		int c = props->devs[i];
-
-		if (c < 0 || c >= net_ndevs || net_devs[c].nfused > 0) {
-			MK_WARN("makeVDevice: child %d is device %d, not one of the %d physical "
-				"devices",
-				i, c, net_ndevs);
-			return -EINVAL;
-		}
-		for (int j = 0; j < i; j++) {
-			if (props->devs[j] == c) {
-				MK_WARN("makeVDevice: device %d listed twice", c);
-				return -EINVAL;
-			}
-		}
-	}
-	rc = ops->make_vdev(props->ndevs, props->devs, out);
-	if (rc == 0)
-		rc = net_devs_load(ops); /* devices() and getProperties() now include it */
-	return rc;
-}
-
-ncclResult_t mk_net11_makeVDevice(int *d, struct mk_nccl_vdev_props *props)
-{
-	int rc = -EINVAL, idx = -1;
-
-	if (d == NULL || props == NULL) {
-		MK_WARN("makeVDevice(%p, %p): NULL argument", (void *)d, (void *)props);
-		goto fail;
-	}
-	pthread_mutex_lock(&net_lock);
-	rc = net_make_vdev(props, &idx);
-	pthread_mutex_unlock(&net_lock);
-	if (rc)
-		goto fail;
-	*d = idx;
-	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET, "makeVDevice: %d devices fused into device %d",
-		props->ndevs, idx);
-	return ncclSuccess;
-
-fail:
-	MK_WARN("makeVDevice failed: %s", mk_strerror(rc));
-	return mk_result_net(rc);
-}
-
 ncclResult_t mk_net11_listen(void *ctx, int dev, void *handle, void **listenComm)
 {
 	struct mk_net_ctx *c = ctx;
@@ -361,7 +158,7 @@ ncclResult_t mk_net11_listen(void *ctx, int dev, void *handle, void **listenComm
 	*listenComm = NULL;
 	rc = net_ctx_check(c);
 	if (rc == 0)
-		rc = net_dev_check(dev);
+		rc = mk_net_dev_check(dev);
 	if (rc == 0)
 		rc = mk_rdv_listen(c->ops, dev, handle, &l);
 	if (rc)
@@ -388,7 +185,7 @@ ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_com
 	*sendComm = NULL;
 	rc = net_ctx_check(c);
 	if (rc == 0)
-		rc = net_dev_check(dev);
+		rc = mk_net_dev_check(dev);
 	if (rc == 0)
 		rc = mk_rdv_connect(c->ops, dev, handle, &s);
 	if (rc)
@@ -492,8 +289,12 @@ ncclResult_t mk_net11_deregMr(void *comm, void *mhandle)
 {
 	int rc = net_data_comm_check(comm);
 
+	if (rc == 0 && mhandle == NULL)
+		rc = -EINVAL;
+	if (rc == 0 && !mk_mr_valid(mhandle))
+		rc = -EBADF;
 	if (rc == 0)
-		rc = mhandle != NULL ? mk_rdv_dereg(comm, mhandle) : -EINVAL;
+		rc = mk_rdv_dereg(comm, mhandle);
 	if (rc == 0)
 		return ncclSuccess;
 	MK_WARN("deregMr(comm %p, mhandle %p) failed: %s", comm, mhandle, mk_strerror(rc));
@@ -517,6 +318,10 @@ ncclResult_t mk_net11_isend(void *sendComm, void *data, size_t size, int tag, vo
 		rc = -EINVAL;
 		goto fail;
 	}
+	if (!mk_mr_valid(mhandle)) {
+		rc = -EBADF; /* deregistered: refused, never dereferenced */
+		goto fail;
+	}
 	rc = mk_rdv_isend(sendComm, data, size, tag, mhandle, &r);
 	if (rc)
 		goto fail;
@@ -529,7 +334,10 @@ fail:
 	return mk_result_net(rc);
 }
 
-/* Shape of a grouped receive or flush: 1 <= n <= maxRecvs, every array and handle present. */
+/*
+ * Shape of a grouped receive or flush: 1 <= n <= maxRecvs, every array present, every handle a
+ * live registration.
+ */
 static int net_group_check(int n, void **data, const void *sizes, void **mhandles,
 			   struct mk_mr **mrs)
 {
@@ -538,6 +346,8 @@ static int net_group_check(int n, void **data, const void *sizes, void **mhandle
 	for (int i = 0; i < n; i++) {
 		if (mhandles[i] == NULL)
 			return -EINVAL;
+		if (!mk_mr_valid(mhandles[i]))
+			return -EBADF;
 		mrs[i] = mhandles[i];
 	}
 	return 0;
@@ -612,6 +422,9 @@ ncclResult_t mk_net11_test(void *request, int *done, int *sizes)
 	int rc = -EINVAL;
 
 	if (request == NULL || done == NULL)
+		goto fail;
+	rc = mk_rdv_req_check(request);
+	if (rc)
 		goto fail;
 	for (int i = 0; i < MK_RDV_MAX_RECVS; i++)
 		got[i] = SIZE_MAX;
@@ -730,19 +543,6 @@ ncclResult_t mk_net_legacy_connect(int dev, void *handle, void **sendComm,
 	return mk_net11_connect(mk_net_legacy_ctx(), dev, handle, sendComm, sendDevComm);
 }
 
-ncclResult_t mk_net_props_prefix(int dev, void *props, size_t len)
-{
-	struct mk_nccl_net_props_v11 p11;
-	ncclResult_t ret;
-
-	if (len > sizeof(p11))
-		return mk_result_net(-EINVAL);
-	ret = mk_net11_getProperties(dev, props != NULL ? &p11 : NULL);
-	if (ret == ncclSuccess)
-		memcpy(props, &p11, len);
-	return ret;
-}
-
 MK_EXPORT struct mk_nccl_net_v11 ncclNetPlugin_v11 = {
 	.name = "mkernel",
 	.init = mk_net11_init,
@@ -763,7 +563,7 @@ MK_EXPORT struct mk_nccl_net_v11 ncclNetPlugin_v11 = {
 	.closeListen = mk_net11_closeListen,
 	.getDeviceMr = NULL, /* HOST device type: no device offload */
 	.irecvConsumed = NULL,
-	.makeVDevice = NULL, /* set at init when the backend can fuse (net_publish_fusion) */
+	.makeVDevice = NULL, /* set at init when the backend can fuse (net_devs.c) */
 	.finalize = mk_net11_finalize,
 	.setNetAttr = mk_net11_setNetAttr,
 };

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Private to nccl_plugin/: the v11 implementation (net.c) as the older-version adapters and the
- * tests see it. Every function here is the v11 member of the same name; the adapters in
- * net_v10.c, net_v9.c and net_v8.c only translate arguments onto them.
+ * Private to nccl_plugin/: the v11 implementation (net.c, and net_devs.c for the device cache and
+ * NIC fusion) as the older-version adapters and the tests see it. Every function here is the v11
+ * member of the same name; the adapters in net_v10.c, net_v9.c and net_v8.c only translate
+ * arguments onto them.
  */
 #ifndef MK_NCCL_PLUGIN_NET_H
 #define MK_NCCL_PLUGIN_NET_H
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mk/transport.h"
 #include "mk_nccl/net_v10.h"
 #include "mk_nccl/net_v11.h"
 #include "mk_nccl/net_v9.h"
@@ -59,6 +61,13 @@ extern struct mk_nccl_net_v9 ncclNetPlugin_v9;
 ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_comm_config *config,
 				void *handle, void **sendComm,
 				struct mk_nccl_net_dev_handle **sendDevComm);
+
+/*
+ * The device cache (net_devs.c). select: make ops the backend whose devices NCCL sees, reading
+ * their properties when it changes (init calls it). check: 0 if dev is one of them, -EINVAL.
+ */
+int mk_net_devs_select(const struct mk_transport_ops *ops);
+int mk_net_dev_check(int dev);
 
 /*
  * Versions without a context (v10, v9, v8) share one process-wide context, created by the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * NCCL-style two-sided messaging over any backend (transport/core/rdv.c), implemented once with
- * a receiver-driven rendezvous:
+ * NCCL-style two-sided messaging over any backend (transport/core/rdv_*.c), implemented once
+ * with a receiver-driven rendezvous:
  *
  *   irecv  -> the receiver writes one clear-to-send (CTS) entry per sub-receive (buffer VA, size,
  *             remote key, tag, sequence as valid flag) into the sender's CTS ring;
@@ -11,15 +11,18 @@
  *   test   -> polls the backend; the receiver completes when every sub-receive has all its
  *             segments; sizes come from the immediates' write lengths.
  *
- * Semantics follow NCCL's net API (nccl-abi.md §7): sends and receives match in posting order;
- * tags only pick the buffer inside a multi-receive; 32 requests in flight per comm (send side
- * 32 x maxRecvs); a receive larger than the send is normal, a send larger than the receive fails
- * both sides with -EMSGSIZE; connect/accept never block; close never waits on the peer; a peer
- * that stops answering is reported within MKERNEL_TIMEOUT (-ETIMEDOUT, or the transport error).
+ * Semantics follow NCCL's net API (docs/transport.md, "What the core adds"): sends and receives
+ * match in posting order; tags only pick the buffer inside a multi-receive; 32 requests in
+ * flight per comm (send side 32 x maxRecvs); a receive larger than the send is normal, a send
+ * larger than the receive fails both sides with -EMSGSIZE; connect/accept never block; close
+ * never waits on the peer; a peer that stops answering is reported within MKERNEL_TIMEOUT
+ * (-ETIMEDOUT, or the transport error).
  *
  * Every comm and request pointer handed out stays readable for the life of the process (objects
- * are recycled, never unmapped) and carries a magic, so a stale or foreign pointer from the
- * caller is rejected with -EBADF instead of crashing.
+ * are recycled, never unmapped) and carries a magic, so a stale or foreign pointer can be told
+ * apart instead of crashing. The functions below trust their arguments: the caller checks what
+ * it was handed once, at its edge, with mk_rdv_check() (comms), mk_rdv_req_check() (requests)
+ * and mk_mr_valid() (registrations), and passes only what passed (the net plugin does).
  */
 #ifndef MK_RDV_H
 #define MK_RDV_H
@@ -54,6 +57,8 @@ struct mk_rdv_req;
 
 /* Validate a caller-supplied comm pointer: 0, or -EBADF (NULL, stale, wrong kind). */
 int mk_rdv_check(const void *comm, enum mk_rdv_kind kind);
+/* Validate a caller-supplied request: 0, or -EBADF (NULL, foreign, finished, comm closed). */
+int mk_rdv_req_check(const void *req);
 
 int mk_rdv_listen(const struct mk_transport_ops *ops, int dev, void *handle,
 		  struct mk_rdv_comm **out);
@@ -64,7 +69,8 @@ int mk_rdv_accept(struct mk_rdv_comm *listen, struct mk_rdv_comm **out);
 /* Any order, any time; pending requests are dropped; never waits on the peer. */
 int mk_rdv_close(struct mk_rdv_comm *comm);
 
-/* Register on the comm's device through the MR cache (type MK_PTR_*; fd -1 unless DMA-BUF). */
+/* Register on the comm's device through the MR cache (MK_PTR_HOST or _CUDA; fd -1 unless
+ * DMA-BUF). */
 int mk_rdv_reg(struct mk_rdv_comm *comm, void *data, size_t size, int type, int dmabuf_fd,
 	       uint64_t dmabuf_offset, struct mk_mr **out);
 int mk_rdv_dereg(struct mk_rdv_comm *comm, struct mk_mr *mr);

@@ -8,7 +8,7 @@
  *      blob exchanged each way, memory registration returning a remote key, one-sided write with
  *      an optional 32-bit immediate, optional read, and completion polling. A backend implements
  *      only these primitives.
- *   2. Messaging (include/mk/rdv.h, transport/core/rdv.c): NCCL's two-sided isend/irecv/test
+ *   2. Messaging (include/mk/rdv.h, transport/core/rdv_*.c): NCCL's two-sided isend/irecv/test
  *      semantics (order, tags, multi-receive, sizes, 32 in flight) implemented ONCE over the
  *      primitives with a receiver-driven rendezvous. The NCCL net plugin uses it; the fused-op
  *      host proxy and a GIN proxy use the primitives directly (put + signal = write + imm).

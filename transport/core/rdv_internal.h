@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Private to transport/core/rdv*.c: wire formats of the rendezvous protocol and the comm and
- * request objects.
+ * Private to transport/core/rdv_*.c: wire formats of the rendezvous protocol and the comm and
+ * request objects. Read in this order: rdv_setup.c makes comms, rdv_send.c and rdv_recv.c move
+ * data, both over the connection state of rdv_conn.h; rdv_req.c hands a request to its side.
  *
  * Wire formats (both sides run the same build, but every field has a fixed width and offset):
  *   - CTS entry (64 B), one per sub-receive, written by the receiver into the sender's ring at
@@ -9,7 +10,7 @@
  *     last field and the valid flag; the sender compares with == so wrap-around is harmless.
  *   - Immediate (32 b) on every data segment: seq low 10 bits | sub-receive index (3) |
  *     segment count - 1 (4) | truncation flag (1).
- *   - Connection blobs: what each side must know to write into the other.
+ *   - Connection blobs (rdv_conn.h): what each side must know to write into the other.
  */
 #ifndef MK_RDV_INTERNAL_H
 #define MK_RDV_INTERNAL_H
@@ -19,16 +20,15 @@
 
 #include "mk/clock.h"
 #include "mk/rdv.h"
+#include "rdv_conn.h"
 
-#define MK_RDV_MAGIC	    0x6d6b7276u /* live comm */
-#define MK_RDV_DEAD	    0x64656164u /* closed comm, object on a free list */
-#define MK_RDV_REQ_MAGIC    0x6d6b7271u
-#define MK_RDV_CTS_GROUPS   (2 * MK_RDV_MAX_REQUESTS)
-#define MK_RDV_SEND_REQS    (MK_RDV_MAX_REQUESTS * MK_RDV_MAX_RECVS)
-#define MK_RDV_MAX_SEGS	    16
-#define MK_RDV_CHUNK_ALIGN  128 /* LL/LL128 lines never straddle two segments */
-#define MK_RDV_BLOB_VERSION 2
-#define MK_RDV_HANDLE_TAG   0x4d4b5256u /* 'MKRV' in the handle trailer */
+#define MK_RDV_MAGIC	   0x6d6b7276u /* live comm */
+#define MK_RDV_DEAD	   0x64656164u /* closed comm, object on a free list */
+#define MK_RDV_REQ_MAGIC   0x6d6b7271u
+#define MK_RDV_CTS_GROUPS  (2 * MK_RDV_MAX_REQUESTS)
+#define MK_RDV_SEND_REQS   (MK_RDV_MAX_REQUESTS * MK_RDV_MAX_RECVS)
+#define MK_RDV_MAX_SEGS	   16
+#define MK_RDV_CHUNK_ALIGN 128 /* LL/LL128 lines never straddle two segments */
 
 struct mk_rdv_cts {
 	uint64_t addr;	    /* receive buffer VA */
@@ -73,17 +73,6 @@ static inline bool mk_rdv_imm_trunc(uint32_t imm)
 {
 	return (imm >> 17) & 1u;
 }
-
-/* Sent by the connecting (sending) side: where the receiver writes CTS entries and probes. */
-struct mk_rdv_blob {
-	uint32_t magic;
-	uint32_t version;
-	uint64_t ring_addr;  /* sender's CTS ring; 0 in the receiver's blob */
-	uint64_t probe_addr; /* where the peer writes its liveness probes */
-	struct mk_rkey rkey; /* covers the ring (sender) and the probe slot */
-};
-
-_Static_assert(sizeof(struct mk_rdv_blob) <= MK_TP_BLOB_MAX, "blob fits");
 
 /* Handle trailer after the backend's bytes: rejects handles of another backend or program. */
 struct mk_rdv_handle_tail {
@@ -136,38 +125,6 @@ struct mk_rdv_req {
 	bool flushed;
 };
 
-/* One registered scratch region per comm: the CTS ring (send) or CTS staging (recv) + probes. */
-struct mk_rdv_region {
-	void *base;
-	size_t len;
-	struct mk_mr *mr;
-};
-
-/*
- * The last 128 bytes of a connection's region: the slot the peer's probes land in, then the
- * 8 bytes our own probes are written from.
- */
-static inline uint64_t mk_rdv_probe_slot(const struct mk_rdv_region *r)
-{
-	return (uint64_t)(uintptr_t)r->base + r->len - 128;
-}
-
-static inline void *mk_rdv_probe_src(const struct mk_rdv_region *r)
-{
-	return (char *)r->base + r->len - 64;
-}
-
-struct mk_rdv_conn_state {
-	struct mk_conn *conn;
-	struct mk_rdv_region region;
-	uint64_t peer_probe;	  /* peer's probe slot VA */
-	struct mk_rkey peer_rkey; /* peer's region key */
-	int error;		  /* sticky: first failure of the connection */
-	uint64_t last_event_ms;	  /* last sign of life from the peer */
-	uint64_t probe_posted_ms; /* 0 = no probe in flight */
-	uint64_t probes;	  /* probes posted (tests read it) */
-};
-
 struct mk_rdv_send {
 	struct mk_rdv_comm head;
 	struct mk_rdv_conn_state cs;
@@ -204,20 +161,13 @@ struct mk_rdv_listen {
 	struct mk_rdv_recv *recv; /* prepared at listen so accept can send its blob */
 };
 
-/* rdv_comm.c */
-int mk_rdv_region_init(struct mk_rdv_comm *head, struct mk_rdv_region *r, size_t len);
-void mk_rdv_region_fini(struct mk_rdv_region *r);
-void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what);
-void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy);
-void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status);
-
-/* rdv_send.c / rdv_recv.c */
+/* rdv_send.c / rdv_recv.c: each side's progress and test (rdv_req.c dispatches to them) */
 int mk_rdv_send_progress(struct mk_rdv_send *s);
 int mk_rdv_recv_progress(struct mk_rdv_recv *r);
 int mk_rdv_send_test(struct mk_rdv_req *req, int *done, size_t *sizes);
 int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes);
 
-/* Tests only: start sequences at a chosen value to exercise wrap-around. */
+/* rdv_setup.c, tests only: start sequences at a chosen value to exercise wrap-around. */
 void mk_rdv_set_initial_seq(uint32_t seq);
 uint32_t mk_rdv_initial_seq(void);
 

@@ -116,14 +116,6 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	int rc;
 
 	*out = NULL;
-	if (n < 1 || n > mk_rdv_max_recvs())
-		return -EINVAL;
-	for (int i = 0; i < n; i++) {
-		if (mrs[i] == NULL && sizes[i] > 0)
-			return -EINVAL;
-		if (mrs[i] != NULL && !mk_mr_valid(mrs[i]))
-			return -EBADF;
-	}
 	if (r->cs.error)
 		return r->cs.error;
 	/* as in isend: poll only when the slot is still busy; test() polls anyway */

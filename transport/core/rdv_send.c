@@ -239,8 +239,6 @@ int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, str
 	int rc;
 
 	*out = NULL;
-	if ((mr == NULL && size > 0) || (mr != NULL && !mk_mr_valid(mr)))
-		return mr == NULL ? -EINVAL : -EBADF;
 	if (s->cs.error)
 		return s->cs.error;
 	/*

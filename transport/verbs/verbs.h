@@ -262,9 +262,22 @@ int mk_verbs_make_vdev(int ndevs, const int *devs, int *out);
 int mk_verbs_gid_autopick(const char *ibdev, int port, int tbl_len);
 int mk_verbs_speed_mbps(int width, int speed);
 
-/* ---- verbs_conn.c ---- */
+/* ---- verbs_boot.c: listen handle and the setup socket (addresses and ports network order) ---- */
 int mk_verbs_handle_encode(void *buf, uint32_t ip, uint16_t port, uint64_t nonce);
 int mk_verbs_handle_decode(const void *buf, struct mk_verbs_handle *out);
+/* Nonces and PSNs: getrandom(), else the clock mixed with the pid. */
+uint64_t mk_verbs_boot_random64(void);
+/* IPv4 of MKERNEL_SOCKET_IFNAME, else of the first up, non-loopback, non-bridge interface. */
+uint32_t mk_verbs_boot_local_ip(void);
+int mk_verbs_boot_listen(int *fd, uint16_t *port);
+int mk_verbs_boot_accept(int lfd, int *fd);
+int mk_verbs_boot_dial(uint32_t ip, uint16_t port, int *fd);
+int mk_verbs_boot_dial_done(int fd);
+bool mk_verbs_boot_retryable(int rc);
+/* Move bytes of one setup message: 1 done, 0 would block, -errno (-ECONNRESET on EOF). */
+int mk_verbs_boot_io(int fd, bool out, void *buf, size_t len, size_t *done);
+
+/* ---- verbs_conn.c: the connect / accept state machine ---- */
 int mk_verbs_listen(int dev, void *handle, struct mk_listener **out);
 int mk_verbs_connect(int dev, const void *handle, const void *blob, size_t blob_len,
 		     struct mk_conn **out);
@@ -272,9 +285,16 @@ int mk_verbs_connected(struct mk_conn *c);
 int mk_verbs_accept(struct mk_listener *l, const void *blob, size_t blob_len, struct mk_conn **out);
 int mk_verbs_close_listen(struct mk_listener *l);
 int mk_verbs_close(struct mk_conn *c);
-/* Objects of a connection (CQ, QPs in INIT, receives, slots, flush QP); setup tests use these. */
+
+/* ---- verbs_qp.c: a connection's objects and its QPs' state transitions ---- */
+/* A connection with no objects yet, its setup deadline running (MKERNEL_TIMEOUT). */
+struct mk_verbs_conn *mk_verbs_conn_alloc(int dev, struct mk_verbs_dev *vdev);
+/* CQ per rail, nqps QPs in INIT with receives posted, slots, flush QP; undone on failure. */
+int mk_verbs_conn_objects(struct mk_verbs_conn *conn, int nqps);
+/* Both of the above (setup tests use it). */
 int mk_verbs_conn_create(struct mk_verbs_dev *vdev, int nqps, struct mk_verbs_conn **out);
 void mk_verbs_conn_destroy(struct mk_verbs_conn *conn);
+/* Every QP (and the flush QP) INIT -> RTR -> RTS towards the peer's setup message. */
 int mk_verbs_qps_connect(struct mk_verbs_conn *conn, const struct mk_verbs_wire *peer);
 
 /* ---- verbs_mr.c ---- */

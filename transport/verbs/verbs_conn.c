@@ -1,22 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Connection setup of the verbs backend. The listen handle carries the listener's TCP address
- * and a nonce; connect opens a non-blocking TCP socket and both sides exchange QP numbers,
- * LID/GID, PSN, MTU and the consumer's blob, then move their RC queue pairs to RTR/RTS and
- * confirm with an ack. Every step is non-blocking: connected() and accept() advance a small
- * state machine each call. The socket stays open afterwards as a cheap liveness signal.
+ * Connection setup of the verbs backend, as a non-blocking state machine: connect dials the
+ * listener named by the handle, both sides exchange a setup message (QP numbers, LID/GID, PSN,
+ * MTU and the consumer's blob), move their queue pairs to RTR/RTS and confirm with an ack.
+ * connected() and accept() advance it one step per call. The socket stays open afterwards as a
+ * cheap liveness signal. The socket and handle are verbs_boot.c's, the queue pairs verbs_qp.c's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "mk/core_params.h"
@@ -27,391 +21,9 @@
 #define CONN_RETRY_MIN_MS 10
 #define CONN_RETRY_MAX_MS 500
 
-static uint64_t conn_random64(void)
-{
-	uint64_t v = 0;
-
-	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-		v = mk_now_ns() ^ ((uint64_t)getpid() << 32);
-	return v;
-}
-
-int mk_verbs_handle_encode(void *buf, uint32_t ip, uint16_t port, uint64_t nonce)
-{
-	struct mk_verbs_handle h;
-
-	memset(&h, 0, sizeof(h));
-	h.magic = MK_VERBS_HANDLE_MAGIC;
-	h.version = MK_VERBS_VERSION;
-	h.size = sizeof(h);
-	h.nonce = nonce;
-	h.ip = ip;
-	h.port = port;
-	h.check = mk_fnv1a32(&h, offsetof(struct mk_verbs_handle, check));
-	memcpy(buf, &h, sizeof(h));
-	return 0;
-}
-
-int mk_verbs_handle_decode(const void *buf, struct mk_verbs_handle *out)
-{
-	struct mk_verbs_handle h;
-	const char *why = NULL;
-
-	if (buf == NULL) {
-		MK_WARN("verbs: connect with a NULL handle");
-		return -EINVAL;
-	}
-	memcpy(&h, buf, sizeof(h));
-	if (h.magic != MK_VERBS_HANDLE_MAGIC)
-		why = "not a verbs handle (wrong magic)";
-	else if (h.version != MK_VERBS_VERSION)
-		why = "unsupported handle version";
-	else if (h.size != sizeof(h) || h.reserved != 0 || h.reserved2 != 0)
-		why = "malformed handle";
-	else if (h.check != mk_fnv1a32(&h, offsetof(struct mk_verbs_handle, check)))
-		why = "handle checksum mismatch (corrupted)";
-	else if (h.ip == 0 || h.port == 0)
-		why = "handle names no address";
-	if (why != NULL) {
-		MK_WARN("verbs: rejecting connect handle: %s", why);
-		return -EINVAL;
-	}
-	*out = h;
-	return 0;
-}
-
-/*
- * IPv4 of MKERNEL_SOCKET_IFNAME, else of the first interface that is up and neither loopback nor a
- * docker/virbr bridge, else 127.0.0.1.
- */
-static uint32_t conn_local_ip(void)
-{
-	const char *want = mk_param_ib_socket_ifname();
-	struct ifaddrs *ifs, *i;
-	uint32_t ip = htonl(INADDR_LOOPBACK);
-
-	if (getifaddrs(&ifs))
-		return ip;
-	for (i = ifs; i != NULL; i = i->ifa_next) {
-		if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
-		    !(i->ifa_flags & IFF_UP))
-			continue;
-		if (want != NULL && *want != '\0') {
-			if (strcmp(i->ifa_name, want) != 0)
-				continue;
-		} else if ((i->ifa_flags & IFF_LOOPBACK) ||
-			   strncmp(i->ifa_name, "docker", 6) == 0 ||
-			   strncmp(i->ifa_name, "virbr", 5) == 0) {
-			continue; /* host-local bridges do not reach other nodes */
-		}
-		ip = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
-		break;
-	}
-	if (i == NULL && want != NULL && *want != '\0')
-		MK_WARN("verbs: MKERNEL_SOCKET_IFNAME=%s has no IPv4 address; using 127.0.0.1",
-			want);
-	freeifaddrs(ifs);
-	return ip;
-}
-
-/* ---- queue pairs ---- */
-
 static int conn_min(int a, int b)
 {
 	return a < b ? a : b;
-}
-
-/* A knob clamped to what the QP attribute field can hold. */
-static uint8_t conn_knob(int64_t v, int lo, int hi)
-{
-	return (uint8_t)(v < lo ? lo : v > hi ? hi : v);
-}
-
-static int conn_qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp, int rail)
-{
-	struct ibv_qp_attr a;
-	int rc;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = 0;
-	a.port_num = c->vdev->rails[rail]->port;
-	a.qp_access_flags =
-		IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	rc = mk_verbs_ibv->modify_qp(
-		qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (rc) {
-		MK_WARN("verbs: %s: QP %u to INIT failed: %s", c->vdev->props.name, qp->qp_num,
-			strerror(rc));
-		return -rc;
-	}
-	return 0;
-}
-
-static struct ibv_qp *conn_qp_create(struct mk_verbs_conn *c, int rail, int sq, int rq)
-{
-	struct ibv_qp_init_attr ia;
-
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = c->cqs[rail];
-	ia.recv_cq = c->cqs[rail];
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = sq;
-	ia.cap.max_recv_wr = rq;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.sq_sig_all = 0;
-	return mk_verbs_ibv->create_qp(c->vdev->rails[rail]->pd, &ia);
-}
-
-/* INIT -> RTR -> RTS from our rail towards (qpn, lid/gid of its rail, psn) of the peer. */
-static int conn_qp_rtr_rts(struct mk_verbs_conn *c, struct ibv_qp *qp, int rail, int peer_rail,
-			   uint32_t dest_qpn, const struct mk_verbs_wire *wire)
-{
-	struct mk_verbs_dev *d = c->vdev->rails[rail];
-	const struct mk_verbs_wire_rail *peer = &wire->rail[peer_rail];
-	struct ibv_qp_attr a;
-	const char *step = "RTR";
-	int rc;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = d->mtu < (enum ibv_mtu)peer->mtu ? d->mtu : (enum ibv_mtu)peer->mtu;
-	a.dest_qp_num = dest_qpn;
-	a.rq_psn = wire->psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.port_num = d->port;
-	a.ah_attr.sl = conn_knob(mk_param_ib_sl(), 0, 15);
-	if (d->gid_index >= 0) {
-		/* RoCE (or IB with an explicit GID index): a GRH is required */
-		a.ah_attr.is_global = 1;
-		memcpy(a.ah_attr.grh.dgid.raw, peer->gid, sizeof(peer->gid));
-		a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
-		a.ah_attr.grh.hop_limit = 255;
-		a.ah_attr.grh.traffic_class = conn_knob(mk_param_ib_tc(), 0, 255);
-		a.ah_attr.dlid = peer->lid;
-	} else {
-		a.ah_attr.is_global = 0;
-		a.ah_attr.dlid = peer->lid;
-	}
-	rc = mk_verbs_ibv->modify_qp(qp, &a,
-				     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-					     IBV_QP_MIN_RNR_TIMER);
-	if (rc)
-		goto fail;
-	step = "RTS";
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = conn_knob(mk_param_ib_timeout(), 1, 31);
-	a.retry_cnt = conn_knob(mk_param_ib_retry_cnt(), 0, 7);
-	a.rnr_retry = 7;
-	a.sq_psn = c->psn;
-	a.max_rd_atomic = 1;
-	rc = mk_verbs_ibv->modify_qp(qp, &a,
-				     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-					     IBV_QP_MAX_QP_RD_ATOMIC);
-	if (rc)
-		goto fail;
-	return 0;
-
-fail:
-	MK_WARN("verbs: %s: QP %u to %s (peer QP %u) failed: %s", d->props.name, qp->qp_num, step,
-		dest_qpn, strerror(rc));
-	return -rc;
-}
-
-int mk_verbs_qps_connect(struct mk_verbs_conn *c, const struct mk_verbs_wire *peer)
-{
-	int rc;
-
-	c->peer_nrails = peer->nrails;
-	for (int i = 0; i < c->nqps; i++) {
-		rc = conn_qp_rtr_rts(c, c->qps[i], mk_verbs_lane_rail(i, c->nrails),
-				     mk_verbs_lane_rail(i, c->peer_nrails), peer->qpn[i], peer);
-		if (rc)
-			return rc;
-	}
-	if (c->flush_qp != NULL) /* rail 0 reading from itself */
-		return conn_qp_rtr_rts(c, c->flush_qp, 0, 0, c->flush_qp->qp_num, &c->local);
-	return 0;
-}
-
-static bool conn_wants_flush_qp(const struct mk_verbs_dev *d)
-{
-	return d->peermem || d->dmabuf || mk_param_ib_force_flush();
-}
-
-static void conn_objects_destroy(struct mk_verbs_conn *c)
-{
-	if (c->flush_qp != NULL && mk_verbs_ibv->destroy_qp(c->flush_qp))
-		MK_WARN("verbs: destroy flush QP failed: %s", strerror(errno));
-	c->flush_qp = NULL;
-	if (c->flush_mr != NULL && mk_verbs_ibv->dereg_mr(c->flush_mr))
-		MK_WARN("verbs: dereg flush MR failed: %s", strerror(errno));
-	c->flush_mr = NULL;
-	for (int i = 0; i < MK_TP_MAX_LANES; i++) {
-		if (c->qps[i] != NULL && mk_verbs_ibv->destroy_qp(c->qps[i]))
-			MK_WARN("verbs: destroy QP failed: %s", strerror(errno));
-		c->qps[i] = NULL;
-	}
-	for (int r = 0; r < MK_VERBS_MAX_RAILS; r++) {
-		if (c->cqs[r] != NULL && mk_verbs_ibv->destroy_cq(c->cqs[r]))
-			MK_WARN("verbs: destroy CQ failed: %s", strerror(errno));
-		c->cqs[r] = NULL;
-	}
-	free(c->free_slots);
-	c->free_slots = NULL;
-	free(c->slots);
-	c->slots = NULL;
-}
-
-/*
- * A CQ per rail, nqps RC QPs in INIT spread over the rails with receives posted, slots, and the
- * flush QP (rail 0) when needed.
- */
-static int conn_objects_create(struct mk_verbs_conn *c, int nqps)
-{
-	struct mk_verbs_dev *d = c->vdev;
-	bool flush = conn_wants_flush_qp(d);
-	int nslots, cqe, rc;
-
-	c->nqps = nqps;
-	c->sq_depth = conn_min((int)mk_param_ib_sq_depth(), d->max_qp_wr);
-	c->rq_depth = conn_min((int)mk_param_ib_rq_depth(), d->max_qp_wr);
-	if (c->sq_depth < 1)
-		c->sq_depth = 1;
-	if (c->rq_depth < 1)
-		c->rq_depth = 1;
-	nslots = nqps * c->sq_depth + (flush ? MK_VERBS_FLUSH_DEPTH : 0);
-	c->slots = calloc((size_t)nslots, sizeof(*c->slots));
-	c->free_slots = calloc((size_t)nslots, sizeof(*c->free_slots));
-	if (c->slots == NULL || c->free_slots == NULL) {
-		rc = -ENOMEM;
-		goto undo_slots;
-	}
-	for (int i = 0; i < nslots; i++)
-		c->free_slots[i] = (uint32_t)(nslots - 1 - i);
-	c->nfree = nslots;
-
-	cqe = nslots + nqps * c->rq_depth; /* enough for every QP: a rail holds a share */
-	if (d->max_cqe > 0 && cqe > d->max_cqe)
-		cqe = d->max_cqe;
-	for (int r = 0; r < c->nrails; r++) {
-		c->cqs[r] = mk_verbs_ibv->create_cq(d->rails[r]->ctx, cqe, c, NULL, 0);
-		if (c->cqs[r] == NULL) {
-			rc = -(errno ? errno : ENOMEM);
-			MK_WARN("verbs: %s: create_cq(%d) on rail %d failed: %s", d->props.name,
-				cqe, r, mk_strerror(rc));
-			goto undo_cqs;
-		}
-	}
-	for (int i = 0; i < nqps; i++) {
-		c->qps[i] = conn_qp_create(c, mk_verbs_lane_rail(i, c->nrails), c->sq_depth,
-					   c->rq_depth);
-		if (c->qps[i] == NULL) {
-			rc = -(errno ? errno : ENOMEM);
-			MK_WARN("verbs: %s: create_qp (lane %d of %d) failed: %s", d->props.name, i,
-				nqps, mk_strerror(rc));
-			goto undo_qps;
-		}
-		rc = conn_qp_init(c, c->qps[i], mk_verbs_lane_rail(i, c->nrails));
-		if (rc)
-			goto undo_qps;
-		rc = mk_verbs_post_recvs(c, i, c->rq_depth);
-		if (rc)
-			goto undo_qps;
-	}
-	if (!flush)
-		return 0;
-	c->flush_mr = mk_verbs_ibv->reg_mr(d->rails[0]->pd, c->flush_buf, sizeof(c->flush_buf),
-					   IBV_ACCESS_LOCAL_WRITE);
-	if (c->flush_mr == NULL) {
-		rc = -(errno ? errno : ENOMEM);
-		MK_WARN("verbs: %s: registering the flush buffer failed: %s", d->props.name,
-			mk_strerror(rc));
-		goto undo_qps;
-	}
-	c->flush_qp = conn_qp_create(c, 0, MK_VERBS_FLUSH_DEPTH, 1);
-	if (c->flush_qp == NULL) {
-		rc = -(errno ? errno : ENOMEM);
-		MK_WARN("verbs: %s: create_qp (flush) failed: %s", d->props.name, mk_strerror(rc));
-		goto undo_flush_mr;
-	}
-	rc = conn_qp_init(c, c->flush_qp, 0);
-	if (rc)
-		goto undo_flush_qp;
-	return 0;
-
-undo_flush_qp:
-	mk_verbs_ibv->destroy_qp(c->flush_qp);
-	c->flush_qp = NULL;
-undo_flush_mr:
-	mk_verbs_ibv->dereg_mr(c->flush_mr);
-	c->flush_mr = NULL;
-undo_qps:
-	for (int i = 0; i < nqps; i++) {
-		if (c->qps[i] != NULL)
-			mk_verbs_ibv->destroy_qp(c->qps[i]);
-		c->qps[i] = NULL;
-	}
-undo_cqs:
-	for (int r = 0; r < c->nrails; r++) {
-		if (c->cqs[r] != NULL)
-			mk_verbs_ibv->destroy_cq(c->cqs[r]);
-		c->cqs[r] = NULL;
-	}
-undo_slots:
-	free(c->free_slots);
-	c->free_slots = NULL;
-	free(c->slots);
-	c->slots = NULL;
-	return rc;
-}
-
-static struct mk_verbs_conn *conn_alloc(int dev, struct mk_verbs_dev *vdev)
-{
-	struct mk_verbs_conn *c = calloc(1, sizeof(*c));
-
-	if (c == NULL)
-		return NULL;
-	c->base.ops = &mk_verbs_ops;
-	c->base.dev = dev;
-	c->vdev = vdev;
-	c->nrails = vdev->nrails;
-	c->peer_nrails = vdev->nrails;
-	c->fd = -1;
-	c->psn = (uint32_t)conn_random64() & 0xffffff;
-	c->deadline_ns = mk_now_ns() + (uint64_t)mk_param_timeout_ms() * 1000000ull;
-	return c;
-}
-
-int mk_verbs_conn_create(struct mk_verbs_dev *vdev, int nqps, struct mk_verbs_conn **out)
-{
-	struct mk_verbs_conn *c = conn_alloc(0, vdev);
-	int rc;
-
-	if (c == NULL)
-		return -ENOMEM;
-	rc = conn_objects_create(c, nqps);
-	if (rc) {
-		free(c);
-		return rc;
-	}
-	*out = c;
-	return 0;
-}
-
-void mk_verbs_conn_destroy(struct mk_verbs_conn *c)
-{
-	if (c == NULL)
-		return;
-	conn_objects_destroy(c);
-	if (c->fd >= 0)
-		close(c->fd);
-	free(c);
 }
 
 /* What this side tells the peer: QPs, routing identity, PSN, MTU, blob. */
@@ -475,36 +87,12 @@ static void conn_take_peer_blob(struct mk_verbs_conn *c)
 	c->base.peer_blob_len = c->remote.blob_len;
 }
 
-/* Move bytes of one setup message: 1 done, 0 would block, -errno (-ECONNRESET on EOF). */
-static int conn_io(int fd, bool out, void *buf, size_t len, size_t *done)
-{
-	while (*done < len) {
-		ssize_t n = out ? send(fd, (char *)buf + *done, len - *done,
-				       MSG_NOSIGNAL | MSG_DONTWAIT)
-				: recv(fd, (char *)buf + *done, len - *done, MSG_DONTWAIT);
-
-		if (n > 0) {
-			*done += (size_t)n;
-			continue;
-		}
-		if (n == 0)
-			return -ECONNRESET;
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return 0;
-		return -errno;
-	}
-	return 1;
-}
-
 /* ---- listen / accept ---- */
 
 int mk_verbs_listen(int dev, void *handle, struct mk_listener **out)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
-	socklen_t salen = sizeof(sa);
 	struct mk_verbs_listener *l;
+	uint16_t port = 0;
 	int rc;
 
 	if (mk_verbs_dev_get(dev) == NULL || handle == NULL || out == NULL)
@@ -514,24 +102,14 @@ int mk_verbs_listen(int dev, void *handle, struct mk_listener **out)
 		return -ENOMEM;
 	l->base.ops = &mk_verbs_ops;
 	l->base.dev = dev;
-	l->nonce = conn_random64();
-	l->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (l->fd < 0) {
-		rc = -errno;
+	l->nonce = mk_verbs_boot_random64();
+	rc = mk_verbs_boot_listen(&l->fd, &port);
+	if (rc)
 		goto undo_alloc;
-	}
-	if (bind(l->fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(l->fd, 16) ||
-	    getsockname(l->fd, (struct sockaddr *)&sa, &salen)) {
-		rc = -errno;
-		MK_WARN("verbs: listen socket: %s", mk_strerror(rc));
-		goto undo_socket;
-	}
-	mk_verbs_handle_encode(handle, conn_local_ip(), sa.sin_port, l->nonce);
+	mk_verbs_handle_encode(handle, mk_verbs_boot_local_ip(), port, l->nonce);
 	*out = &l->base;
 	return 0;
 
-undo_socket:
-	close(l->fd);
 undo_alloc:
 	free(l);
 	return rc;
@@ -554,7 +132,7 @@ static int accept_build(struct mk_verbs_listener *l, const void *blob, size_t bl
 	rc = conn_check_remote(c, l->nonce);
 	if (rc)
 		return rc;
-	rc = conn_objects_create(c, c->remote.nqps);
+	rc = mk_verbs_conn_objects(c, c->remote.nqps);
 	if (rc)
 		return rc;
 	conn_fill_local(c, l->nonce, blob, blob_len);
@@ -573,7 +151,7 @@ int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 {
 	struct mk_verbs_listener *l = verbs_listener(base);
 	struct mk_verbs_conn *c;
-	int fd, rc, one = 1;
+	int fd, rc;
 
 	if (out == NULL || blob_len > MK_TP_BLOB_MAX || (blob_len > 0 && blob == NULL))
 		return -EINVAL;
@@ -581,14 +159,10 @@ int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 	if (l->done)
 		return -EINVAL; /* a listener accepts exactly one connection */
 	if (l->pending == NULL) {
-		fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
-			return errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED ||
-					       errno == EINTR
-				       ? 0
-				       : -errno;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		l->pending = conn_alloc(base->dev, mk_verbs_dev_get(base->dev));
+		rc = mk_verbs_boot_accept(l->fd, &fd);
+		if (rc <= 0)
+			return rc;
+		l->pending = mk_verbs_conn_alloc(base->dev, mk_verbs_dev_get(base->dev));
 		if (l->pending == NULL) {
 			close(fd);
 			return -ENOMEM;
@@ -603,7 +177,7 @@ int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 		return 0;
 	}
 	if (c->state == MK_VC_RECV_INFO) {
-		rc = conn_io(c->fd, false, &c->remote, sizeof(c->remote), &c->io_done);
+		rc = mk_verbs_boot_io(c->fd, false, &c->remote, sizeof(c->remote), &c->io_done);
 		if (rc < 0)
 			accept_drop(l, "peer went away during setup", rc);
 		if (rc <= 0)
@@ -620,7 +194,7 @@ int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 		}
 	}
 	if (c->state == MK_VC_SEND_INFO) {
-		rc = conn_io(c->fd, true, &c->local, sizeof(c->local), &c->io_done);
+		rc = mk_verbs_boot_io(c->fd, true, &c->local, sizeof(c->local), &c->io_done);
 		if (rc < 0)
 			accept_drop(l, "peer went away during setup", rc);
 		if (rc <= 0)
@@ -628,7 +202,7 @@ int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 		c->state = MK_VC_RECV_ACK;
 		c->io_done = 0;
 	}
-	rc = conn_io(c->fd, false, &c->ack, sizeof(c->ack), &c->io_done);
+	rc = mk_verbs_boot_io(c->fd, false, &c->ack, sizeof(c->ack), &c->io_done);
 	if (rc == 0)
 		return 0;
 	if (rc < 0 || c->ack != MK_VERBS_ACK_MAGIC) {
@@ -679,10 +253,10 @@ int mk_verbs_connect(int dev, const void *handle, const void *blob, size_t blob_
 	}
 	/* a fused device: that many QPs on every rail, within the lanes a connection has */
 	nqps = conn_min(nqps * vdev->nrails, MK_TP_MAX_LANES);
-	c = conn_alloc(dev, vdev);
+	c = mk_verbs_conn_alloc(dev, vdev);
 	if (c == NULL)
 		return -ENOMEM;
-	rc = conn_objects_create(c, nqps);
+	rc = mk_verbs_conn_objects(c, nqps);
 	if (rc)
 		goto undo_alloc;
 	c->peer_ip = h.ip;
@@ -712,44 +286,25 @@ static void conn_schedule_retry(struct mk_verbs_conn *c)
 	c->retry_ms = conn_min((int)c->retry_ms * 2, CONN_RETRY_MAX_MS);
 }
 
-/* One TCP connect step: 1 connected, 0 pending, -errno fatal. */
+/* One TCP connect step: 1 connected, 0 pending (or retrying later), -errno fatal. */
 static int conn_tcp_step(struct mk_verbs_conn *c)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	struct pollfd pfd;
-	socklen_t len = sizeof(int);
-	int err = 0, one = 1;
+	int rc;
 
 	if (c->fd < 0) {
 		if (mk_now_ns() < c->retry_ns)
 			return 0;
-		c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (c->fd < 0)
-			return -errno;
-		setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		sa.sin_addr.s_addr = c->peer_ip;
-		sa.sin_port = c->peer_port;
-		if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-			return 1;
-		if (errno != EINPROGRESS) {
-			err = errno;
-			goto refused;
-		}
+		rc = mk_verbs_boot_dial(c->peer_ip, c->peer_port, &c->fd);
+	} else {
+		rc = mk_verbs_boot_dial_done(c->fd);
 	}
-	pfd.fd = c->fd;
-	pfd.events = POLLOUT;
-	pfd.revents = 0;
-	if (poll(&pfd, 1, 0) <= 0)
-		return 0;
-	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-		return 1;
-refused:
-	if (err == ECONNREFUSED || err == ECONNRESET || err == ETIMEDOUT || err == EHOSTUNREACH ||
-	    err == ENETUNREACH || err == EAGAIN) {
+	if (rc >= 0)
+		return rc;
+	if (mk_verbs_boot_retryable(rc)) {
 		conn_schedule_retry(c);
 		return 0;
 	}
-	return -err;
+	return rc;
 }
 
 static int conn_fail(struct mk_verbs_conn *c, int rc)
@@ -795,7 +350,8 @@ int mk_verbs_connected(struct mk_conn *base)
 			c->io_done = 0;
 			break;
 		case MK_VC_SEND_INFO:
-			rc = conn_io(c->fd, true, &c->local, sizeof(c->local), &c->io_done);
+			rc = mk_verbs_boot_io(c->fd, true, &c->local, sizeof(c->local),
+					      &c->io_done);
 			if (rc < 0)
 				conn_schedule_retry(c);
 			if (rc <= 0)
@@ -804,7 +360,8 @@ int mk_verbs_connected(struct mk_conn *base)
 			c->io_done = 0;
 			break;
 		case MK_VC_RECV_INFO:
-			rc = conn_io(c->fd, false, &c->remote, sizeof(c->remote), &c->io_done);
+			rc = mk_verbs_boot_io(c->fd, false, &c->remote, sizeof(c->remote),
+					      &c->io_done);
 			if (rc < 0)
 				conn_schedule_retry(c); /* dropped: a stale or foreign listener */
 			if (rc <= 0)
@@ -822,7 +379,7 @@ int mk_verbs_connected(struct mk_conn *base)
 			c->io_done = 0;
 			break;
 		case MK_VC_SEND_ACK:
-			rc = conn_io(c->fd, true, &c->ack, sizeof(c->ack), &c->io_done);
+			rc = mk_verbs_boot_io(c->fd, true, &c->ack, sizeof(c->ack), &c->io_done);
 			if (rc < 0)
 				return conn_fail(c, rc);
 			if (rc == 0)

@@ -472,37 +472,54 @@ static void test_rdv_silent_peer_times_out(void **state)
 	pair_close(&p);
 }
 
-static void test_rdv_stale_and_foreign_pointers_are_rejected(void **state)
+/*
+ * The layer trusts its arguments; its checks tell a caller's stale or foreign pointers apart
+ * (the plugin runs them once, at the NCCL edge: test_net covers that edge).
+ */
+static void test_rdv_checks_tell_stale_and_foreign_pointers(void **state)
 {
 	struct pair p;
 	struct mk_rdv_comm *stale;
-	struct mk_rdv_req bogus;
-	int done = 0;
+	struct mk_rdv_req bogus, *rreq = NULL;
 	uint8_t handle[MK_RDV_HANDLE_SIZE];
 	struct mk_rdv_comm *l, *s = NULL;
+	char buf[64];
+	void *data = buf;
+	size_t cap = sizeof(buf), got = 0;
+	struct mk_mr *mr;
+	int tag = 0;
 
 	pair_open(&p);
+	mr = reg(p.r, buf, sizeof(buf));
+	assert_true(mk_mr_valid(mr));
+	assert_int_equal(mk_rdv_irecv(p.r, 1, &data, &cap, &tag, &mr, false, &rreq), 0);
+	assert_non_null(rreq);
+	/* a posted request passes; once test() reported it done, it is stale */
+	assert_int_equal(mk_rdv_req_check(rreq), 0);
 	{
-		char buf[64];
-		struct mk_mr *mr = reg(p.s, buf, sizeof(buf));
-		struct mk_rdv_req *req = NULL;
+		char sbuf[8] = { 0 };
+		struct mk_mr *smr = reg(p.s, sbuf, sizeof(sbuf));
+		struct mk_rdv_req *sreq = NULL;
 
-		assert_int_equal(mk_rdv_dereg(p.s, mr), 0);
-		/* a deregistered handle is refused on the data path, not dereferenced */
-		assert_int_equal(mk_rdv_isend(p.s, buf, 8, 0, mr, &req), -EBADF);
-		assert_int_equal(mk_rdv_isend(p.s, buf, 8, 0, NULL, &req), -EINVAL);
-		assert_null(req);
+		while (sreq == NULL)
+			assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), tag, smr, &sreq), 0);
+		assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+		assert_int_equal(mk_rdv_dereg(p.s, smr), 0);
 	}
+	assert_int_equal(mk_rdv_req_check(rreq), -EBADF);
+	/* a deregistered handle fails its check: the caller refuses it, nothing dereferences it */
+	assert_int_equal(mk_rdv_dereg(p.r, mr), 0);
+	assert_false(mk_mr_valid(mr));
+	assert_false(mk_mr_valid(NULL));
 	stale = p.s;
 	assert_int_equal(mk_rdv_check(p.s, MK_RDV_SEND), 0);
 	assert_int_equal(mk_rdv_check(p.s, MK_RDV_RECV), -EBADF);
 	pair_close(&p);
 	assert_int_equal(mk_rdv_check(stale, MK_RDV_SEND), -EBADF);
 	assert_int_equal(mk_rdv_check(NULL, MK_RDV_SEND), -EBADF);
-	assert_int_equal(mk_rdv_close(stale), -EBADF);
 	memset(&bogus, 0x77, sizeof(bogus));
-	assert_int_equal(mk_rdv_test(&bogus, &done, NULL), -EBADF);
-	assert_int_equal(mk_rdv_test(NULL, &done, NULL), -EBADF);
+	assert_int_equal(mk_rdv_req_check(&bogus), -EBADF);
+	assert_int_equal(mk_rdv_req_check(NULL), -EBADF);
 	/* a handle whose trailer was corrupted is refused before any connection attempt */
 	assert_int_equal(mk_rdv_listen(&fake_tp_ops, 0, handle, &l), 0);
 	handle[MK_RDV_HANDLE_SIZE - 3] ^= 0x10;
@@ -565,7 +582,7 @@ int main(void)
 		cmocka_unit_test_setup(test_rdv_backend_full_queue_is_retried, setup),
 		cmocka_unit_test_setup(test_rdv_dead_peer_fails_pending_requests, setup),
 		cmocka_unit_test_setup(test_rdv_silent_peer_times_out, setup),
-		cmocka_unit_test_setup(test_rdv_stale_and_foreign_pointers_are_rejected, setup),
+		cmocka_unit_test_setup(test_rdv_checks_tell_stale_and_foreign_pointers, setup),
 		cmocka_unit_test_setup(test_rdv_connect_to_a_closed_listener_times_out, setup),
 		cmocka_unit_test_setup(test_rdv_close_with_requests_pending, setup),
 	};

@@ -573,6 +573,9 @@ static void test_net_bad_handles_are_errors_not_crashes(void **state)
 	assert_int_equal(ncclNetPlugin_v11.listen(junk, 0, f->handle, &req), ncclInternalError);
 	assert_int_equal(f->d->listen(f->ctx, 7, f->handle, &req), ncclInternalError); /* dev */
 	unreg(f, mh);
+	/* a deregistered handle is refused at the edge, before the data path sees it */
+	assert_int_equal(f->d->isend(f->sc, buf, 1, 0, mh, &req), ncclInternalError);
+	assert_int_equal(f->d->irecv(f->rc, 1, &data, &cap, &tag, &mh, &req), ncclInternalError);
 	stale_s = f->sc;
 	assert_int_equal(f->d->closeSend(f->sc), ncclSuccess);
 	/* the closed comm is stale now: every use is refused */
@@ -746,7 +749,7 @@ static void test_net_iflush_dmabuf_and_stale_mhandle(void **state)
 	struct fixture *f = *state;
 	char buf[256];
 	void *mh, *dmh = (void *)0x4, *req = (void *)0x4, *data = buf;
-	int sizes[1] = { 64 }, fd;
+	int sizes[1] = { 64 }, fd, done = 0;
 	ncclResult_t (*iflush)(void *, int, void **, int *, void **, void **);
 	ncclResult_t (*dmabuf)(void *, void *, size_t, int, uint64_t, int, void **);
 
@@ -764,6 +767,8 @@ static void test_net_iflush_dmabuf_and_stale_mhandle(void **state)
 	assert_int_equal(iflush(f->rc, 1, &data, sizes, &mh, &req), ncclSuccess);
 	assert_non_null(req);
 	assert_int_equal(wait_req(f, req, NULL), ncclSuccess);
+	/* a request test() reported done is stale: refused, not recycled twice */
+	assert_int_equal(f->d->test(req, &done, NULL), ncclInternalError);
 	assert_int_equal(iflush(f->rc, 0, &data, sizes, &mh, &req), ncclInternalError);
 	assert_null(req);
 	sizes[0] = -1;

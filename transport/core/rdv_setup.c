@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Rendezvous messaging, control side: listen / connect / accept / close, pointer validation,
- * registration, the connection's scratch region and the liveness probe. Data path in
- * rdv_send.c and rdv_recv.c.
+ * Rendezvous messaging, setup: listen / connect / accept / close, registration, and the check
+ * of a caller's comm pointer. The data path is in rdv_send.c and rdv_recv.c, the connection
+ * state both sides share in rdv_conn.c.
  *
  * Comm objects come from per-kind free lists and are never returned to malloc: a stale pointer
  * the caller still holds reads a DEAD magic instead of unmapped memory.
@@ -55,92 +55,6 @@ int mk_rdv_check(const void *comm, enum mk_rdv_kind kind)
 	if (c == NULL || c->magic != MK_RDV_MAGIC || c->kind != kind)
 		return -EBADF;
 	return 0;
-}
-
-int mk_rdv_region_init(struct mk_rdv_comm *head, struct mk_rdv_region *r, size_t len)
-{
-	struct mk_mr_attr attr = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
-	int rc;
-
-	len = MK_ALIGN_UP(len, (size_t)4096);
-	r->base = NULL;
-	rc = posix_memalign(&r->base, 4096, len);
-	if (rc)
-		return -rc;
-	memset(r->base, 0, len);
-	r->len = len;
-	rc = mk_mr_get(head->ops, head->dev, r->base, len, &attr, &r->mr);
-	if (rc)
-		goto undo_alloc;
-	return 0;
-
-undo_alloc:
-	free(r->base);
-	r->base = NULL;
-	return rc;
-}
-
-void mk_rdv_region_fini(struct mk_rdv_region *r)
-{
-	if (r->mr != NULL)
-		mk_mr_put(r->mr);
-	free(r->base);
-	r->mr = NULL;
-	r->base = NULL;
-}
-
-void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what)
-{
-	if (cs->error != 0)
-		return;
-	cs->error = rc;
-	MK_WARN("connection to peer failed (%s): %s", what, mk_strerror(rc));
-}
-
-/*
- * Liveness: a connection with work outstanding and nothing heard for MKERNEL_KEEPALIVE ms
- * writes 8 bytes into the peer's probe slot. A live peer's transport completes it; a dead one
- * fails it or leaves it hanging, which becomes -ETIMEDOUT after MKERNEL_TIMEOUT.
- */
-void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy)
-{
-	uint64_t now;
-	int rc;
-
-	if (cs->error != 0 || !busy)
-		return;
-	now = mk_now_ms();
-	if (cs->probe_posted_ms != 0) {
-		if (now - cs->probe_posted_ms > (uint64_t)mk_param_timeout_ms())
-			mk_rdv_fail(cs, -ETIMEDOUT, "no answer within MKERNEL_TIMEOUT");
-		return;
-	}
-	if (now - cs->last_event_ms < (uint64_t)mk_param_keepalive_ms())
-		return;
-	rc = cs->conn->ops->write(cs->conn, 0, mk_rdv_probe_src(&cs->region), 8, cs->region.mr->bmr,
-				  cs->peer_probe, &cs->peer_rkey, false, 0, cs);
-	if (rc == -EAGAIN) {
-		/* a transport refusing every post for that long is as dead as a silent peer */
-		if (now - cs->last_event_ms > (uint64_t)mk_param_timeout_ms())
-			mk_rdv_fail(cs, -ETIMEDOUT,
-				    "transport refused every post for MKERNEL_TIMEOUT");
-		return;
-	}
-	if (rc) {
-		mk_rdv_fail(cs, rc, "liveness probe");
-		return;
-	}
-	cs->probe_posted_ms = now;
-	cs->probes++;
-}
-
-void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
-{
-	cs->probe_posted_ms = 0;
-	if (status)
-		mk_rdv_fail(cs, status, "liveness probe");
-	else
-		cs->last_event_ms = mk_now_ms();
 }
 
 /* ---- object pools ---- */
@@ -219,7 +133,7 @@ static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct 
 	r->head.ops = ops;
 	r->head.dev = dev;
 	/* staging entries, then the probe slot (peer writes) and the probe source (we write) */
-	rc = mk_rdv_region_init(&r->head, &r->cs.region, staging + 128);
+	rc = mk_rdv_region_init(ops, dev, &r->cs.region, staging + 128);
 	if (rc)
 		goto undo_alloc;
 	r->staging = r->cs.region.base;
@@ -259,8 +173,6 @@ int mk_rdv_listen(const struct mk_transport_ops *ops, int dev, void *handle,
 	struct mk_rdv_listen *l;
 	int rc;
 
-	if (handle == NULL || out == NULL)
-		return -EINVAL;
 	{
 		struct mk_rdv_comm *c = rdv_pool_get(MK_RDV_LISTEN, sizeof(*l));
 
@@ -290,26 +202,6 @@ undo_alloc:
 	return rc;
 }
 
-/* Take the peer's blob: where to probe it and, from a sender, where its CTS ring is. */
-static int rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, uint64_t *ring)
-{
-	struct mk_rdv_blob b;
-
-	cs->conn = conn;
-	cs->last_event_ms = mk_now_ms();
-	if (conn->peer_blob_len < sizeof(b))
-		return -EPROTO;
-	memcpy(&b, conn->peer_blob, sizeof(b));
-	if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
-		return -EPROTO;
-	cs->peer_probe = b.probe_addr;
-	cs->peer_rkey = b.rkey;
-	if (ring != NULL)
-		*ring = b.ring_addr;
-	conn->user = cs;
-	return 0;
-}
-
 int mk_rdv_accept(struct mk_rdv_comm *comm, struct mk_rdv_comm **out)
 {
 	struct mk_rdv_listen *l = container_of(comm, struct mk_rdv_listen, head);
@@ -321,16 +213,11 @@ int mk_rdv_accept(struct mk_rdv_comm *comm, struct mk_rdv_comm **out)
 	*out = NULL;
 	if (r == NULL)
 		return -EALREADY; /* a listener accepts exactly one connection */
-	blob = (struct mk_rdv_blob){
-		.magic = MK_RDV_HANDLE_TAG,
-		.version = MK_RDV_BLOB_VERSION,
-		.probe_addr = mk_rdv_probe_slot(&r->cs.region),
-		.rkey = r->cs.region.mr->rkey,
-	};
+	blob = mk_rdv_conn_blob(&r->cs, 0);
 	rc = comm->ops->accept(l->l, &blob, sizeof(blob), &conn);
 	if (rc || conn == NULL)
 		return rc;
-	rc = rdv_conn_finish(&r->cs, conn, &r->peer_ring);
+	rc = mk_rdv_conn_finish(&r->cs, conn, &r->peer_ring);
 	if (rc) {
 		MK_WARN("accept: peer sent a malformed connection blob (%zu bytes)",
 			conn->peer_blob_len);
@@ -358,7 +245,7 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 		return -ENOMEM;
 	s->head.ops = ops;
 	s->head.dev = dev;
-	rc = mk_rdv_region_init(&s->head, &s->cs.region, ring + 128);
+	rc = mk_rdv_region_init(ops, dev, &s->cs.region, ring + 128);
 	if (rc)
 		goto undo_alloc;
 	s->ring = s->cs.region.base;
@@ -370,13 +257,7 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 		s->reqs[i].next_free = i + 1 < MK_RDV_SEND_REQS ? &s->reqs[i + 1] : NULL;
 	}
 	s->free_reqs = &s->reqs[0];
-	blob = (struct mk_rdv_blob){
-		.magic = MK_RDV_HANDLE_TAG,
-		.version = MK_RDV_BLOB_VERSION,
-		.ring_addr = (uint64_t)(uintptr_t)s->ring,
-		.probe_addr = mk_rdv_probe_slot(&s->cs.region),
-		.rkey = s->cs.region.mr->rkey,
-	};
+	blob = mk_rdv_conn_blob(&s->cs, (uint64_t)(uintptr_t)s->ring);
 	rc = ops->connect(dev, handle, &blob, sizeof(blob), &conn);
 	if (rc)
 		goto undo_region;
@@ -407,8 +288,6 @@ int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *hand
 	struct mk_rdv_send *s;
 	int rc;
 
-	if (handle == NULL || out == NULL)
-		return -EINVAL;
 	*out = NULL;
 	pthread_mutex_lock(&rdv_lock);
 	for (pp = &rdv_pending_list; *pp != NULL; pp = &(*pp)->next)
@@ -451,7 +330,7 @@ int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *hand
 	free(p);
 	if (rc < 0)
 		goto undo_send;
-	rc = rdv_conn_finish(&s->cs, s->cs.conn, NULL);
+	rc = mk_rdv_conn_finish(&s->cs, s->cs.conn, NULL);
 	if (rc) {
 		MK_WARN("connect: peer answered with a malformed connection blob");
 		goto undo_send;
@@ -467,8 +346,6 @@ undo_send:
 
 int mk_rdv_close(struct mk_rdv_comm *comm)
 {
-	if (comm == NULL || comm->magic != MK_RDV_MAGIC)
-		return -EBADF;
 	switch (comm->kind) {
 	case MK_RDV_LISTEN: {
 		struct mk_rdv_listen *l = container_of(comm, struct mk_rdv_listen, head);
@@ -506,26 +383,11 @@ int mk_rdv_reg(struct mk_rdv_comm *comm, void *data, size_t size, int type, int 
 		.cuda_device = -1,
 	};
 
-	if (comm == NULL || comm->magic != MK_RDV_MAGIC)
-		return -EBADF;
-	if (type != MK_PTR_HOST && type != MK_PTR_CUDA)
-		return -EINVAL;
 	return mk_mr_get(comm->ops, comm->dev, data, size, &attr, out);
 }
 
 int mk_rdv_dereg(struct mk_rdv_comm *comm, struct mk_mr *mr)
 {
-	if (comm == NULL || comm->magic != MK_RDV_MAGIC)
-		return -EBADF;
+	(void)comm; /* the cache is keyed by device: the handle alone names the registration */
 	return mk_mr_put(mr);
-}
-
-int mk_rdv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
-{
-	if (req == NULL || done == NULL || req->magic != MK_RDV_REQ_MAGIC ||
-	    req->state == MK_RDV_REQ_FREE || req->comm == NULL || req->comm->magic != MK_RDV_MAGIC)
-		return -EBADF;
-	if (req->kind == MK_RDV_REQ_SEND)
-		return mk_rdv_send_test(req, done, sizes);
-	return mk_rdv_recv_test(req, done, sizes);
 }

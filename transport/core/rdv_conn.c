@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Rendezvous messaging, connection state shared by both sides: the registered scratch region,
+ * the blobs exchanged at setup, the sticky first failure and the liveness probe. Called by
+ * rdv_setup.c, rdv_send.c and rdv_recv.c; calls none of them.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mk/clock.h"
+#include "mk/compiler.h"
+#include "mk/core_params.h"
+#include "mk/err.h"
+#include "mk/log.h"
+#include "rdv_conn.h"
+
+int mk_rdv_region_init(const struct mk_transport_ops *ops, int dev, struct mk_rdv_region *r,
+		       size_t len)
+{
+	struct mk_mr_attr attr = { .type = MK_PTR_HOST, .dmabuf_fd = -1, .cuda_device = -1 };
+	int rc;
+
+	len = MK_ALIGN_UP(len, (size_t)4096);
+	r->base = NULL;
+	rc = posix_memalign(&r->base, 4096, len);
+	if (rc)
+		return -rc;
+	memset(r->base, 0, len);
+	r->len = len;
+	rc = mk_mr_get(ops, dev, r->base, len, &attr, &r->mr);
+	if (rc)
+		goto undo_alloc;
+	return 0;
+
+undo_alloc:
+	free(r->base);
+	r->base = NULL;
+	return rc;
+}
+
+void mk_rdv_region_fini(struct mk_rdv_region *r)
+{
+	if (r->mr != NULL)
+		mk_mr_put(r->mr);
+	free(r->base);
+	r->mr = NULL;
+	r->base = NULL;
+}
+
+void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what)
+{
+	if (cs->error != 0)
+		return;
+	cs->error = rc;
+	MK_WARN("connection to peer failed (%s): %s", what, mk_strerror(rc));
+}
+
+/*
+ * Liveness: a connection with work outstanding and nothing heard for MKERNEL_KEEPALIVE ms
+ * writes 8 bytes into the peer's probe slot. A live peer's transport completes it; a dead one
+ * fails it or leaves it hanging, which becomes -ETIMEDOUT after MKERNEL_TIMEOUT.
+ */
+void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy)
+{
+	uint64_t now;
+	int rc;
+
+	if (cs->error != 0 || !busy)
+		return;
+	now = mk_now_ms();
+	if (cs->probe_posted_ms != 0) {
+		if (now - cs->probe_posted_ms > (uint64_t)mk_param_timeout_ms())
+			mk_rdv_fail(cs, -ETIMEDOUT, "no answer within MKERNEL_TIMEOUT");
+		return;
+	}
+	if (now - cs->last_event_ms < (uint64_t)mk_param_keepalive_ms())
+		return;
+	rc = cs->conn->ops->write(cs->conn, 0, mk_rdv_probe_src(&cs->region), 8, cs->region.mr->bmr,
+				  cs->peer_probe, &cs->peer_rkey, false, 0, cs);
+	if (rc == -EAGAIN) {
+		/* a transport refusing every post for that long is as dead as a silent peer */
+		if (now - cs->last_event_ms > (uint64_t)mk_param_timeout_ms())
+			mk_rdv_fail(cs, -ETIMEDOUT,
+				    "transport refused every post for MKERNEL_TIMEOUT");
+		return;
+	}
+	if (rc) {
+		mk_rdv_fail(cs, rc, "liveness probe");
+		return;
+	}
+	cs->probe_posted_ms = now;
+	cs->probes++;
+}
+
+void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
+{
+	cs->probe_posted_ms = 0;
+	if (status)
+		mk_rdv_fail(cs, status, "liveness probe");
+	else
+		cs->last_event_ms = mk_now_ms();
+}
+
+struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs, uint64_t ring)
+{
+	return (struct mk_rdv_blob){
+		.magic = MK_RDV_HANDLE_TAG,
+		.version = MK_RDV_BLOB_VERSION,
+		.ring_addr = ring,
+		.probe_addr = mk_rdv_probe_slot(&cs->region),
+		.rkey = cs->region.mr->rkey,
+	};
+}
+
+int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, uint64_t *ring)
+{
+	struct mk_rdv_blob b;
+
+	cs->conn = conn;
+	cs->last_event_ms = mk_now_ms();
+	if (conn->peer_blob_len < sizeof(b))
+		return -EPROTO;
+	memcpy(&b, conn->peer_blob, sizeof(b));
+	if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
+		return -EPROTO;
+	cs->peer_probe = b.probe_addr;
+	cs->peer_rkey = b.rkey;
+	if (ring != NULL)
+		*ring = b.ring_addr;
+	conn->user = cs;
+	return 0;
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Private to transport/core/rdv_*.c: the state of one rendezvous connection, shared by both
+ * sides (rdv_conn.c). Setup (rdv_setup.c) makes it from the peer's blob; the send and receive
+ * sides (rdv_send.c, rdv_recv.c) report failures and liveness into it. It knows nothing of
+ * either side's requests, so nothing here calls back into them.
+ */
+#ifndef MK_RDV_CONN_H
+#define MK_RDV_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mk/mr_cache.h"
+#include "mk/transport.h"
+
+#define MK_RDV_BLOB_VERSION 2
+#define MK_RDV_HANDLE_TAG   0x4d4b5256u /* 'MKRV': our listen handles' trailer and blobs */
+
+/*
+ * What each side hands the other at connection setup: where to write liveness probes and, from
+ * the sender, where the receiver writes clear-to-send entries.
+ */
+struct mk_rdv_blob {
+	uint32_t magic;
+	uint32_t version;
+	uint64_t ring_addr;  /* sender's CTS ring; 0 in the receiver's blob */
+	uint64_t probe_addr; /* where the peer writes its liveness probes */
+	struct mk_rkey rkey; /* covers the ring (sender) and the probe slot */
+};
+
+_Static_assert(sizeof(struct mk_rdv_blob) <= MK_TP_BLOB_MAX, "blob fits");
+
+/* One registered scratch region per comm: the CTS ring (send) or CTS staging (recv) + probes. */
+struct mk_rdv_region {
+	void *base;
+	size_t len;
+	struct mk_mr *mr;
+};
+
+/*
+ * The last 128 bytes of a connection's region: the slot the peer's probes land in, then the
+ * 8 bytes our own probes are written from.
+ */
+static inline uint64_t mk_rdv_probe_slot(const struct mk_rdv_region *r)
+{
+	return (uint64_t)(uintptr_t)r->base + r->len - 128;
+}
+
+static inline void *mk_rdv_probe_src(const struct mk_rdv_region *r)
+{
+	return (char *)r->base + r->len - 64;
+}
+
+struct mk_rdv_conn_state {
+	struct mk_conn *conn;
+	struct mk_rdv_region region;
+	uint64_t peer_probe;	  /* peer's probe slot VA */
+	struct mk_rkey peer_rkey; /* peer's region key */
+	int error;		  /* sticky: first failure of the connection */
+	uint64_t last_event_ms;	  /* last sign of life from the peer */
+	uint64_t probe_posted_ms; /* 0 = no probe in flight */
+	uint64_t probes;	  /* probes posted (tests read it) */
+};
+
+/* A scratch region of len bytes (rounded to pages) registered on (ops, dev). 0 or -errno. */
+int mk_rdv_region_init(const struct mk_transport_ops *ops, int dev, struct mk_rdv_region *r,
+		       size_t len);
+void mk_rdv_region_fini(struct mk_rdv_region *r);
+
+/* The blob this side sends: its probe slot and region key, and its CTS ring (0 if none). */
+struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs, uint64_t ring);
+
+/*
+ * The connection is up: take the peer's blob (where to probe it and, from a sender, its CTS
+ * ring into *ring when ring != NULL). 0, or -EPROTO for a malformed blob.
+ */
+int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, uint64_t *ring);
+
+/* Latch the connection's first failure (sticky) with a WARN saying what failed. */
+void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what);
+
+/*
+ * Liveness, called by a side that waits on the peer (busy: it has work outstanding): probes a
+ * quiet peer and turns a probe unanswered for MKERNEL_TIMEOUT into -ETIMEDOUT.
+ */
+void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy);
+
+/* A probe's completion (the event whose ctx is cs) arrived with status. */
+void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status);
+
+#endif /* MK_RDV_CONN_H */
