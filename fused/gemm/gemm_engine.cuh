@@ -19,8 +19,8 @@
 #include <cuda_bf16.h>
 
 #include "gemm.h"
-#include "ptx.cuh"
-#include "wgmma.cuh"
+#include "fused/common/ptx.cuh"
+#include "fused/common/wgmma.cuh"
 
 /* Register split after setmaxnreg: 128 x 56 + 256 x 224 = 64512 of the SM's 65536. */
 #define MK_GEMM_PRODUCER_REGS 56

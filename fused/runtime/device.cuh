@@ -15,14 +15,16 @@
  *   - words a peer GPU observes (signals, barrier counters in its memory) are written with
  *     system-scope release reductions, after the data they announce.
  * Every wait is bounded: it gives up with -ETIMEDOUT after timeout_ns of the GPU global timer and
- * returns -EPIPE as soon as the proxy reported an error.
+ * returns -EPIPE as soon as the proxy reported an error. The memory-ordering wrappers and the
+ * bounded wait itself are fused/common/wait.cuh's; the queue and the comm's words are here.
  */
 #ifndef MK_FUSED_RUNTIME_DEVICE_CUH
 #define MK_FUSED_RUNTIME_DEVICE_CUH
 
 #include <stdint.h>
 
-#include "fused/gemm/ptx.cuh"
+#include "fused/common/ptx.cuh"
+#include "fused/common/wait.cuh"
 #include "fused/runtime/cmdq.h"
 #include "fused/runtime/dev_comm.h"
 
@@ -31,55 +33,6 @@
 #endif
 
 #define MK_RT_DEV MK_DEV
-
-#define MK_DEV_EPIPE	 32
-#define MK_DEV_ETIMEDOUT 110
-
-/* ---- memory-model wrappers ---- */
-
-MK_RT_DEV uint64_t mk_globaltimer_ns(void)
-{
-	uint64_t t;
-
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
-
-/* Read a word the CPU or a peer GPU writes, ordering later reads after it. */
-MK_RT_DEV uint32_t mk_ld_acquire_sys_u32(const uint32_t *p)
-{
-	uint32_t v;
-
-	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
-
-MK_RT_DEV uint64_t mk_ld_acquire_sys_u64(const uint64_t *p)
-{
-	uint64_t v;
-
-	asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-}
-
-MK_RT_DEV int32_t mk_ld_relaxed_sys_s32(const int32_t *p)
-{
-	int32_t v;
-
-	asm volatile("ld.relaxed.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
-
-/* Stores other agents read without ordering of their own (bodies, published after a release). */
-MK_RT_DEV void mk_st_relaxed_sys_u32(uint32_t *p, uint32_t v)
-{
-	asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-MK_RT_DEV void mk_st_relaxed_sys_u64(uint64_t *p, uint64_t v)
-{
-	asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 
 /* Publish a queue slot: GPU scope by default (see the header comment). */
 MK_RT_DEV void mk_st_release_slot_u32(uint32_t *p, uint32_t v)
@@ -91,85 +44,7 @@ MK_RT_DEV void mk_st_release_slot_u32(uint32_t *p, uint32_t v)
 #endif
 }
 
-/* Peer-pointer helpers: data moves with plain stores, then a release announces it. */
-MK_RT_DEV void mk_peer_signal_add(uint64_t *peer_word, uint64_t v)
-{
-	asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(peer_word), "l"(v) : "memory");
-}
-
-MK_RT_DEV void mk_peer_st_release_u64(uint64_t *peer_word, uint64_t v)
-{
-	asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(peer_word), "l"(v) : "memory");
-}
-
-MK_RT_DEV void mk_peer_st_release_u32(uint32_t *peer_word, uint32_t v)
-{
-	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(peer_word), "r"(v) : "memory");
-}
-
-MK_RT_DEV uint64_t mk_peer_ld_acquire_u64(const uint64_t *peer_word)
-{
-	return mk_ld_acquire_sys_u64(peer_word);
-}
-
-/*
- * One step of a bounded wait: 0 to keep waiting, -EPIPE once the proxy failed, -ETIMEDOUT once
- * timeout_ns passed since the first step (*t0 starts at 0).
- */
-MK_RT_DEV int mk_dev_wait_step(const int32_t *error, uint64_t *t0, uint64_t timeout_ns)
-{
-	const uint64_t now = mk_globaltimer_ns();
-	uint64_t waited;
-
-	if (error != NULL && mk_ld_relaxed_sys_s32(error) != 0)
-		return -MK_DEV_EPIPE;
-	if (*t0 == 0)
-		*t0 = now;
-	waited = now - *t0;
-	if (waited > timeout_ns)
-		return -MK_DEV_ETIMEDOUT;
-	/*
-	 * Back off as the wait grows (an eighth of it, at most 1 us): dozens of CTAs polling
-	 * system-scope words and the host-memory error word at full rate slowed the SMs that do
-	 * the work (a fused GEMM ran many times slower next to them), while a short wait still
-	 * sees its word within 32 ns.
-	 */
-	__nanosleep(waited < 256 ? 32u : waited < 8000 ? (unsigned int)(waited >> 3) : 1000u);
-	return 0;
-}
-
-/* Wait (one thread) until *word >= want, bounded as above. 0, -EPIPE or -ETIMEDOUT. */
-MK_RT_DEV int mk_dev_wait_u32_ge(const uint32_t *word, uint32_t want, const int32_t *error,
-				 uint64_t timeout_ns)
-{
-	uint64_t t0 = 0;
-
-	while (mk_ld_acquire_sys_u32(word) < want) {
-		int rc = mk_dev_wait_step(error, &t0, timeout_ns);
-
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
-/* Record a kernel's error in the comm's error word. First error wins, roughly: atomics on
- * mapped host memory are not guaranteed over PCIe. */
-MK_RT_DEV void mk_dev_record_error(int32_t *error, int rc)
-{
-	if (mk_ld_relaxed_sys_s32(error) == 0)
-		mk_st_relaxed_sys_u32((uint32_t *)error, (uint32_t)rc);
-}
-
 /* ---- the queue producer ---- */
-
-MK_RT_DEV uint32_t mk_ld_relaxed_gpu_u32(const uint32_t *p)
-{
-	uint32_t v;
-
-	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
 
 /*
  * Push one command (one thread). Claims a ticket with an atomic add on the producer index in GPU

@@ -58,8 +58,8 @@ for ins in 'wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16' \
 done
 
 syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^$' | sort | tr '\n' ' ')
-# exactly the global names of fused/exports.map
-want=$(sed -n '/global:/,/local:/p' "$(dirname "$0")/../../../fused/exports.map" |
+# exactly the global names of the version script meson generated (fused/exports.map.in)
+want=$(sed -n '/global:/,/local:/p' "${MK_EXPORTS_MAP:?path of the generated mkernel.map}" |
 	tr -d ' \t;' | grep -v -e 'global:' -e 'local:' -e '^$' | sort | tr '\n' ' ')
 if [ "$syms" = "$want" ]; then
 	echo "ok 4 - $lib exports exactly: $syms"

@@ -32,7 +32,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "fused/fallback.h"
+#include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_allreduce.h"
 #include "fused/runtime/comm.h"
@@ -200,7 +200,7 @@ static void check_back_to_back(mkComm_t comm, ncclComm_t nccl, int calls)
 				   0));
 	}
 	CK(cudaStreamSynchronize(0));
-	/* The last call used q's inputs (calls is even) into p.c: compare with q's reference. */
+	/* The last call used q's inputs (calls is even) into p's C: compare with q's reference. */
 	{
 		float *keep = p.ref, *keep_mag = p.mag;
 

@@ -9,7 +9,7 @@
 #include <pthread.h>
 
 #include "mkernel.h"
-#include "fused/fallback.h"
+#include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm.h"
 
 #define MK_LOG_PREFIX "mkernel"

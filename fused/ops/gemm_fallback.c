@@ -8,7 +8,7 @@
 
 #include <cublas_v2.h>
 
-#include "fallback.h"
+#include "fused/ops/gemm_fallback.h"
 
 #define MK_LOG_PREFIX "mkernel"
 #include "mk/log.h"

@@ -6,10 +6,10 @@
  * accumulate = 0 overwrites d (first k-step of a tile). d[] must stay in registers: index it
  * only with constants after unrolling.
  */
-#ifndef MK_FUSED_GEMM_WGMMA_CUH
-#define MK_FUSED_GEMM_WGMMA_CUH
+#ifndef MK_FUSED_COMMON_WGMMA_CUH
+#define MK_FUSED_COMMON_WGMMA_CUH
 
-#include "ptx.cuh"
+#include "fused/common/ptx.cuh"
 
 #define MK_WGMMA_M64N256K16_DEF(name, tnspb)                                                    \
 	MK_DEV void name(float *d, uint64_t da, uint64_t db, uint32_t accumulate)                \
@@ -51,4 +51,4 @@ MK_WGMMA_M64N256K16_DEF(mk_wgmma_m64n256k16_bk, 0)
 /* B is MN-major (row-major K x N). */
 MK_WGMMA_M64N256K16_DEF(mk_wgmma_m64n256k16_bmn, 1)
 
-#endif /* MK_FUSED_GEMM_WGMMA_CUH */
+#endif /* MK_FUSED_COMMON_WGMMA_CUH */

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fused/fallback.h"
+#include "fused/ops/gemm_fallback.h"
 #include "fused/ops/gemm_allreduce.h"
 #include "fused/ops/gemm_allreduce_plan.h"
 #include "fused/runtime/comm.h"

@@ -5,8 +5,8 @@
  * operations that publish tiles to other CTAs or other GPUs. Each wrapper is named for its
  * memory-model meaning; nothing here allocates or decides anything.
  */
-#ifndef MK_FUSED_GEMM_PTX_CUH
-#define MK_FUSED_GEMM_PTX_CUH
+#ifndef MK_FUSED_COMMON_PTX_CUH
+#define MK_FUSED_COMMON_PTX_CUH
 
 #include <stdint.h>
 
@@ -206,4 +206,4 @@ MK_DEV void mk_red_add_bf16x2(void *p, uint32_t v)
 	asm volatile("red.global.add.noftz.bf16x2 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-#endif /* MK_FUSED_GEMM_PTX_CUH */
+#endif /* MK_FUSED_COMMON_PTX_CUH */

@@ -3,8 +3,8 @@
  * The unfused path of libmkernel.so: cuBLAS for GEMMs the engine does not run (other GPUs,
  * unaligned shapes, MKERNEL_GEMM_FORCE_FALLBACK). Returns 0 or a negative errno.
  */
-#ifndef MK_FUSED_FALLBACK_H
-#define MK_FUSED_FALLBACK_H
+#ifndef MK_FUSED_OPS_GEMM_FALLBACK_H
+#define MK_FUSED_OPS_GEMM_FALLBACK_H
 
 #include <cuda_runtime.h>
 #include <library_types.h>
@@ -25,4 +25,4 @@ int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, i
 }
 #endif
 
-#endif /* MK_FUSED_FALLBACK_H */
+#endif /* MK_FUSED_OPS_GEMM_FALLBACK_H */
