@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* mkAllToAll's kernel launcher (alltoall.cu), called from the public API in runtime/api_runtime.c.
- */
+/* mkAllToAll's kernel launcher (alltoall.cu), called from the public API in alltoall_api.c. */
 #ifndef MK_FUSED_OPS_ALLTOALL_H
 #define MK_FUSED_OPS_ALLTOALL_H
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * mkGemmAllReduce's fused kernel (gemm_allreduce.cu) as the public API (gemm_allreduce.c) sees
- * it: one persistent cooperative kernel per call, CTAs in the roles of gemm_allreduce_plan.h.
+ * mkGemmAllReduce's pieces as they see each other: the API and path choice
+ * (gemm_allreduce_api.c), the fused kernel's memory and launch (gemm_allreduce_mem.c), the
+ * unfused path (gemm_allreduce_fallback.c) and the fused kernel (gemm_allreduce.cu): one
+ * persistent cooperative kernel per call, CTAs in the roles of gemm_allreduce_plan.h.
  * My slice is the tile rows tm with tm % nlocal == my local rank; with several nodes the same
  * local rank of every node owns the same slice.
  *   compute: the GEMM engine, my slice's tiles first, each tile stored into my partial W in the
@@ -27,6 +29,7 @@
 #include <stdint.h>
 
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_allreduce_plan.h"
@@ -85,6 +88,7 @@ struct mk_gar_launch {
 };
 
 struct mk_comm;
+struct mk_comm_op;
 
 /* Benchmarks and tests: record per-CTA timestamps in later calls (on = 1), and read the last
  * call's ([ctas][MK_GAR_TRACE_WORDS], ctas = the grid). 0 or -errno. */
@@ -92,6 +96,23 @@ int mk_gar_trace(struct mk_comm *c, int on);
 int mk_gar_trace_read(struct mk_comm *c, unsigned long long *out, int *ctas);
 /* The split the next call of the current shape starts from (the adaptive controller's). */
 int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES]);
+
+/* gemm_allreduce_mem.c: the op's record on a comm (its state's slot). */
+extern const struct mk_comm_op mk_comm_op_gemm_allreduce;
+
+/*
+ * gemm_allreduce_mem.c: run the fused kernel with split *sp (adaptive: the controller updates
+ * it), setting up this shape's memory first when it is new (collective). 0, -ENOMEM when the
+ * symmetric heap is too small for the shape (nothing launched: take the unfused path), -errno.
+ */
+int mk_gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
+		 int b_layout, const struct mk_gar_split *sp, int adaptive, cudaStream_t stream);
+/* 1 when the memory of output shape m x n is set up (a call needs no collective set-up). */
+int mk_gar_shape_ready(const struct mk_comm *c, int m, int n);
+
+/* gemm_allreduce_fallback.c: cuBLAS, then ncclAllReduce in place on the stream. 0 or -errno. */
+int mk_gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
+		   int b_layout, ncclDataType_t type, cudaStream_t stream);
 
 /* Raise the kernel's shared-memory limit and load it (call once per device). 0 or -EIO. */
 int mk_gar_prepare(void);

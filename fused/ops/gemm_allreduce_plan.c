@@ -5,6 +5,16 @@
 
 #include "fused/ops/gemm_allreduce_plan.h"
 
+int mk_gar_rows(int tiles_m, int local_rank, int nlocal)
+{
+	return local_rank < tiles_m ? (tiles_m - local_rank + nlocal - 1) / nlocal : 0;
+}
+
+int mk_gar_share(int sms, int gpu_share)
+{
+	return sms / (gpu_share > 0 ? gpu_share : 1);
+}
+
 void mk_gar_tile_order(int tiles_m, int tiles_n, int local_rank, int nlocal, int *order)
 {
 	int k = 0;

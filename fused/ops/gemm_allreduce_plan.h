@@ -30,6 +30,12 @@ extern "C" {
  */
 void mk_gar_tile_order(int tiles_m, int tiles_n, int local_rank, int nlocal, int *order);
 
+/* Tile rows of local rank `local_rank`'s slice of tiles_m rows (rows tm % nlocal == it). */
+int mk_gar_rows(int tiles_m, int local_rank, int nlocal);
+
+/* CTAs of one rank: its share of the GPU's `sms` when `gpu_share` ranks share the GPU. */
+int mk_gar_share(int sms, int gpu_share);
+
 /* The kernel's roles, in the policy engine's order (enum mk_sm_role). */
 enum mk_gar_role {
 	MK_GAR_COMPUTE = 0, /* GEMM tiles */

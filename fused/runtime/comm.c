@@ -19,7 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fused/ops/alltoall.h"
 #include "fused/runtime/comm.h"
 #include "fused/runtime/runtime_params.h"
 #include "mk/core_params.h"
@@ -464,7 +463,7 @@ int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
 	if (rc == 0)
 		rc = mk_symm_init(&c->symm, c->heap_len);
 	if (rc == 0)
-		rc = mk_alltoall_preload();
+		rc = mk_comm_ops_init(c);
 	if (rc)
 		goto undo;
 	c->magic = MK_COMM_MAGIC;
@@ -480,8 +479,7 @@ void mk_comm_free(struct mk_comm *c)
 	if (c == NULL)
 		return;
 	c->magic = 0;
-	if (c->op_free != NULL)
-		c->op_free(c);
+	mk_comm_ops_release(c, &c->op_slots);
 	mk_proxy_destroy(c->proxy);
 	for (int p = 0; c->conns != NULL && p < c->nranks; p++) {
 		if (c->conns[p] != NULL)

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "fused/runtime/comm_ops.h"
 #include "fused/runtime/dev_comm.h"
 #include "fused/runtime/proxy.h"
 #include "fused/runtime/symm.h"
@@ -15,7 +16,7 @@
 extern "C" {
 #endif
 
-/* Signal words per comm; ops use [0, 2 * nranks) today (arrivals, then ready-to-receive). */
+/* Signal words per comm; the ops above divide them among themselves (each op says which). */
 #define MK_COMM_SIGNALS 4096
 
 /* First word of a live comm: the API refuses other pointers (and destroyed comms, mostly). */
@@ -60,10 +61,7 @@ struct mk_comm {
 	int timeout_ms;
 	int sms;       /* SMs of my GPU */
 	int gpu_share; /* ranks of this comm on my GPU (me included): my share of its SMs */
-	/* ops state */
-	uint64_t a2a_signals;	  /* mkAllToAll: slices of all calls so far (signal targets) */
-	struct mk_gar_state *gar; /* mkGemmAllReduce's state (fused/ops/gemm_allreduce.c) */
-	void (*op_free)(struct mk_comm *c); /* releases ops state; set by the op that made it */
+	struct mk_comm_op_slots op_slots; /* the ops' state on this comm (comm_ops.h) */
 };
 
 int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out);
@@ -72,6 +70,13 @@ int mk_comm_quiesce(struct mk_comm *c);
 int mk_comm_barrier(struct mk_comm *c);
 int mk_comm_allgather(struct mk_comm *c, const void *mine, void *all, size_t bytes);
 void mk_comm_dev(const struct mk_comm *c, struct mk_dev_comm *d);
+
+/*
+ * The public API's edge (runtime_api.c), for the runtime's and the ops' mk* functions: WARN what
+ * failed and why (what: the call and its problem), then convert once (mk_result_api). 0 gives
+ * ncclSuccess and logs nothing.
+ */
+ncclResult_t mk_api_result(int rc, const char *what);
 
 #ifdef __cplusplus
 }

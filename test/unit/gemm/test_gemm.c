@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * unit suite, component gemm: the engine's host-side rules, which run without a GPU. Tile counts
- * from mk_gemm_args_init(), every alignment and argument rule of mk_gemm_check() with the reason
- * it names, and mkGemm's argument errors (returned before any CUDA call). Pointers are addresses
- * only: nothing here dereferences them.
+ * from mk_gemm_args_init() and every alignment and argument rule of mk_gemm_check() with the
+ * reason it names (mkGemm's argument errors are test/unit/ops/test_ops_api.c's). Pointers are
+ * addresses only: nothing here dereferences them.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,12 +12,9 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <limits.h>
 #include <string.h>
 
-#include "mkernel.h"
 #include "fused/gemm/gemm.h"
-#include "fused/runtime/comm.h"
 
 #define A_PTR ((const void *)(uintptr_t)0x10000)
 #define B_PTR ((const void *)(uintptr_t)0x20000)
@@ -153,48 +150,6 @@ static void test_check_epilogue_rules(void **state)
 	check(&g, A_PTR, B_PTR, NULL);
 }
 
-static void test_mkgemm_invalid_arguments_before_cuda(void **state)
-{
-	(void)state;
-	assert_int_equal(mkGemm(NULL, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, 0),
-			 ncclInvalidArgument);
-	assert_int_equal(mkGemm(A_PTR, B_PTR, NULL, 8, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, 0),
-			 ncclInvalidArgument);
-	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 0, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, 0),
-			 ncclInvalidArgument);
-	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 8, 8, (size_t)INT_MAX + 1, ncclBfloat16,
-				mkLayoutRowMajorNK, 0),
-			 ncclInvalidArgument);
-	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclFloat16, mkLayoutRowMajorNK, 0),
-			 ncclInvalidArgument);
-	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16, (mkLayout_t)2, 0),
-			 ncclInvalidArgument);
-}
-
-/* No comm can exist without a GPU; a NULL one is refused before anything touches CUDA. */
-static void test_mkgemm_allreduce_null_comm_refused(void **state)
-{
-	(void)state;
-	assert_int_equal(mkGemmAllReduce(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
-					 mkLayoutRowMajorNK, NULL, 0),
-			 ncclInvalidArgument);
-	assert_int_equal(mkGemmAllReduce(NULL, NULL, NULL, 0, 0, 0, ncclBfloat16,
-					 mkLayoutRowMajorNK, NULL, 0),
-			 ncclInvalidArgument);
-}
-
-/* A pointer that is not a live comm (another object, a destroyed comm) is refused too. */
-static void test_mkgemm_allreduce_foreign_comm_refused(void **state)
-{
-	struct mk_comm fake;
-
-	(void)state;
-	memset(&fake, 0, sizeof(fake));
-	assert_int_equal(mkGemmAllReduce(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
-					 mkLayoutRowMajorNK, &fake, 0),
-			 ncclInvalidArgument);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -205,9 +160,6 @@ int main(void)
 		cmocka_unit_test(test_check_misaligned_operands_fail),
 		cmocka_unit_test(test_check_bad_sizes_and_layout_fail),
 		cmocka_unit_test(test_check_epilogue_rules),
-		cmocka_unit_test(test_mkgemm_invalid_arguments_before_cuda),
-		cmocka_unit_test(test_mkgemm_allreduce_null_comm_refused),
-		cmocka_unit_test(test_mkgemm_allreduce_foreign_comm_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,8 @@
  * bands of rows ascending within each slice; the role split follows the policy engine's answer,
  * drops the roles a layout does not use, honours MKERNEL_ROLE_SPLIT and refuses a share with no
  * compute CTA left; the adaptive controller's search settles near the fastest count of
- * communication CTAs within its bounds and shares them by measured work.
+ * communication CTAs within its bounds and shares them by measured work; each slice's row count
+ * and a rank's share of the SMs.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -223,6 +224,37 @@ static void test_adapt_shares_by_busy_time(void **state)
 	}
 }
 
+/* A slice's rows are the tile rows its local rank owns; the slices cover every row once. */
+static void test_rows_count_each_slice_and_cover_all(void **state)
+{
+	(void)state;
+	for (int tiles_m = 0; tiles_m <= 40; tiles_m++) {
+		for (int nl = 1; nl <= 8; nl++) {
+			int sum = 0;
+
+			for (int lr = 0; lr < nl; lr++) {
+				int want = 0;
+
+				for (int tm = 0; tm < tiles_m; tm++)
+					want += tm % nl == lr;
+				assert_int_equal(mk_gar_rows(tiles_m, lr, nl), want);
+				sum += want;
+			}
+			assert_int_equal(sum, tiles_m);
+		}
+	}
+}
+
+/* A rank's CTAs: its share of the SMs; a share of 0 (unknown) counts as the whole GPU. */
+static void test_share_divides_the_gpu(void **state)
+{
+	(void)state;
+	assert_int_equal(mk_gar_share(132, 1), 132);
+	assert_int_equal(mk_gar_share(132, 2), 66);
+	assert_int_equal(mk_gar_share(132, 4), 33);
+	assert_int_equal(mk_gar_share(132, 0), 132);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -232,6 +264,8 @@ int main(void)
 		cmocka_unit_test(test_climb_finds_the_valley),
 		cmocka_unit_test(test_climb_bounds_and_no_measure),
 		cmocka_unit_test(test_adapt_shares_by_busy_time),
+		cmocka_unit_test(test_rows_count_each_slice_and_cover_all),
+		cmocka_unit_test(test_share_divides_the_gpu),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

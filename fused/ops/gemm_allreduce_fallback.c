@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * mkGemmAllReduce's unfused path: cuBLAS (the gemm op's fallback), then ncclAllReduce in place
+ * on the same stream. Any GPU, any shape and type the API accepts; capturable in a CUDA graph.
+ */
+#include <errno.h>
+
+#include "fused/ops/gemm_allreduce.h"
+#include "fused/ops/gemm_fallback.h"
+#include "fused/runtime/comm.h"
+
+int mk_gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
+		   int b_layout, ncclDataType_t type, cudaStream_t stream)
+{
+	const cudaDataType_t ct = type == ncclBfloat16	? CUDA_R_16BF
+				  : type == ncclFloat16 ? CUDA_R_16F
+							: CUDA_R_32F;
+	int rc = mk_fallback_gemm(a, b, cc, m, n, k, b_layout, ct, ct, stream);
+
+	if (rc)
+		return rc;
+	if (ncclAllReduce(cc, cc, (size_t)m * n, type, ncclSum, c->nccl, stream) != ncclSuccess)
+		return -EIO;
+	return 0;
+}

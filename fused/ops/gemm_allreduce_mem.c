@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * mkGemmAllReduce's memory and the launch of its fused kernel (gemm_allreduce.cu).
+ *
+ * Per comm, for the comm's life (the op's slot on the comm, released by mk_comm_free): `seen`
+ * (what every signal word's arrivals earlier calls consumed), the call total, and the rank of my
+ * local rank on every node (device memory). Per output shape, one at a time, in the symmetric
+ * heap: W (my bf16 partial, M x N), R (results of my slice for my node peers, with several
+ * ranks per node), the landing area (other nodes' sums of my slice, with several nodes), then the
+ * flag words. Offsets are symmetric, so a node peer's W, R and flags are its mapped heap plus the
+ * same offsets. A new shape replaces the shape's memory: the ranks allocate the same sizes in
+ * the same order (collective, host-synchronising: warm up before graph capture), zero the flags
+ * and pass a barrier before any kernel can read them.
+ */
+#define MK_LOG_PREFIX "mkernel"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fused/ops/gemm_allreduce.h"
+#include "fused/runtime/comm.h"
+#include "mk/log.h"
+
+struct mk_gar_shape {
+	int m, n, tiles, rows;
+	void *w, *r, *land, *flags; /* in my heap; a node peer's are at the same offsets */
+	int *order_d;		    /* compute order, my slice first */
+};
+
+struct mk_gar_state {
+	unsigned long long *seen; /* device [nsignals], then the call total */
+	int *remote_d;		  /* device [nnodes] */
+	unsigned long long *trace;
+	int trace_on;
+	struct mk_gar_shape *shape;
+};
+
+/* Flag words of a shape (u32 indices), then the controller's words (byte offsets). */
+struct gar_words {
+	size_t ready, final, calls, exits, tickets, split, row_done;
+	size_t busy_bytes, t_start_bytes, ctl_bytes, bytes;
+};
+
+static struct gar_words gar_words_of(int tiles, int rows)
+{
+	struct gar_words w;
+
+	w.ready = 0;
+	w.final = (size_t)tiles;
+	w.calls = 2 * (size_t)tiles;
+	w.exits = w.calls + 1;
+	w.tickets = w.exits + 1;
+	w.split = w.tickets + MK_GAR_TICKETS;
+	w.row_done = w.split + MK_GAR_ROLES;
+	w.busy_bytes = ((w.row_done + (size_t)rows) * sizeof(unsigned int) + 7) & ~(size_t)7;
+	w.t_start_bytes = w.busy_bytes + MK_GAR_ROLES * sizeof(unsigned long long);
+	w.ctl_bytes = w.t_start_bytes + sizeof(unsigned long long);
+	w.bytes = w.ctl_bytes + sizeof(struct mk_gar_ctl);
+	return w;
+}
+
+static void gar_shape_free(struct mk_comm *c, struct mk_gar_shape *s)
+{
+	if (s == NULL)
+		return;
+	if (s->w != NULL)
+		mkMemFree(c, s->w);
+	if (s->r != NULL)
+		mkMemFree(c, s->r);
+	if (s->land != NULL)
+		mkMemFree(c, s->land);
+	if (s->flags != NULL)
+		mkMemFree(c, s->flags);
+	cudaFree(s->order_d);
+	free(s);
+}
+
+static void gar_state_free(struct mk_comm *c, void *state)
+{
+	struct mk_gar_state *st = state;
+
+	if (st == NULL)
+		return;
+	gar_shape_free(c, st->shape);
+	cudaFree(st->seen);
+	cudaFree(st->remote_d);
+	cudaFree(st->trace);
+	free(st);
+}
+
+/* Released by mk_comm_free through this record (fused/runtime/comm_ops.h). */
+MK_COMM_OP(gemm_allreduce, .state_free = gar_state_free);
+
+static struct mk_gar_state *gar_state_of(const struct mk_comm *c)
+{
+	return mk_comm_op_get(&c->op_slots, &mk_comm_op_gemm_allreduce);
+}
+
+static int gar_state_get(struct mk_comm *c, struct mk_gar_state **out)
+{
+	struct mk_gar_state *st = gar_state_of(c);
+	int *remote = NULL, rc = -EIO;
+
+	if (st != NULL) {
+		*out = st;
+		return 0;
+	}
+	st = calloc(1, sizeof(*st));
+	remote = malloc((size_t)c->topo.nnodes * sizeof(int));
+	if (st == NULL || remote == NULL) {
+		free(st);
+		free(remote);
+		return -ENOMEM;
+	}
+	for (int nn = 0; nn < c->topo.nnodes; nn++)
+		remote[nn] = -1;
+	for (int r = 0; r < c->nranks; r++) {
+		if (c->topo.local_of[r] == c->topo.local_rank)
+			remote[c->topo.node_of[r]] = r;
+	}
+	if (cudaMalloc((void **)&st->seen, (c->nsignals + 1) * sizeof(unsigned long long)) ==
+		    cudaSuccess &&
+	    cudaMemset(st->seen, 0, (c->nsignals + 1) * sizeof(unsigned long long)) ==
+		    cudaSuccess &&
+	    cudaMalloc((void **)&st->remote_d, (size_t)c->topo.nnodes * sizeof(int)) ==
+		    cudaSuccess &&
+	    cudaMemcpy(st->remote_d, remote, (size_t)c->topo.nnodes * sizeof(int),
+		       cudaMemcpyHostToDevice) == cudaSuccess)
+		rc = 0;
+	free(remote);
+	if (rc == 0)
+		rc = mk_comm_op_put(&c->op_slots, &mk_comm_op_gemm_allreduce, st);
+	if (rc) {
+		gar_state_free(c, st);
+		return rc;
+	}
+	*out = st;
+	return 0;
+}
+
+/* The compute order (gemm_allreduce_plan.c) in device memory. */
+static int gar_order(struct mk_comm *c, struct mk_gar_shape *s, int tiles_m, int tiles_n)
+{
+	int *h = malloc((size_t)s->tiles * sizeof(int));
+	int rc = -EIO;
+
+	if (h == NULL)
+		return -ENOMEM;
+	mk_gar_tile_order(tiles_m, tiles_n, c->topo.local_rank, c->topo.nlocal, h);
+	if (cudaMalloc((void **)&s->order_d, (size_t)s->tiles * sizeof(int)) == cudaSuccess &&
+	    cudaMemcpy(s->order_d, h, (size_t)s->tiles * sizeof(int), cudaMemcpyHostToDevice) ==
+		    cudaSuccess)
+		rc = 0;
+	free(h);
+	return rc;
+}
+
+/* Heap pieces of a shape; -ENOMEM (WARN said how much) when the heap is too small. */
+static int gar_shape_alloc(struct mk_comm *c, struct mk_gar_shape *s)
+{
+	const size_t mat = (size_t)s->m * s->n * 2;
+	const size_t land = (size_t)(c->topo.nnodes - 1) * s->rows * MK_GEMM_BM * s->n * 2;
+	const size_t flags = gar_words_of(s->tiles, s->rows).bytes;
+
+	/* One rank in all: the engine stores straight into C, nothing else is needed. */
+	if (c->nranks == 1)
+		return mkMemAlloc(c, flags, &s->flags) == ncclSuccess ? 0 : -ENOMEM;
+	if (mkMemAlloc(c, mat, &s->w) == ncclSuccess &&
+	    (c->topo.nlocal == 1 || mkMemAlloc(c, mat, &s->r) == ncclSuccess) &&
+	    (c->topo.nnodes == 1 || mkMemAlloc(c, land, &s->land) == ncclSuccess) &&
+	    mkMemAlloc(c, flags, &s->flags) == ncclSuccess)
+		return 0;
+	MK_WARN("mkGemmAllReduce M %d x N %d needs %zu bytes of symmetric heap (partials %zu, "
+		"results %zu, landing area %zu, flags %zu): raise MKERNEL_SYMM_HEAP or "
+		"mkConfig_t.heapBytes; running cuBLAS + ncclAllReduce instead",
+		s->m, s->n,
+		mat + (c->topo.nlocal > 1 ? mat : 0) + (c->topo.nnodes > 1 ? land : 0) + flags, mat,
+		c->topo.nlocal > 1 ? mat : 0, c->topo.nnodes > 1 ? land : 0, flags);
+	return -ENOMEM;
+}
+
+static int gar_shape_get(struct mk_comm *c, struct mk_gar_state *st, int m, int n,
+			 const struct mk_gar_split *sp, struct mk_gar_shape **out)
+{
+	const int tiles_m = (m + MK_GEMM_BM - 1) / MK_GEMM_BM,
+		  tiles_n = (n + MK_GEMM_BN - 1) / MK_GEMM_BN;
+	struct mk_gar_shape *s = st->shape;
+	struct gar_words wd;
+	int rc;
+
+	if (s != NULL && s->m == m && s->n == n) {
+		*out = s;
+		return 0;
+	}
+	/* Peers' kernels of the old shape may still read my W and R: everyone drains first. */
+	if (s != NULL && (cudaDeviceSynchronize() != cudaSuccess || mk_comm_barrier(c) != 0))
+		return -EIO;
+	gar_shape_free(c, s);
+	st->shape = NULL;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->m = m;
+	s->n = n;
+	s->tiles = tiles_m * tiles_n;
+	s->rows = mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);
+	wd = gar_words_of(s->tiles, s->rows);
+	rc = gar_shape_alloc(c, s);
+	if (rc == 0)
+		rc = mk_gar_prepare(); /* shared-memory limit; loads the kernel before it is needed
+					*/
+	if (rc == 0)
+		rc = gar_order(c, s, tiles_m, tiles_n);
+	/* Flags from an earlier use of this heap range must be gone before any peer reads them;
+	 * the adaptive controller starts from the static split. */
+	if (rc == 0 && (cudaMemset(s->flags, 0, wd.bytes) != cudaSuccess ||
+			cudaMemcpy((unsigned int *)s->flags + wd.split, sp->sms, sizeof(sp->sms),
+				   cudaMemcpyHostToDevice) != cudaSuccess ||
+			cudaDeviceSynchronize() != cudaSuccess))
+		rc = -EIO;
+	if (rc == 0)
+		rc = mk_comm_barrier(c);
+	if (rc) {
+		gar_shape_free(c, s);
+		return rc;
+	}
+	st->shape = s;
+	*out = s;
+	return 0;
+}
+
+/* The address in node peer p's mapped heap of what `mine` is in my heap (symmetric offsets). */
+static void *gar_at_peer(const struct mk_comm *c, int p, const void *mine)
+{
+	return c->peer_base[p] + ((const char *)mine - c->heap);
+}
+
+static int gar_share(const struct mk_comm *c)
+{
+	return mk_gar_share(c->sms, c->gpu_share);
+}
+
+/* Per-CTA timestamps for benchmarks (gemm_allreduce.h); 0 or -errno. */
+int mk_gar_trace(struct mk_comm *c, int on)
+{
+	struct mk_gar_state *st;
+	int rc = gar_state_get(c, &st);
+
+	if (rc)
+		return rc;
+	if (on && st->trace == NULL &&
+	    cudaMalloc((void **)&st->trace, (size_t)gar_share(c) * MK_GAR_TRACE_WORDS *
+						    sizeof(unsigned long long)) != cudaSuccess)
+		return -ENOMEM;
+	st->trace_on = on;
+	return 0;
+}
+
+int mk_gar_trace_read(struct mk_comm *c, unsigned long long *out, int *ctas)
+{
+	const struct mk_gar_state *st = gar_state_of(c);
+
+	if (st == NULL || st->trace == NULL)
+		return -EINVAL;
+	*ctas = gar_share(c);
+	return cudaMemcpy(out, st->trace,
+			  (size_t)*ctas * MK_GAR_TRACE_WORDS * sizeof(unsigned long long),
+			  cudaMemcpyDeviceToHost) == cudaSuccess
+		       ? 0
+		       : -EIO;
+}
+
+int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES])
+{
+	const struct mk_gar_state *st = gar_state_of(c);
+	const struct mk_gar_shape *s = st != NULL ? st->shape : NULL;
+
+	if (s == NULL)
+		return -EINVAL;
+	return cudaMemcpy(out, (unsigned int *)s->flags + gar_words_of(s->tiles, s->rows).split,
+			  MK_GAR_ROLES * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess
+		       ? 0
+		       : -EIO;
+}
+
+int mk_gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
+		 int b_layout, const struct mk_gar_split *sp, int adaptive, cudaStream_t stream)
+{
+	struct mk_gar_launch l;
+	struct mk_gar_state *st;
+	struct mk_gar_shape *s;
+	struct gar_words wd;
+	unsigned int *flags;
+	int rc;
+
+	rc = gar_state_get(c, &st);
+	if (rc == 0)
+		rc = gar_shape_get(c, st, m, n, sp, &s);
+	if (rc)
+		return rc;
+	wd = gar_words_of(s->tiles, s->rows);
+	memset(&l, 0, sizeof(l));
+	l.a = a;
+	l.b = b;
+	l.c = cc;
+	l.m = m;
+	l.n = n;
+	l.k = k;
+	l.b_layout = b_layout;
+	l.local_rank = c->topo.local_rank;
+	l.nlocal = c->topo.nlocal;
+	l.node = c->topo.node;
+	l.nnodes = c->topo.nnodes;
+	l.rows = s->rows;
+	l.adaptive = adaptive;
+	l.split = *sp;
+	l.order = s->order_d;
+	l.trace = st->trace_on ? st->trace : NULL;
+	for (int p = 0; p < c->topo.nlocal; p++) {
+		unsigned int *pf = gar_at_peer(c, p, s->flags);
+
+		l.ws.w[p] = s->w != NULL ? gar_at_peer(c, p, s->w) : NULL;
+		l.ws.r[p] = s->r != NULL ? gar_at_peer(c, p, s->r) : NULL;
+		l.ws.ready[p] = pf + wd.ready;
+		l.ws.final[p] = pf + wd.final;
+		l.ws.peer_calls[p] = pf + wd.calls;
+	}
+	flags = s->flags;
+	l.ws.calls = flags + wd.calls;
+	l.ws.exits = flags + wd.exits;
+	l.ws.tickets = flags + wd.tickets;
+	l.ws.split = (int *)(flags + wd.split);
+	l.ws.row_done = flags + wd.row_done;
+	l.ws.busy = (unsigned long long *)((char *)s->flags + wd.busy_bytes);
+	l.ws.t_start = (unsigned long long *)((char *)s->flags + wd.t_start_bytes);
+	l.ws.ctl = (struct mk_gar_ctl *)((char *)s->flags + wd.ctl_bytes);
+	l.ws.w_off = s->w != NULL ? (uint64_t)((char *)s->w - c->heap) : 0;
+	l.ws.land_off = s->land != NULL ? (uint64_t)((char *)s->land - c->heap) : 0;
+	l.ws.remote = st->remote_d;
+	l.ws.seen = st->seen;
+	l.ws.total = (unsigned int *)(st->seen + c->nsignals);
+	l.ws.sig_done = 2 * (uint32_t)c->nranks; /* after mkAllToAll's words */
+	l.ws.sig_rows = l.ws.sig_done + (uint32_t)c->topo.nnodes;
+	l.ws.error = c->kerr;
+	l.ws.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+	mk_comm_dev(c, &l.dc);
+	return mk_gar_launch(&l, stream);
+}
+
+int mk_gar_shape_ready(const struct mk_comm *c, int m, int n)
+{
+	const struct mk_gar_state *st = gar_state_of(c);
+
+	return st != NULL && st->shape != NULL && st->shape->m == m && st->shape->n == n;
+}

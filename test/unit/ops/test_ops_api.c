@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * unit suite, component ops: the public functions of the ops refuse bad arguments before any
+ * CUDA call, with ncclInvalidArgument (mkGemm; mkGemmAllReduce with no comm or a pointer that is
+ * not a live comm). Pointers are addresses only: nothing here dereferences them.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <string.h>
+
+#include "mkernel.h"
+#include "fused/runtime/comm.h"
+
+#define A_PTR ((const void *)(uintptr_t)0x10000)
+#define B_PTR ((const void *)(uintptr_t)0x20000)
+#define C_PTR ((void *)(uintptr_t)0x30000)
+
+static void test_mkgemm_invalid_arguments_before_cuda(void **state)
+{
+	(void)state;
+	assert_int_equal(mkGemm(NULL, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemm(A_PTR, B_PTR, NULL, 8, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 0, 8, 8, ncclBfloat16, mkLayoutRowMajorNK, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 8, 8, (size_t)INT_MAX + 1, ncclBfloat16,
+				mkLayoutRowMajorNK, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclFloat16, mkLayoutRowMajorNK, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16, (mkLayout_t)2, 0),
+			 ncclInvalidArgument);
+}
+
+/* No comm can exist without a GPU; a NULL one is refused before anything touches CUDA. */
+static void test_mkgemm_allreduce_null_comm_refused(void **state)
+{
+	(void)state;
+	assert_int_equal(mkGemmAllReduce(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
+					 mkLayoutRowMajorNK, NULL, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemmAllReduce(NULL, NULL, NULL, 0, 0, 0, ncclBfloat16,
+					 mkLayoutRowMajorNK, NULL, 0),
+			 ncclInvalidArgument);
+}
+
+/* A pointer that is not a live comm (another object, a destroyed comm) is refused too. */
+static void test_mkgemm_allreduce_foreign_comm_refused(void **state)
+{
+	struct mk_comm fake;
+
+	(void)state;
+	memset(&fake, 0, sizeof(fake));
+	assert_int_equal(mkGemmAllReduce(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
+					 mkLayoutRowMajorNK, &fake, 0),
+			 ncclInvalidArgument);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_mkgemm_invalid_arguments_before_cuda),
+		cmocka_unit_test(test_mkgemm_allreduce_null_comm_refused),
+		cmocka_unit_test(test_mkgemm_allreduce_foreign_comm_refused),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
