@@ -40,3 +40,22 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Python side: torch, pytest and numpy for the mkernel package's tests (test/unit/python), installed into
+# the python3 found first on PATH (the one meson's tests run). The CPU wheel from PyTorch's own
+# index is small (~200 MB); where that index cannot be reached, PyPI's build (CUDA libraries as
+# dependencies, ~4 GB, imports and runs on a machine without a GPU) is the fallback.
+# MKERNEL_TORCH picks another requirement (e.g. 'torch==2.11.*'); MKERNEL_DEPS_NO_TORCH=1 skips.
+py=$(command -v python3)
+if [ -z "${MKERNEL_DEPS_NO_TORCH:-}" ] && ! "$py" -c 'import torch, pytest, numpy' 2>/dev/null; then
+	echo "deps: installing ${MKERNEL_TORCH:-torch} and pytest into $py"
+	t0=$(date +%s)
+	export PIP_BREAK_SYSTEM_PACKAGES=1 # Debian's python3 refuses pip installs without it
+	"$py" -m pip install -q --root-user-action=ignore pytest numpy
+	if ! "$py" -m pip install -q --root-user-action=ignore --retries 0 --timeout 20 "${MKERNEL_TORCH:-torch}" \
+		--index-url https://download.pytorch.org/whl/cpu 2>/dev/null; then
+		echo "deps: PyTorch's CPU index unreachable; installing PyPI's torch build"
+		"$py" -m pip install -q --root-user-action=ignore "${MKERNEL_TORCH:-torch}"
+	fi
+	echo "deps: torch $("$py" -c 'import torch; print(torch.__version__)') in $(($(date +%s) - t0)) s"
+fi
