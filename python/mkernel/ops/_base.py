@@ -209,22 +209,23 @@ def gemm_dims(op, a, b, b_layout, a_name="a"):
 
 
 def check_gemm(op, a, b, b_layout, a_name="a", dtypes=GEMM_DTYPES):
-    """Full checks of a GEMM's operands on a real call: (m, n, k)."""
+    """Shape, dtype and layout checks of a GEMM's operands (the device is checked after the
+    group): (m, n, k)."""
     m, n, k = gemm_dims(op, a, b, b_layout, a_name)
     check_tensor(op, a_name, a, dtypes=dtypes)
     check_tensor(op, "b", b, dtypes=dtypes)
     check_same_dtype(op, [(a_name, a), ("b", b)])
     check_contiguous(op, a_name, a)
     check_contiguous(op, "b", b)
-    check_device(op, [(a_name, a), ("b", b)])
     return m, n, k
 
 
 def group_of(op, group_name):
     """The NCCL ProcessGroup named `group_name`; ValueError for another backend."""
+    resolve_group(None)  # torch.distributed initialised, else its own clear error
     try:
         pg = resolve_group(group_name)
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError, RuntimeError) as e:
         raise ValueError(f"mkernel.{op}: group_name {group_name!r} names no process group "
                          f"({e})") from None
     check_nccl_group(pg, f"mkernel.{op}: group {group_name!r}")

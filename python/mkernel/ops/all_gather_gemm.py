@@ -21,6 +21,7 @@ def all_gather_gemm_op(a_shard: torch.Tensor, b: torch.Tensor, group_name: str, 
                        gather_out: bool) -> tuple[torch.Tensor, torch.Tensor]:
     ms, n, k = B.check_gemm(NAME, a_shard, b, b_layout, a_name="a_shard")
     group = B.group_of(NAME, group_name)
+    B.check_device(NAME, [("a_shard", a_shard), ("b", b)])
     m = ms * group.size()
     B.check_across_ranks(NAME, group, "(M/R, N, K, dtype, b_layout)",
                          (ms, n, k, B.nccl_type(a_shard.dtype), b_layout))

@@ -16,6 +16,7 @@ def gemm_all_reduce_op(a: torch.Tensor, b: torch.Tensor, group_name: str,
                        b_layout: int) -> torch.Tensor:
     m, n, k = B.check_gemm(NAME, a, b, b_layout)
     group = B.group_of(NAME, group_name)
+    B.check_device(NAME, [("a", a), ("b", b)])
     B.check_across_ranks(NAME, group, "(M, N, K, dtype, b_layout)",
                          (m, n, k, B.nccl_type(a.dtype), b_layout))
     fn, comm = B.choose(NAME, SYMBOL, B.GEMM_ARGTYPES, group)

@@ -25,6 +25,7 @@ def gemm_reduce_scatter_op(a: torch.Tensor, b: torch.Tensor, group_name: str,
     B.check_gemm(NAME, a, b, b_layout)
     group = B.group_of(NAME, group_name)
     m, n, k = _dims(a, b, b_layout, group.size())
+    B.check_device(NAME, [("a", a), ("b", b)])
     B.check_across_ranks(NAME, group, "(M, N, K, dtype, b_layout)",
                          (m, n, k, B.nccl_type(a.dtype), b_layout))
     c = torch.empty((m // group.size(), n), dtype=a.dtype, device=a.device)

@@ -66,8 +66,9 @@ def _check(q, k, v, causal):
 def ring_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name: str,
                       causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     _check(q, k, v, causal)
-    b, hq, hkv, s, _s, d = check_qkv_call(NAME, q, k, v, same_seq=True)
+    b, hq, hkv, s, _s, d = check_qkv_call(NAME, q, k, v, same_seq=True, device=False)
     group = B.group_of(NAME, group_name)
+    B.check_device(NAME, [("q", q), ("k", k), ("v", v)])
     B.check_across_ranks(NAME, group, "(B, Hq, Hkv, seq_local, D, dtype, causal)",
                          (b, hq, hkv, s, d, B.nccl_type(q.dtype), int(causal)))
     fn, comm = B.choose(NAME, SYMBOL, ARGTYPES, group, unsupported=fused_unsupported(q, d))
