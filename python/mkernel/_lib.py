@@ -256,7 +256,7 @@ def function(symbol, argtypes):
     fn = getattr(info.cdll, symbol, None)
     if fn is None:
         return None, f"{info.path} has no {symbol} (an older libmkernel.so)"
-    if fn.argtypes is None:
+    if argtypes and fn.argtypes is None:
         fn.argtypes = argtypes
         fn.restype = c_int
     return fn, None

@@ -69,15 +69,21 @@ def reset_stats():
         _logged.clear()
 
 
-def strict():
-    return os.environ.get("MKERNEL_STRICT", "0") not in ("", "0")
+def strict(op):
+    """MKERNEL_STRICT: "1" refuses every fallback, a comma list ("gemm_all_reduce,all_to_all")
+    those of the ops named."""
+    v = os.environ.get("MKERNEL_STRICT", "0").strip()
+    if v in ("", "0"):
+        return False
+    return v == "1" or op in {x.strip() for x in v.split(",")}
 
 
 def fallback(op, reason):
     """Record that `op` runs its torch implementation, say why once at INFO; refuse under
-    MKERNEL_STRICT=1."""
-    if strict():
-        raise FallbackRefused(f"mkernel.{op}: torch fallback refused (MKERNEL_STRICT=1): {reason}")
+    MKERNEL_STRICT."""
+    if strict(op):
+        raise FallbackRefused(f"mkernel.{op}: torch fallback refused (MKERNEL_STRICT="
+                              f"{os.environ.get('MKERNEL_STRICT')}): {reason}")
     _count(op, "torch", reason)
     key = (op, reason)
     if key not in _logged:

@@ -95,6 +95,11 @@ def test_strict_refuses_fallback(monkeypatch):
     monkeypatch.setenv("MKERNEL_STRICT", "1")
     with pytest.raises(mkernel.FallbackRefused, match="MKERNEL_STRICT=1.*not loaded"):
         _base.choose("grouped_gemm", "mkGroupedGemm", [])
+    # a list names the ops that must not fall back; the others may
+    monkeypatch.setenv("MKERNEL_STRICT", "gemm_all_reduce, all_to_all")
+    with pytest.raises(mkernel.FallbackRefused):
+        _base.choose("all_to_all", "mkAllToAll", [])
+    assert _base.choose("attention", "mkAttention", []) == (None, None)
 
 
 def _real_lib():
