@@ -4,12 +4,16 @@
 # (memcheck, racecheck) on the quick test, and an Nsight Compute profile of the engine and of
 # cuBLAS at 8192^3. Binaries come prebuilt in BIN (test-gemm-gpu, mkernel-gemm-bench,
 # libmkernel.so.0); logs go to OUTDIR.
-# Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]
+# Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]   (BIN: build files, or an unpacked bundle of scripts/bundle.sh)
 #   steps: test bench bench2 (a second, for run-to-run spread) bench-normal (N(0,1) inputs)
 #          prev (an earlier benchmark build, for A/B) torch (cuBLAS through PyTorch) sanitize ncu
 #   (default: test bench sanitize ncu)
 set -u
 bin=$(cd "$1" && pwd)
+if [ -f "$bin/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh): its lib/ and bin/
+	export LD_LIBRARY_PATH="$bin/lib:$bin/lib/fabric:${LD_LIBRARY_PATH:-}"
+	bin=$bin/bin
+fi
 out=$2
 shift 2
 steps=${*:-test bench sanitize ncu}

@@ -6,7 +6,7 @@
 # was loaded and assigned, then measures all_reduce bus bandwidth through the plugin (tcp and
 # shm providers) and through NCCL's internal Socket transport in the same run.
 #
-# usage: scripts/gpu/nccl-fake-nodes.sh <build-dir> [out-dir]
+# usage: scripts/gpu/nccl-fake-nodes.sh <build-dir or unpacked bundle> [out-dir]
 # Environment: CONFIGS (bandwidth configurations to run), SKIP_CHECK=1 (bandwidth only).
 # The plugin's libfabric must be loadable (LD_LIBRARY_PATH). Figures are one-host emulation.
 set -uo pipefail
@@ -15,6 +15,10 @@ out=${2:-$build/nccl-fake-nodes}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 plugin=$build/nccl_plugin/libnccl-net-mkernel.so
+if [ -f "$build/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh)
+	export LD_LIBRARY_PATH="$build/lib:$build/lib/fabric:${LD_LIBRARY_PATH:-}"
+	plugin=$build/lib/libnccl-net-mkernel.so
+fi
 [ -f "$plugin" ] || { echo "no plugin at $plugin"; exit 1; }
 
 # Never NVLink multicast; fake nodes must not probe multi-node NVLink.

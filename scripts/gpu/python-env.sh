@@ -24,6 +24,7 @@ mk_use() {
 		MK_KIND=bundle
 		# shellcheck source=/dev/null
 		. "$dir/env.sh"
+		unset NCCL_NET_PLUGIN # NCCL's own transport unless a script asks for the plugin
 		MK_BIN=$dir/bin
 		MK_PLUGIN=$dir/lib/libnccl-net-mkernel.so
 	else

@@ -11,9 +11,13 @@
 #          adds its benchmark on those layouts; GAR_QUICK=1 stops both at 4096.
 # Layouts with several ranks per node run under MPS (their kernels wait for each other).
 # Key lines go to stdout; all logs into OUTDIR/rt-PHASE.tgz.
-# Usage: scripts/gpu/runtime-all.sh BIN OUTDIR [test|extra|bench|gar|all]   (libfabric under .carry/root)
+# Usage: scripts/gpu/runtime-all.sh BIN OUTDIR [test|extra|bench|gar|all]   (libfabric under .carry/root; BIN may be an unpacked bundle of scripts/bundle.sh)
 set -u
 bin=$(cd "$1" && pwd)
+if [ -f "$bin/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh): its lib/ and bin/
+	export LD_LIBRARY_PATH="$bin/lib:$bin/lib/fabric:${LD_LIBRARY_PATH:-}"
+	bin=$bin/bin
+fi
 outdir=$2
 phase=${3:-all}
 here=$(cd "$(dirname "$0")/../.." && pwd)

@@ -5,10 +5,14 @@
 # JSON lines), compute-sanitizer (memcheck, racecheck, synccheck) on the quick queue and roles
 # tests, and the CPU-producer queue benchmark. Binaries come prebuilt in BIN (test-cmdq-gpu,
 # test-cmdq-gpu-sysrel, test-roles-gpu, mkernel-bench-cmdq); logs go to OUTDIR.
-# Usage: scripts/gpu/runtime-run.sh BIN OUTDIR [steps...]
+# Usage: scripts/gpu/runtime-run.sh BIN OUTDIR [steps...]   (BIN: build files, or an unpacked bundle of scripts/bundle.sh)
 #   steps: info test sanitize bench (default: all four)
 set -u
 bin=$(cd "$1" && pwd)
+if [ -f "$bin/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh): its lib/ and bin/
+	export LD_LIBRARY_PATH="$bin/lib:$bin/lib/fabric:${LD_LIBRARY_PATH:-}"
+	bin=$bin/bin
+fi
 out=$2
 shift 2
 steps=${*:-info test sanitize bench}

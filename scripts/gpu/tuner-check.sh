@@ -20,6 +20,10 @@ set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${BUILD:-build}
+if [ -f "$BUILD/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh)
+	export LD_LIBRARY_PATH="$BUILD/lib:$BUILD/lib/fabric:${LD_LIBRARY_PATH:-}"
+	PLUGIN=${PLUGIN:-$BUILD/lib/libnccl-net-mkernel.so}
+fi
 PLUGIN=${PLUGIN:-$BUILD/nccl_plugin/libnccl-net-mkernel.so}
 GPU=${GPU:-0}
 PYTHON=${PYTHON:-python3}
