@@ -187,14 +187,15 @@ class Comm:
                  self.rank, self.size, self.device, how)
 
     @classmethod
-    def get(cls, group=None):
-        """The cached Comm of `group` (created collectively at the first call)."""
+    def get(cls, group=None, **config):
+        """The cached Comm of `group`, created collectively at the first call (with `config`:
+        timeout_ms, heap_bytes; later calls return the cached one as it is)."""
         pg = resolve_group(group)
         with cls._cache_lock:
             comm = cls._cache.get(pg.group_name)
             if comm is not None and comm.group is pg and comm.handle is not None:
                 return comm
-            comm = cls(pg)
+            comm = cls(pg, **config)
             cls._cache[pg.group_name] = comm
             return comm
 
