@@ -103,7 +103,7 @@ readme_test() { # s (torchrun) or b (python-run.sh)
 		) | tee "$tmp/s.log"
 		grep -q "exact: True" "$tmp/s.log"
 	else
-		TAIL=5 "$here/python-run.sh" "$src" b "$tmp/quickstart.py" | tee "$tmp/b.log"
+		"$here/python-run.sh" "$src" b "$tmp/quickstart.py" | tee "$tmp/b.log"
 		[ "$(grep -c 'exact: True' "$tmp/b.log")" = 2 ]
 	fi
 }
@@ -133,7 +133,7 @@ fi
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
 	rm -f "$out/bench.jsonl"
 	for l in ${BENCH_LAYOUTS:-b c}; do
-		step "bench-$l" env LOGDIR="$out/bench-$l" RANK_TIMEOUT=550 "$here/python-run.sh" "$src" "$l" \
+		step "bench-$l" env RANK_TIMEOUT=550 "$here/python-run.sh" "$src" "$l" \
 			"$here/python-bench.py" --out "$out/bench.jsonl" ${BENCH_ARGS:-}
 	done
 	[ -s "$out/bench.jsonl" ] && python3 "$here/python-bench.py" --table "$out/bench.jsonl"
