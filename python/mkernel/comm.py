@@ -265,6 +265,9 @@ class Comm:
         if self.async_error() != 0:
             self.abort()
             return
+        import torch
+
+        torch.cuda.set_device(self.device)  # the exit watchdog's thread starts on device 0
         self._free_symm()
         h, self.handle = self.handle, None
         rc = self._lib.mkCommDestroy(h)
@@ -276,6 +279,9 @@ class Comm:
         """Local: stop the proxy and free everything without talking to any peer."""
         if self.handle is None:
             return
+        import torch
+
+        torch.cuda.set_device(self.device)
         h, self.handle = self.handle, None
         self._symm, self._symm_cap, self._symm_views = [], 0, None
         self._lib.mkCommAbort(h)

@@ -13,7 +13,6 @@ cannot run the call at all (a CPU tensor, a group of another backend), the layer
 same thing with F.linear and torch.distributed collectives and says why once at INFO; within
 mkernel's ops, a missing fused op falls back the same way (mkernel.stats() tells which ran).
 """
-import logging
 import math
 
 import torch
@@ -26,16 +25,9 @@ from .ops.all_gather_gemm import all_gather_gemm
 from .ops.gemm_all_reduce import gemm_all_reduce
 from .ops.gemm_reduce_scatter import gemm_reduce_scatter
 
-log = logging.getLogger("mkernel")
 
-
-def _why_not_mkernel(x, group):
-    if x.device.type != "cuda":
-        return f"input on {x.device}, not a CUDA device"
-    backend = str(dist.get_backend(group)).lower()
-    if "nccl" not in backend:
-        return f"group backend '{backend}', not NCCL"
-    return None
+def _compiling():
+    return hasattr(torch, "compiler") and torch.compiler.is_compiling()
 
 
 def _split(total, world, what):
@@ -50,7 +42,9 @@ class _ParallelLinear(torch.nn.Module):
                  sequence_parallel, device, dtype):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.group = group
+        self.group = _comm.resolve_group(group)
+        # fixed per layer, so torch.compile sees constants
+        self.backend = str(dist.get_backend(self.group)).lower()
         self.sequence_parallel = sequence_parallel
         kw = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(w_shape, **kw))
@@ -65,10 +59,19 @@ class _ParallelLinear(torch.nn.Module):
             torch.nn.init.uniform_(self.bias, -bound, bound)
 
     def _pg(self):
-        return _comm.resolve_group(self.group)
+        return self.group
 
-    def _fallback(self, reason):
-        _base.fallback(f"nn.{type(self).__name__}", reason)
+    def _why_not_mkernel(self, x):
+        """None when the fused ops can run this input, else why not (said once at INFO)."""
+        if x.device.type != "cuda":
+            why = f"input on {x.device}, not a CUDA device"
+        elif "nccl" not in self.backend:
+            why = f"group backend '{self.backend}', not NCCL"
+        else:
+            return None
+        if not _compiling():
+            _base.fallback(f"nn.{type(self).__name__}", why)
+        return why
 
 
 class ColumnParallelLinear(_ParallelLinear):
@@ -98,14 +101,12 @@ class ColumnParallelLinear(_ParallelLinear):
 
     def forward(self, x):
         pg = self._pg()
-        why = _why_not_mkernel(x, pg)
         if not self.sequence_parallel:
             # No communication in the forward pass: a plain GEMM on the local rows.
             return F.linear(x, self.weight, self.bias)
-        if why is None:
+        if self._why_not_mkernel(x) is None:
             y = all_gather_gemm(x.contiguous(), self.weight, pg)
         else:
-            self._fallback(why)
             parts = [torch.empty_like(x) for _ in range(pg.size())]
             dist.all_gather(parts, x.contiguous(), group=pg)
             y = F.linear(torch.cat(parts, dim=0), self.weight)
@@ -139,15 +140,13 @@ class RowParallelLinear(_ParallelLinear):
 
     def forward(self, x):
         pg = self._pg()
-        why = _why_not_mkernel(x, pg)
         x = x.contiguous()
-        if why is None:
+        if self._why_not_mkernel(x) is None:
             if self.sequence_parallel:
                 y = gemm_reduce_scatter(x, self.weight, pg)
             else:
                 y = gemm_all_reduce(x, self.weight, pg)
         else:
-            self._fallback(why)
             y = F.linear(x, self.weight)
             if self.sequence_parallel:
                 # all_reduce + my chunk: every backend has all_reduce (gloo lacks

@@ -82,6 +82,7 @@ def all_gather_gemm(a_shard, w, group=None, *, w_layout="nk", return_gathered=Fa
     return_gathered=True (computed anyway when a_shard or w requires grad)."""
     from ..comm import group_name
 
+    B.check_contiguous(NAME, "a_shard", a_shard)  # reshape would copy a strided input silently
     lead = a_shard.shape[:-1]
     need = return_gathered or (torch.is_grad_enabled()
                                and (a_shard.requires_grad or w.requires_grad))

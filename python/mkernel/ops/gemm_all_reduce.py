@@ -64,6 +64,7 @@ def gemm_all_reduce(a, w, group=None, *, w_layout="nk"):
     call of a shape; torch.compile traces it). Returns (..., N)."""
     from ..comm import group_name
 
+    B.check_contiguous(NAME, "a", a)  # reshape would copy a strided input silently
     lead = a.shape[:-1]
     out = torch.ops.mkernel.gemm_all_reduce(a.reshape(-1, a.shape[-1]), w, group_name(group),
                                             B.LAYOUTS[w_layout])

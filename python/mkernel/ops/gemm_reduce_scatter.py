@@ -75,6 +75,7 @@ def gemm_reduce_scatter(a, w, group=None, *, w_layout="nk"):
     the current CUDA device, bf16 (fused) or fp16/fp32. Collective. Returns (M/R, ..., N)."""
     from ..comm import group_name
 
+    B.check_contiguous(NAME, "a", a)  # reshape would copy a strided input silently
     lead = a.shape[:-1]
     out = torch.ops.mkernel.gemm_reduce_scatter(a.reshape(-1, a.shape[-1]), w, group_name(group),
                                                 B.LAYOUTS[w_layout])

@@ -142,3 +142,30 @@ def test_make_fx_fake(fake_world):
         torch.randn(3, 5, 16, dtype=BF), torch.randn(24, 16, dtype=BF))
     node = [n for n in gm.graph.nodes if "mkernel" in str(n.target)][0]
     assert tuple(node.meta["val"].shape) == (15, 24)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_compile_fullgraph_layers(fake_world, monkeypatch, sp):
+    # The layers' fused branch traced whole. On this CPU-only machine inputs are CPU tensors,
+    # which the layers would send to torch: the path decision is pinned to the fused branch
+    # (nothing runs; the backend only keeps the graph).
+    monkeypatch.setattr(mkernel.nn._ParallelLinear, "_why_not_mkernel", lambda self, x: None)
+    col = mkernel.nn.ColumnParallelLinear(32, 64, group=fake_world, sequence_parallel=sp)
+    row = mkernel.nn.RowParallelLinear(64, 32, sequence_parallel=sp)  # default group
+    be = _Graphs()
+    out = torch.compile(lambda x: row(torch.relu(col(x))), fullgraph=True, backend=be)(
+        torch.randn(8, 2, 32))
+    if sp:
+        assert be.ops() == ["mkernel.all_gather_gemm", "mkernel.gemm_reduce_scatter"]
+        assert tuple(out.shape) == (8, 2, 32)  # [S/R, B, H] in and out, S/R = 8
+    else:
+        assert be.ops() == ["mkernel.gemm_all_reduce"]
+        assert tuple(out.shape) == (8, 2, 32)
+
+
+def test_layers_fall_back_on_cpu_when_compiled(fake_world):
+    row = mkernel.nn.RowParallelLinear(64, 32, group=fake_world)
+    be = _Graphs()
+    torch.compile(lambda x: row(x), fullgraph=True, backend=be)(torch.randn(4, 16))
+    nodes = [str(n.target) for gm in be.graphs for n in gm.graph.nodes]
+    assert any("all_reduce" in t for t in nodes) and not be.ops()

@@ -112,3 +112,13 @@ def test_layer_sizes_checked(fake_world):
     row = mkernel.nn.RowParallelLinear(12, 8, group=fake_world)
     assert tuple(col.weight.shape) == (3, 8) and tuple(col.bias.shape) == (3,)
     assert tuple(row.weight.shape) == (8, 3) and tuple(row.bias.shape) == (8,)
+
+
+def test_wrappers_refuse_strided_input_instead_of_copying(fake_world):
+    # reshape would copy a transposed input silently: the wrappers refuse it like the ops
+    with pytest.raises(ValueError, match=r"gemm_all_reduce: a must be contiguous"):
+        mkernel.gemm_all_reduce(t(4, 8).t(), t(4, 4), fake_world)
+    with pytest.raises(ValueError, match=r"gemm_reduce_scatter: a must be contiguous"):
+        mkernel.gemm_reduce_scatter(t(4, 8).t(), t(4, 4), fake_world)
+    with pytest.raises(ValueError, match=r"all_gather_gemm: a_shard must be contiguous"):
+        mkernel.all_gather_gemm(t(4, 8).t(), t(4, 4), fake_world)
