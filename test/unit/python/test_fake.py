@@ -169,3 +169,25 @@ def test_layers_fall_back_on_cpu_when_compiled(fake_world):
     torch.compile(lambda x: row(x), fullgraph=True, backend=be)(torch.randn(4, 16))
     nodes = [str(n.target) for gm in be.graphs for n in gm.graph.nodes]
     assert any("all_reduce" in t for t in nodes) and not be.ops()
+
+
+def test_gemm_ops_gradients_have_the_inputs_shapes(fake_world):
+    # The autograd formulas on meta tensors (a 4-rank fake world): gradients shaped like the
+    # inputs, through the all-gather / reduce-scatter of the backward passes.
+    g = fake_world.group_name
+    for op, a_shape, b_shape, layout in [
+            ("gemm_all_reduce", (64, 32), (48, 32), 1),
+            ("gemm_all_reduce", (64, 32), (32, 48), 0),
+            ("gemm_reduce_scatter", (64, 32), (48, 32), 1),
+            ("gemm_reduce_scatter", (64, 32), (32, 48), 0)]:
+        a = torch.empty(a_shape, device="meta", requires_grad=True)
+        b = torch.empty(b_shape, device="meta", requires_grad=True)
+        getattr(torch.ops.mkernel, op)(a, b, g, layout).sum().backward()
+        assert a.grad.shape == a.shape and b.grad.shape == b.shape, op
+    for layout, b_shape in ((1, (48, 32)), (0, (32, 48))):
+        a = torch.empty((16, 32), device="meta", requires_grad=True)
+        b = torch.empty(b_shape, device="meta", requires_grad=True)
+        c, gathered = torch.ops.mkernel.all_gather_gemm(a, b, g, layout, True)
+        assert gathered.shape == (64, 32)
+        c.sum().backward()
+        assert a.grad.shape == a.shape and b.grad.shape == b.shape
