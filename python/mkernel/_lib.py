@@ -165,7 +165,10 @@ def load(environ=None, force=False):
             if cdll is None:
                 attempts.append((source, path, why))
                 continue
-            real = os.path.realpath(path) if os.sep in path else (_mapped_path("libmkernel") or [path])[0]
+            if os.sep in path:
+                real = os.path.realpath(path)
+            else:  # found by the dynamic linker: where it mapped it
+                real = (_mapped_path("libmkernel") or [path])[0]
             _declare(cdll)
             _info = LibInfo(cdll, real, source, attempts)
             _error = None

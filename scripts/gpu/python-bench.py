@@ -97,7 +97,6 @@ def main():
                             timeout=datetime.timedelta(seconds=300))
     g = dist.group.WORLD
     h, f = args.hidden, args.intermediate
-    fr = f // world
     tokens = [int(t) for t in args.tokens.split(",")]
     # The fused GEMM + all-reduce keeps up to 2.5 x T x H x 2 bytes of the symmetric heap.
     heap = int(3 * max(tokens) * h * 2) + (256 << 20)

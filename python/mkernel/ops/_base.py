@@ -34,6 +34,12 @@ if hasattr(torch, "float8_e4m3fn"):
     NCCL_TYPES[torch.float8_e4m3fn] = 10
     NCCL_TYPES[torch.float8_e5m2] = 11
 
+# Inductor must hand the ops contiguous inputs (the C functions take row-major buffers and the
+# ops refuse anything else): the strongest stride tag this torch has.
+TAGS = tuple(getattr(torch.Tag, t) for t in ("needs_contiguous_strides",
+                                              "needs_fixed_stride_order")
+             if hasattr(torch.Tag, t))[:1]
+
 GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 GEMM_ARGTYPES = [c_void_p, c_void_p, c_void_p, c_size_t, c_size_t, c_size_t, c_int, c_int,
                  c_void_p, c_void_p]

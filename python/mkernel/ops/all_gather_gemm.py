@@ -14,7 +14,7 @@ ARGTYPES = [B.c_void_p] * 4 + [B.c_size_t] * 3 + [B.c_int, B.c_int, B.c_void_p, 
 
 
 @torch.library.custom_op(
-    "mkernel::all_gather_gemm", mutates_args=(),
+    "mkernel::all_gather_gemm", mutates_args=(), tags=B.TAGS,
     schema=("(Tensor a_shard, Tensor b, str group_name, int b_layout,"
             " bool gather_out) -> (Tensor, Tensor)"))
 def all_gather_gemm_op(a_shard: torch.Tensor, b: torch.Tensor, group_name: str, b_layout: int,

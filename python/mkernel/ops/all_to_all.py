@@ -18,8 +18,9 @@ def _check_shape(x, world):
                          f"size {world} (one block per rank), got shape {tuple(x.shape)}")
 
 
-@torch.library.custom_op("mkernel::all_to_all", mutates_args=(),
-                           schema="(Tensor x, str group_name) -> Tensor")
+@torch.library.custom_op(
+    "mkernel::all_to_all", mutates_args=(), tags=B.TAGS,
+    schema="(Tensor x, str group_name) -> Tensor")
 def all_to_all_op(x: torch.Tensor, group_name: str) -> torch.Tensor:
     group = B.group_of(NAME, group_name)
     _check_shape(x, group.size())

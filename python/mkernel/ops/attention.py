@@ -86,8 +86,9 @@ def reference(q, k, v, qpos=None, kpos=None, causal=False, chunk=1024):
     return o.transpose(1, 2).contiguous(), lse
 
 
-@torch.library.custom_op("mkernel::attention", mutates_args=(),
-                           schema="(Tensor q, Tensor k, Tensor v, bool causal) -> (Tensor, Tensor)")
+@torch.library.custom_op(
+    "mkernel::attention", mutates_args=(), tags=B.TAGS,
+    schema="(Tensor q, Tensor k, Tensor v, bool causal) -> (Tensor, Tensor)")
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     b, hq, hkv, sq, skv, d = check_qkv_call(NAME, q, k, v)

@@ -10,8 +10,9 @@ NAME = "gemm_all_reduce"
 SYMBOL = "mkGemmAllReduce"
 
 
-@torch.library.custom_op("mkernel::gemm_all_reduce", mutates_args=(),
-                           schema="(Tensor a, Tensor b, str group_name, int b_layout) -> Tensor")
+@torch.library.custom_op(
+    "mkernel::gemm_all_reduce", mutates_args=(), tags=B.TAGS,
+    schema="(Tensor a, Tensor b, str group_name, int b_layout) -> Tensor")
 def gemm_all_reduce_op(a: torch.Tensor, b: torch.Tensor, group_name: str,
                        b_layout: int) -> torch.Tensor:
     m, n, k = B.check_gemm(NAME, a, b, b_layout)

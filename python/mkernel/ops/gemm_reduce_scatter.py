@@ -18,8 +18,9 @@ def _dims(a, b, b_layout, world):
     return m, n, k
 
 
-@torch.library.custom_op("mkernel::gemm_reduce_scatter", mutates_args=(),
-                           schema="(Tensor a, Tensor b, str group_name, int b_layout) -> Tensor")
+@torch.library.custom_op(
+    "mkernel::gemm_reduce_scatter", mutates_args=(), tags=B.TAGS,
+    schema="(Tensor a, Tensor b, str group_name, int b_layout) -> Tensor")
 def gemm_reduce_scatter_op(a: torch.Tensor, b: torch.Tensor, group_name: str,
                            b_layout: int) -> torch.Tensor:
     B.check_gemm(NAME, a, b, b_layout)

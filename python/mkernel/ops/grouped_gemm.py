@@ -30,8 +30,9 @@ def _dims(a, b, offsets, b_layout):
     return total, n, k, e
 
 
-@torch.library.custom_op("mkernel::grouped_gemm", mutates_args=(),
-                           schema="(Tensor a, Tensor b, Tensor offsets, int b_layout) -> Tensor")
+@torch.library.custom_op(
+    "mkernel::grouped_gemm", mutates_args=(), tags=B.TAGS,
+    schema="(Tensor a, Tensor b, Tensor offsets, int b_layout) -> Tensor")
 def grouped_gemm_op(a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
                     b_layout: int) -> torch.Tensor:
     total, n, k, e = _dims(a, b, offsets, b_layout)

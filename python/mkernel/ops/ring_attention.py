@@ -61,7 +61,7 @@ def _check(q, k, v, causal):
 
 
 @torch.library.custom_op(
-    "mkernel::ring_attention", mutates_args=(),
+    "mkernel::ring_attention", mutates_args=(), tags=B.TAGS,
     schema="(Tensor q, Tensor k, Tensor v, str group_name, bool causal) -> (Tensor, Tensor)")
 def ring_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_name: str,
                       causal: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -220,7 +220,8 @@ def check_grouped_gemm():
         bounds = off.tolist()
         for i in range(e):
             ref[bounds[i]:bounds[i + 1]] = partial(a[bounds[i]:bounds[i + 1]], w[i], layout)
-        expect(torch.equal(c.float(), ref), f"grouped_gemm {layout} exact (empty expert, tail rows)")
+        expect(torch.equal(c.float(), ref),
+               f"grouped_gemm {layout} exact (an empty expert, tail rows)")
     path_ok("grouped_gemm", "mkGroupedGemm", before)
 
 

@@ -9,7 +9,8 @@ import torch
 import mkernel
 from mkernel import ops
 
-SRC = os.environ.get("MKERNEL_PY_SOURCE", os.path.join(os.path.dirname(__file__), "../../../python"))
+SRC = os.environ.get("MKERNEL_PY_SOURCE",
+                     os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 
 
 def test_import_needs_no_gpu_and_no_library():
