@@ -5,17 +5,18 @@
 #   test:  the wheel installs and imports; the README's quick start as written (torchrun, one
 #          rank; and on layout b); the check mode (every op, exact) on layouts s, a, b, c; a rank
 #          killed mid-call on b, a, c;
-#   extra: torch.compile(fullgraph=True), CUDA-graph capture and replay, 100 calls back to back
-#          on s, a, b, c; the check mode with a lazily created group communicator (a) and with
-#          a dedicated NCCL communicator (b);
+#   compile: torch.compile(fullgraph=True) of the ops and a tensor-parallel MLP on s, a, b, c;
+#   extra: CUDA-graph capture and replay, 100 calls back to back on s, a, b, c; the check mode
+#          with a lazily created group communicator (a) and a dedicated NCCL communicator (b);
 #   bench: the tensor-parallel MLP benchmark (mkernel.nn vs torch + c10d) on layouts b and c
 #          (BENCH_LAYOUTS), JSON lines in OUT/bench.jsonl;
-#   all:   test, extra and bench (longer than one call).
+#   all:   every phase (longer than one call).
+# STEPS="check-s kill-b ..." runs only the steps named (to split a phase over several calls).
 # Ranks sharing the GPU run under MPS (python-run.sh). Logs in OUT/<step>/; one line per step on
 # stdout; exit 1 naming every failing step.
-# usage: scripts/gpu/python-all.sh BUNDLE_OR_BUILD OUT [test|extra|bench|all]
+# usage: scripts/gpu/python-all.sh BUNDLE_OR_BUILD OUT [test|compile|extra|bench|all]
 set -uo pipefail
-src=$(cd "${1:?usage: python-all.sh BUNDLE_OR_BUILD OUT [test|extra|bench|all]}" && pwd)
+src=$(cd "${1:?usage: python-all.sh BUNDLE_OR_BUILD OUT [test|compile|extra|bench|all]}" && pwd)
 out=$(mkdir -p "$2" && cd "$2" && pwd)
 phase=${3:-test}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,6 +33,9 @@ fi
 step() {
 	local name=$1 t0 rc
 	shift
+	if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+		return 0
+	fi
 	t0=$(date +%s)
 	"$@" >"$out/$name.log" 2>&1
 	rc=$?
@@ -121,9 +125,13 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 			MKERNEL_GEMM_AR_FUSED=1 RANK_TIMEOUT=120 -- --mode kill
 	done
 fi
-if [ "$phase" = extra ] || [ "$phase" = all ]; then
+if [ "$phase" = compile ] || [ "$phase" = all ]; then
 	for l in s a b c; do
 		step "compile-$l" layout_run "$l" -- --mode compile
+	done
+fi
+if [ "$phase" = extra ] || [ "$phase" = all ]; then
+	for l in s a b c; do
 		step "graph-$l" layout_run "$l" -- --mode graph
 		step "burst-$l" layout_run "$l" -- --mode burst
 	done
