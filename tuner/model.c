@@ -28,7 +28,9 @@ static const double proto_step_us[MK_PROTO_COUNT] = { 0.5, 1.0, 3.0 };
 static const int ref_split[MK_FUSED_OP_COUNT][MK_ROLE_COUNT] = {
 	/*				compute intra send reduce */
 	[MK_FUSED_GEMM_ALLREDUCE] = { 116, 12, 4, 0 },
-	[MK_FUSED_GEMM_REDUCESCATTER] = { 120, 0, 4, 8 },
+	/* mKernel's (120, 0, 4, 8) reduced within the node in its reduce role; here the
+	 * intra role sums the node's partials and reduce adds the other nodes' sums */
+	[MK_FUSED_GEMM_REDUCESCATTER] = { 116, 8, 4, 4 },
 	[MK_FUSED_ALLGATHER_GEMM] = { 120, 8, 4, 0 },
 	[MK_FUSED_RING_ATTENTION] = { 104, 12, 8, 8 },
 	[MK_FUSED_MOE_DISPATCH] = { 72, 44, 8, 8 },
@@ -134,23 +136,44 @@ int mk_model_sm_split(int op, int sms, int nnodes, int ranks_per_node,
 	return 0;
 }
 
-void mk_model_gemm_ar_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
-			 uint64_t m, uint64_t n, uint64_t k, int dtype_bytes, int sms,
-			 int compute_sms, double tflops, double overhead_us, double *fused_us,
-			 double *unfused_us)
+int mk_model_gemm_coll_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
+			  int op, uint64_t m, uint64_t n, uint64_t k, int dtype_bytes, int sms,
+			  int compute_sms, double tflops, double overhead_us, double *fused_us,
+			  double *unfused_us)
 {
 	const double gemm_us = 2.0 * (double)m * (double)n * (double)k / (tflops * 1e6);
-	double ar_us = 0, gemm_fused_us;
+	double coll_us = 0, gemm_fused_us;
+	int coll;
+	uint64_t bytes;
 
+	/* The collective the fused op hides: all-reduce and reduce-scatter of the product,
+	 * all-gather of A (bytes of the whole buffer, as NCCL's tuner sees them). */
+	switch (op) {
+	case MK_FUSED_GEMM_ALLREDUCE:
+		coll = MK_COLL_ALLREDUCE;
+		bytes = m * n;
+		break;
+	case MK_FUSED_GEMM_REDUCESCATTER:
+		coll = MK_COLL_REDUCESCATTER;
+		bytes = m * n;
+		break;
+	case MK_FUSED_ALLGATHER_GEMM:
+		coll = MK_COLL_ALLGATHER;
+		bytes = m * k;
+		break;
+	default:
+		return -1;
+	}
 	if (topo->nranks > 1) {
-		ar_us = mk_model_coll_us(topo, links, MK_COLL_ALLREDUCE, MK_ALGO_RING,
-					 MK_PROTO_SIMPLE, m * n * (uint64_t)dtype_bytes);
-		if (ar_us < 0)
-			ar_us = 0;
+		coll_us = mk_model_coll_us(topo, links, coll, MK_ALGO_RING, MK_PROTO_SIMPLE,
+					   bytes * (uint64_t)dtype_bytes);
+		if (coll_us < 0)
+			coll_us = 0;
 	}
 	gemm_fused_us = compute_sms > 0 ? gemm_us * sms / compute_sms : gemm_us;
-	*unfused_us = gemm_us + ar_us;
-	*fused_us = (gemm_fused_us > ar_us ? gemm_fused_us : ar_us) + overhead_us;
+	*unfused_us = gemm_us + coll_us;
+	*fused_us = (gemm_fused_us > coll_us ? gemm_fused_us : coll_us) + overhead_us;
+	return 0;
 }
 
 void mk_model_controller(int sms, struct mk_policy_sm_split *out)

@@ -36,14 +36,16 @@ int mk_model_sm_split(int op, int sms, int nnodes, int ranks_per_node,
 		      struct mk_policy_sm_split *out);
 
 /*
- * GEMM + all-reduce of an m x n x k product on topo: unfused = GEMM on all `sms`, then a ring
- * all-reduce of m x n elements; fused = the GEMM on `compute_sms` overlapped with the same
- * all-reduce, plus `overhead_us`. `tflops` is the GEMM rate on all SMs. Sets both estimates (us).
+ * A GEMM of m x n x k followed by the collective `op` fuses with it (all-reduce or
+ * reduce-scatter of the m x n product, all-gather of the m x k A) on topo: unfused = GEMM on all
+ * `sms`, then the ring collective; fused = the GEMM on `compute_sms` overlapped with the same
+ * collective, plus `overhead_us`. `tflops` is the GEMM rate on all SMs. Sets both estimates
+ * (us); 0, or -1 for an op that is not a GEMM + collective.
  */
-void mk_model_gemm_ar_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
-			 uint64_t m, uint64_t n, uint64_t k, int dtype_bytes, int sms,
-			 int compute_sms, double tflops, double overhead_us, double *fused_us,
-			 double *unfused_us);
+int mk_model_gemm_coll_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
+			  int op, uint64_t m, uint64_t n, uint64_t k, int dtype_bytes, int sms,
+			  int compute_sms, double tflops, double overhead_us, double *fused_us,
+			  double *unfused_us);
 
 /* Fill min/max/window/max_step of out around its sms[] (controller bounds). */
 void mk_model_controller(int sms, struct mk_policy_sm_split *out);

@@ -562,14 +562,14 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 				sms);
 	}
 	mk_model_controller(sms, &s);
-	if (q->op == MK_FUSED_GEMM_ALLREDUCE && q->m > 0 && q->n > 0 && q->k > 0) {
+	if (q->m > 0 && q->n > 0 && q->k > 0) {
 		const struct mk_policy_topo topo = { q->nranks, q->nnodes, rpn };
 
-		mk_model_gemm_ar_us(&topo, &in->links, q->m, q->n, q->k,
-				    q->dtype_bytes > 0 ? q->dtype_bytes : 2, sms,
-				    s.sms[MK_ROLE_COMPUTE], in->gemm_tflops, in->fused_overhead_us,
-				    &s.fused_us, &s.unfused_us);
-		s.fuse = q->nranks > 1 && s.fused_us < s.unfused_us;
+		if (mk_model_gemm_coll_us(&topo, &in->links, q->op, q->m, q->n, q->k,
+					  q->dtype_bytes > 0 ? q->dtype_bytes : 2, sms,
+					  s.sms[MK_ROLE_COMPUTE], in->gemm_tflops,
+					  in->fused_overhead_us, &s.fused_us, &s.unfused_us) == 0)
+			s.fuse = q->nranks > 1 && s.fused_us < s.unfused_us;
 	}
 	if (rule != NULL && rule->window > 0)
 		s.window = rule->window;

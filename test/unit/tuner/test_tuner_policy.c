@@ -611,8 +611,8 @@ static void test_sm_split_table_and_topology(void **state)
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
 	assert_int_equal(s.sms[MK_ROLE_SEND], 0);
 	assert_int_equal(s.sms[MK_ROLE_REDUCE], 0);
-	assert_int_equal(s.sms[MK_ROLE_INTRA], 12);
-	assert_int_equal(s.sms[MK_ROLE_COMPUTE], 120);
+	assert_int_equal(s.sms[MK_ROLE_INTRA], 16);
+	assert_int_equal(s.sms[MK_ROLE_COMPUTE], 116);
 
 	/* One GPU per node: no NVLink peers. Smaller GPU: scaled. */
 	q.op = MK_FUSED_RING_ATTENTION;
