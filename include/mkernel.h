@@ -122,6 +122,40 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
 				    size_t k, ncclDataType_t type, mkLayout_t bLayout,
 				    mkComm_t comm, cudaStream_t stream);
 
+/*
+ * GEMM + reduce-scatter, the row-parallel linear layer with sequence parallelism: every rank
+ * passes its own A (row-major M x K) and B (layout as in mkGemm); rank r receives rows
+ * [r M / nranks, (r + 1) M / nranks) of the sum over ranks of A @ B in C (row-major M / nranks x
+ * N). M must be a multiple of the ranks (else ncclInvalidArgument). Collective: every rank calls
+ * it with the same M, N, K, type and layout. Where it can (bf16, sm_90, the heap holds the
+ * shape, MKERNEL_GEMM_RS_FUSED and the policy engine's cost model agree) one persistent kernel
+ * computes the tiles in the order their owners need them and reduces each as it is ready:
+ * within the node through the mapped heaps, across nodes only the node sums, each sent once per
+ * node; otherwise cuBLAS then ncclReduceScatter on `stream`. MKERNEL_DEBUG=INFO says which ran
+ * and why. The fused path keeps M x N x 2 bytes of the symmetric heap (plus a landing area of
+ * (nodes - 1) x M / nranks x N x 2 across nodes); a new shape's first call allocates it
+ * (collective, synchronises the host: call once before capturing a CUDA graph). Bad arguments as
+ * for mkGemmAllReduce: ncclInvalidArgument, nothing launched.
+ */
+MK_API ncclResult_t mkGemmReduceScatter(const void *a, const void *b, void *c, size_t m, size_t n,
+					size_t k, ncclDataType_t type, mkLayout_t bLayout,
+					mkComm_t comm, cudaStream_t stream);
+
+/*
+ * All-gather + GEMM, the column-parallel linear layer with sequence parallelism: C (row-major
+ * M x N) = allgather(aShard) @ B, aShard being this rank's rows [r M / nranks, (r + 1) M /
+ * nranks) of A (row-major M / nranks x K). aGathered (row-major M x K) may be NULL; when given
+ * it receives the gathered A. M must be a multiple of the ranks. Where it can, one persistent
+ * kernel gathers A chunk by chunk (node peers' shards through the mapped heaps, other nodes'
+ * through the network, each shard crossing it once per node) while the GEMM consumes the rows
+ * that arrived, in arrival order; otherwise ncclAllGather then cuBLAS on `stream`
+ * (MKERNEL_AG_GEMM_FUSED, MKERNEL_DEBUG=INFO as above). The fused path keeps M x K x 2 bytes of
+ * the symmetric heap; first call of a shape and bad arguments as above.
+ */
+MK_API ncclResult_t mkAllGatherGemm(const void *aShard, const void *b, void *c, void *aGathered,
+				    size_t m, size_t n, size_t k, ncclDataType_t type,
+				    mkLayout_t bLayout, mkComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

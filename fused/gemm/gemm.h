@@ -77,6 +77,21 @@ struct mk_gemm_epilogue {
 	int tma_mask;
 };
 
+/*
+ * Optional (all-gather + GEMM): A's rows arrive while the GEMM runs. Before the first TMA load
+ * of a tile in tile row tm, the producer waits until ready[tm] >= want[tm] (acquire, system
+ * scope: the writers may be peer GPUs, a NIC or other CTAs), then fences the async proxy so its
+ * loads see what generic stores wrote. The wait gives up after timeout_ns, or at once when
+ * *error is non-zero (recording -ETIMEDOUT there if it was zero), and computes on: the caller
+ * reports the error. ready == NULL: no wait.
+ */
+struct mk_gemm_a_wait {
+	const unsigned int *ready; /* per tile row */
+	const unsigned int *want;  /* per tile row */
+	int *error;		   /* mapped host word, first error wins */
+	unsigned long long timeout_ns;
+};
+
 struct mk_gemm_sched {
 	/*
 	 * Tile order: ticket i (0 .. tiles-1) computes tile order[i] (tile id tm * tiles_n + tn);
@@ -95,6 +110,7 @@ struct mk_gemm_sched {
 	 * lower or raise it while the kernel runs.
 	 */
 	const int *active;
+	struct mk_gemm_a_wait a_wait; /* optional: wait for A's rows (above) */
 };
 
 struct mk_gemm_args {

@@ -20,6 +20,7 @@
 
 #include "gemm.h"
 #include "fused/common/ptx.cuh"
+#include "fused/common/wait.cuh"
 #include "fused/common/wgmma.cuh"
 
 /* Register split after setmaxnreg: 128 x 56 + 256 x 224 = 64512 of the SM's 65536. */
@@ -92,6 +93,20 @@ static __device__ __forceinline__ int mk_gemm_next_tile(const struct mk_gemm_arg
 	return mk_gemm_raster(ticket, g->tiles_m, g->tiles_n);
 }
 
+/*
+ * The producer's wait for tile row tm's A rows (struct mk_gemm_a_wait): the common bounded wait
+ * (acquire at system scope, backing off as it grows, so that dozens of waiting producers do not
+ * slow the SMs that compute). On a timeout or an error it records -ETIMEDOUT (if nothing was
+ * recorded) and computes on. Then a proxy fence: the TMA loads that follow run in the async
+ * proxy and must see the generic-proxy stores the flag announced.
+ */
+static __device__ __forceinline__ void mk_gemm_wait_a(const struct mk_gemm_a_wait *w, int tm)
+{
+	if (mk_dev_wait_u32_ge(&w->ready[tm], w->want[tm], w->error, w->timeout_ns) != 0)
+		mk_dev_record_error(w->error, -MK_DEV_ETIMEDOUT);
+	mk_fence_proxy_async_global();
+}
+
 static __device__ __forceinline__ void mk_gemm_producer(const struct mk_gemm_args *g,
 							const struct mk_gemm_tmaps *maps, int rank,
 							int count, struct mk_gemm_smem *s)
@@ -117,6 +132,8 @@ static __device__ __forceinline__ void mk_gemm_producer(const struct mk_gemm_arg
 		int m0 = (tile / g->tiles_n) * MK_GEMM_BM;
 		int n0 = (tile % g->tiles_n) * MK_GEMM_BN;
 
+		if (g->sched.a_wait.ready != NULL)
+			mk_gemm_wait_a(&g->sched.a_wait, tile / g->tiles_n);
 		for (int kb = 0; kb < nk; kb++) {
 			int k0 = kb * MK_GEMM_BK;
 

@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Knobs of the sequence-parallel pair: fused or unfused path. */
+#include "fused/ops/seqpar_params.h"
+
+MK_PARAM_INT(gemm_rs_fused, "fused", "MKERNEL_GEMM_RS_FUSED", -1,
+	     "mkGemmReduceScatter: 1 runs the fused kernel wherever it can, 0 always runs cuBLAS "
+	     "+ ncclReduceScatter, -1 lets the policy engine's cost model choose per shape")
+MK_PARAM_INT(ag_gemm_fused, "fused", "MKERNEL_AG_GEMM_FUSED", -1,
+	     "mkAllGatherGemm: 1 runs the fused kernel wherever it can, 0 always runs "
+	     "ncclAllGather + cuBLAS, -1 lets the policy engine's cost model choose per shape")
