@@ -58,13 +58,14 @@ struct mk_comm;
 struct mk_sp_args;
 
 /*
- * ag_gemm_mem.c: run the fused kernel with split *sp (adaptive: the controller updates it), setting up
- * the shape's memory first when it is new (collective). 0, -ENOMEM when the symmetric heap is too
- * small for the shape (nothing launched: take the unfused path), -errno.
+ * ag_gemm_mem.c: run the fused kernel with split *sp (adaptive: the controller updates it), setting
+ * up the shape's memory first when it is new (collective). 0, -ENOMEM when the symmetric heap is
+ * too small for the shape (nothing launched: take the unfused path), -errno.
  */
 int mk_agg_fused(struct mk_comm *c, const struct mk_sp_args *x, const struct mk_gar_split *sp,
 		 int adaptive, cudaStream_t stream);
-/* ag_gemm_fallback.c: ncclAllGather into aGathered (or a scratch buffer), then cuBLAS on the stream. 0 or -errno. */
+/* ag_gemm_fallback.c: ncclAllGather into aGathered (or a scratch buffer), then cuBLAS on the
+ * stream. 0 or -errno. */
 int mk_agg_unfused(struct mk_comm *c, const struct mk_sp_args *x, cudaStream_t stream);
 
 /* Raise the kernel's shared-memory limit and load it (once per device). 0 or -EIO. */

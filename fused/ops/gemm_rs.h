@@ -47,9 +47,9 @@ struct mk_comm;
 struct mk_sp_args;
 
 /*
- * gemm_rs_mem.c: run the fused kernel with split *sp (adaptive: the controller updates it), setting up
- * the shape's memory first when it is new (collective). 0, -ENOMEM when the symmetric heap is too
- * small for the shape (nothing launched: take the unfused path), -errno.
+ * gemm_rs_mem.c: run the fused kernel with split *sp (adaptive: the controller updates it), setting
+ * up the shape's memory first when it is new (collective). 0, -ENOMEM when the symmetric heap is
+ * too small for the shape (nothing launched: take the unfused path), -errno.
  */
 int mk_grs_fused(struct mk_comm *c, const struct mk_sp_args *x, const struct mk_gar_split *sp,
 		 int adaptive, cudaStream_t stream);

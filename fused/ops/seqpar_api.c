@@ -154,7 +154,8 @@ static const char *sp_why_not(const struct mk_comm *c, int op, int force, const 
 static const char *sp_why_not_now(const struct mk_comm *c, int op, int m, int n, int k,
 				  cudaStream_t stream)
 {
-	const struct mk_sp_shape *s = mk_sp_state_of(c, op) != NULL ? mk_sp_state_of(c, op)->shape : NULL;
+	const struct mk_sp_shape *s =
+		mk_sp_state_of(c, op) != NULL ? mk_sp_state_of(c, op)->shape : NULL;
 	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 
 	if (s != NULL && s->m == m && s->n == n && s->k == k)
@@ -224,4 +225,3 @@ int mk_sp_last_path(struct mk_comm *c, int op, char *why, size_t len)
 		snprintf(why, len, "%s", st != NULL ? st->last_why : "no call yet");
 	return st != NULL ? st->last_path : -1;
 }
-

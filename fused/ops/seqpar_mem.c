@@ -72,7 +72,7 @@ MK_COMM_OP(gemm_rs, .state_free = sp_state_free);
 MK_COMM_OP(ag_gemm, .state_free = sp_state_free);
 
 static const struct mk_comm_op *const sp_records[MK_SP_OPS] = { &mk_comm_op_gemm_rs,
-								 &mk_comm_op_ag_gemm };
+								&mk_comm_op_ag_gemm };
 
 struct mk_sp_state *mk_sp_state_of(const struct mk_comm *c, int op)
 {
