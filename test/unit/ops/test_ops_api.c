@@ -2,7 +2,8 @@
 /*
  * unit suite, component ops: the public functions of the ops refuse bad arguments before any
  * CUDA call, with ncclInvalidArgument (mkGemm; mkGemmAllReduce with no comm or a pointer that is
- * not a live comm). Pointers are addresses only: nothing here dereferences them.
+ * not a live comm; mkGemmReduceScatter and mkAllGatherGemm, M % nranks included). Pointers are
+ * addresses only: nothing here dereferences them.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,12 +63,59 @@ static void test_mkgemm_allreduce_foreign_comm_refused(void **state)
 			 ncclInvalidArgument);
 }
 
+/*
+ * mkGemmReduceScatter and mkAllGatherGemm: the same rules, and M must be a multiple of the
+ * ranks; all refused before any CUDA call (a comm that looks live, of 4 ranks, is never used).
+ */
+static void test_seqpar_invalid_arguments_before_cuda(void **state)
+{
+	const mkLayout_t nk = mkLayoutRowMajorNK;
+	struct mk_comm fake;
+
+	(void)state;
+	memset(&fake, 0, sizeof(fake));
+	assert_int_equal(
+		mkGemmReduceScatter(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16, nk, NULL, 0),
+		ncclInvalidArgument);
+	assert_int_equal(
+		mkAllGatherGemm(A_PTR, B_PTR, C_PTR, NULL, 8, 8, 8, ncclBfloat16, nk, &fake, 0),
+		ncclInvalidArgument);
+	fake.magic = MK_COMM_MAGIC;
+	fake.nranks = 4;
+	/* M = 10 is not a multiple of 4 ranks */
+	assert_int_equal(
+		mkGemmReduceScatter(A_PTR, B_PTR, C_PTR, 10, 8, 8, ncclBfloat16, nk, &fake, 0),
+		ncclInvalidArgument);
+	assert_int_equal(
+		mkAllGatherGemm(A_PTR, B_PTR, C_PTR, NULL, 10, 8, 8, ncclBfloat16, nk, &fake, 0),
+		ncclInvalidArgument);
+	assert_int_equal(
+		mkGemmReduceScatter(NULL, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16, nk, &fake, 0),
+		ncclInvalidArgument);
+	assert_int_equal(
+		mkGemmReduceScatter(A_PTR, B_PTR, C_PTR, 8, 0, 8, ncclBfloat16, nk, &fake, 0),
+		ncclInvalidArgument);
+	assert_int_equal(mkGemmReduceScatter(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclInt8, nk, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkAllGatherGemm(A_PTR, B_PTR, C_PTR, NULL, 8, 8, 8, ncclBfloat16,
+					 (mkLayout_t)2, &fake, 0),
+			 ncclInvalidArgument);
+	/* aGathered misaligned for bf16 */
+	assert_int_equal(mkAllGatherGemm(A_PTR, B_PTR, C_PTR, (void *)(uintptr_t)0x40001, 8, 8, 8,
+					 ncclBfloat16, nk, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkAllGatherGemm(A_PTR, B_PTR, C_PTR, NULL, 8, 8, (size_t)INT_MAX + 1,
+					 ncclBfloat16, nk, &fake, 0),
+			 ncclInvalidArgument);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mkgemm_invalid_arguments_before_cuda),
 		cmocka_unit_test(test_mkgemm_allreduce_null_comm_refused),
 		cmocka_unit_test(test_mkgemm_allreduce_foreign_comm_refused),
+		cmocka_unit_test(test_seqpar_invalid_arguments_before_cuda),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
