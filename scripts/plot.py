@@ -13,6 +13,9 @@ Recognised records (one plot per kind found):
                                                  GEMM alone vs M = N, one panel per layout)
   test-gar-gpu --bench (gemm_allreduce_splits) -> gemm-allreduce-splits.png (adaptive controller
                                                  and policy split vs the best static split)
+  test-seqpar-gpu --bench (gemm_rs, ag_gemm)  -> gemm-rs.png, ag-gemm.png (fused and default path
+                                                 vs cuBLAS + NCCL, fused vs max(GEMM, collective))
+                                                 and gemm-rs-splits.png, ag-gemm-splits.png
 Emulated records are labelled in the plot titles.
 """
 import argparse
@@ -110,9 +113,9 @@ def plot_gemm(rows, out):
     return [path]
 
 
-def layout_panels(rows, bench, out, name, draw):
-    """One panel per (nodes, ranks per node) of the `bench` records, x = M = N; `draw(ax, rs,
-    x)` adds the curves and the y axis."""
+def layout_panels(rows, bench, out, name, draw, xlabel="M = N (K = N / 16)"):
+    """One panel per (nodes, ranks per node) of the `bench` records, x = M; `draw(ax, rs, x)`
+    adds the curves and the y axis."""
     g = [r for r in rows if r.get("bench") == bench]
     if not g:
         return []
@@ -123,7 +126,7 @@ def layout_panels(rows, bench, out, name, draw):
                     key=lambda r: r["m"])
         draw(ax, rs, [r["m"] for r in rs])
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("M = N (K = N / 16)")
+        ax.set_xlabel(xlabel)
         emu = " (emulated)" if any(r.get("emulated") for r in rs) else ""
         ax.set_title(f"{nn} node(s) x {nl} rank(s){emu}")
         ax.legend(fontsize=7)
@@ -132,6 +135,35 @@ def layout_panels(rows, bench, out, name, draw):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return [path]
+
+
+def draw_splits(ax, rs, x):
+    for key, label in (("adaptive_ms", "adaptive controller"),
+                       ("policy_static_ms", "policy engine's static split")):
+        ax.plot(x, [r["best_static_ms"] / r[key] for r in rs], marker="o", label=label)
+    ax.axhline(0.95, color="grey", linestyle="--", linewidth=1, label="goal 0.95")
+    ax.set_ylabel("best static time / time (higher is better)")
+
+
+def plot_seqpar(rows, out):
+    """mkGemmReduceScatter / mkAllGatherGemm benchmarks: speed against cuBLAS + NCCL (forced
+    fused path and the default choice) and against the overlap bound max(GEMM, collective)."""
+    made = []
+    for bench, name, xlabel in (("gemm_rs", "gemm-rs", "M = N (K = N / 16)"),
+                                ("ag_gemm", "ag-gemm", "M = K (N = M / ranks)")):
+        def draw(ax, rs, x):
+            for key, label in (("speedup_fused", "fused / cuBLAS + NCCL"),
+                               ("speedup_auto", "default path / cuBLAS + NCCL")):
+                ax.plot(x, [r[key] for r in rs], marker="o", label=label)
+            ax.plot(x, [1 / r["fused_over_bound"] for r in rs], marker="s",
+                    label="max(GEMM, collective) / fused")
+            ax.axhline(1.0, color="k", linewidth=0.8)
+            ax.set_ylabel("speed ratio (higher is better)")
+
+        made += layout_panels(rows, bench, out, name + ".png", draw, xlabel)
+        made += layout_panels(rows, bench + "_splits", out, name + "-splits.png", draw_splits,
+                              xlabel)
+    return made
 
 
 def plot_gemm_allreduce_splits(rows, out):
@@ -165,7 +197,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     rows = load(a.jsonl)
     made = (plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out) +
-            plot_gemm_allreduce(rows, a.out) + plot_gemm_allreduce_splits(rows, a.out))
+            plot_gemm_allreduce(rows, a.out) + plot_gemm_allreduce_splits(rows, a.out) +
+            plot_seqpar(rows, a.out))
     for m in made:
         print(m)
     return 0 if made else 1
