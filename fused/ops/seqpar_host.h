@@ -40,8 +40,9 @@ struct mk_sp_shape {
 };
 
 struct mk_sp_state {
-	unsigned long long *seen; /* device [window words + 1]: consumed arrivals, then the total */
-	int *remote_d;		  /* device [nnodes] */
+	/* device, made with the first shape */
+	unsigned long long *seen; /* [window words + 1]: consumed arrivals, then the call total */
+	int *remote_d;		  /* [nnodes] */
 	unsigned long long *trace;
 	int trace_on;
 	struct mk_sp_shape *shape;
@@ -52,8 +53,8 @@ struct mk_sp_state {
 /* "mkGemmReduceScatter" or "mkAllGatherGemm". */
 const char *mk_sp_name(int op);
 
-/* The op's state on the comm, made at its first call (its slot on the comm: comm_ops.h). 0,
- * -ENOMEM, -ENOSPC (no slot left) or -EIO. */
+/* The op's state on the comm, made at its first call (its slot on the comm: comm_ops.h; host
+ * memory only, so a call under graph capture may make it). 0, -ENOMEM or -ENOSPC (no slot). */
 int mk_sp_state_get(struct mk_comm *c, int op, struct mk_sp_state **out);
 /* The op's state, or NULL before its first call. */
 struct mk_sp_state *mk_sp_state_of(const struct mk_comm *c, int op);

@@ -81,42 +81,63 @@ struct mk_sp_state *mk_sp_state_of(const struct mk_comm *c, int op)
 
 int mk_sp_state_get(struct mk_comm *c, int op, struct mk_sp_state **out)
 {
-	const size_t seen_bytes = ((size_t)mk_sp_window(c) + 1) * sizeof(unsigned long long);
 	struct mk_sp_state *st = mk_sp_state_of(c, op);
-	int *remote = NULL, rc = -EIO;
+	int rc;
 
 	if (st != NULL) {
 		*out = st;
 		return 0;
 	}
 	st = calloc(1, sizeof(*st));
-	remote = malloc((size_t)c->topo.nnodes * sizeof(int));
-	if (st == NULL || remote == NULL) {
-		free(st);
-		free(remote);
+	if (st == NULL)
 		return -ENOMEM;
-	}
 	st->last_path = -1;
+	rc = mk_comm_op_put(&c->op_slots, sp_records[op], st);
+	if (rc) {
+		free(st);
+		return rc;
+	}
+	*out = st;
+	return 0;
+}
+
+/*
+ * The state's device part, made with the first shape (outside graph capture: the path record
+ * of a call under capture must not allocate): `seen` over the window, then the call total, and
+ * the rank of my local rank on every node.
+ */
+static int sp_state_dev(struct mk_comm *c, struct mk_sp_state *st)
+{
+	const size_t seen_bytes = ((size_t)mk_sp_window(c) + 1) * sizeof(unsigned long long);
+	int *remote;
+	int rc = -EIO;
+
+	if (st->seen != NULL)
+		return 0;
+	remote = malloc((size_t)c->topo.nnodes * sizeof(int));
+	if (remote == NULL)
+		return -ENOMEM;
 	for (int nn = 0; nn < c->topo.nnodes; nn++)
 		remote[nn] = -1;
 	for (int r = 0; r < c->nranks; r++) {
 		if (c->topo.local_of[r] == c->topo.local_rank)
 			remote[c->topo.node_of[r]] = r;
 	}
-	if (cudaMalloc((void **)&st->seen, seen_bytes) == cudaSuccess &&
-	    cudaMemset(st->seen, 0, seen_bytes) == cudaSuccess &&
-	    cudaMalloc((void **)&st->remote_d, (size_t)c->topo.nnodes * sizeof(int)) ==
+	if (cudaMalloc((void **)&st->remote_d, (size_t)c->topo.nnodes * sizeof(int)) ==
 		    cudaSuccess &&
 	    cudaMemcpy(st->remote_d, remote, (size_t)c->topo.nnodes * sizeof(int),
-		       cudaMemcpyHostToDevice) == cudaSuccess)
-		rc = mk_comm_op_put(&c->op_slots, sp_records[op], st);
+		       cudaMemcpyHostToDevice) == cudaSuccess &&
+	    cudaMalloc((void **)&st->seen, seen_bytes) == cudaSuccess) {
+		rc = cudaMemset(st->seen, 0, seen_bytes) == cudaSuccess ? 0 : -EIO;
+	}
 	free(remote);
 	if (rc) {
-		sp_state_free(c, st);
-		return rc;
+		cudaFree(st->seen);
+		cudaFree(st->remote_d);
+		st->seen = NULL;
+		st->remote_d = NULL;
 	}
-	*out = st;
-	return 0;
+	return rc;
 }
 
 struct mk_sp_words mk_sp_words_of(size_t extra)
@@ -208,6 +229,8 @@ int mk_sp_shape_get(struct mk_comm *c, int op, int m, int n, int k,
 	int fresh, rc;
 
 	rc = mk_sp_state_get(c, op, st);
+	if (rc == 0)
+		rc = sp_state_dev(c, *st);
 	if (rc == 0)
 		rc = sp_shape_begin(c, *st, m, n, k, s, &fresh);
 	if (rc || !fresh)
