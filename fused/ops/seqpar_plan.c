@@ -26,11 +26,20 @@ int mk_sp_split_fix(struct mk_gar_split *s, const int used[MK_GAR_ROLES], int ne
 		s->sms[MK_GAR_COMPUTE] += s->sms[r];
 		s->sms[r] = s->min[r] = s->max[r] = 0;
 	}
-	if (needed > 0 && needed < MK_GAR_ROLES && s->sms[needed] < 1) {
-		s->sms[needed] = 1;
-		s->sms[MK_GAR_COMPUTE] -= 1;
-	}
 	if (needed > 0 && needed < MK_GAR_ROLES) {
+		int share = 0;
+
+		for (int r = 0; r < MK_GAR_ROLES; r++)
+			share += s->sms[r];
+		/* A role the layout rule dropped (the copy stage with one rank per node still fills
+		 * my own buffer): a 32nd of the share, at least one CTA, the controller up to a
+		 * quarter. */
+		if (s->sms[needed] < 1) {
+			s->sms[needed] = share / 32 > 1 ? share / 32 : 1;
+			s->sms[MK_GAR_COMPUTE] -= s->sms[needed];
+			if (s->max[needed] < share / 4)
+				s->max[needed] = share / 4;
+		}
 		s->min[needed] = s->min[needed] < 1 ? 1 : s->min[needed];
 		s->max[needed] = s->max[needed] < s->sms[needed] ? s->sms[needed] : s->max[needed];
 	}

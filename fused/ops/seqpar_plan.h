@@ -70,9 +70,10 @@ MK_SP_HD void mk_sp_chunk_tiles(const struct mk_sp_geom *g, int s, int c, int *t
 /*
  * Which roles an op uses, from the split mk_gar_split_plan made for mkGemmAllReduce's layout
  * rules: roles with used[r] == 0 give their CTAs (and bounds) to compute; role `needed` (> 0)
- * keeps at least one CTA, taken from compute (the all-gather's first stage, which every later
- * stage and the GEMM wait for and which no other CTA passes through). 0, or -EINVAL when no CTA
- * is left for compute.
+ * keeps at least one CTA (the all-gather's first stage, which every later stage and the GEMM
+ * wait for and which no other CTA passes through): where the layout rule dropped it, it gets a
+ * 32nd of the share (at least one) from compute and the controller may take it to a quarter.
+ * 0, or -EINVAL when no CTA is left for compute.
  */
 int mk_sp_split_fix(struct mk_gar_split *s, const int used[MK_GAR_ROLES], int needed);
 
