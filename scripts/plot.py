@@ -167,14 +167,8 @@ def plot_seqpar(rows, out):
 
 
 def plot_gemm_allreduce_splits(rows, out):
-    def draw(ax, rs, x):
-        for key, label in (("adaptive_ms", "adaptive controller"),
-                           ("policy_static_ms", "policy engine's static split")):
-            ax.plot(x, [r["best_static_ms"] / r[key] for r in rs], marker="o", label=label)
-        ax.axhline(0.95, color="grey", linestyle="--", linewidth=1, label="goal 0.95")
-        ax.set_ylabel("best static time / time (higher is better)")
-
-    return layout_panels(rows, "gemm_allreduce_splits", out, "gemm-allreduce-splits.png", draw)
+    return layout_panels(rows, "gemm_allreduce_splits", out, "gemm-allreduce-splits.png",
+                         draw_splits)
 
 
 def plot_gemm_allreduce(rows, out):

@@ -15,28 +15,12 @@
 #include "fused/ops/gemm_allreduce.h"
 #include "fused/ops/gemm_allreduce_plan.h"
 #include "fused/runtime/comm.h"
+#include "fused/runtime/roles.h"
 #include "fused/runtime/runtime_params.h"
 #include "mk/err.h"
 #include "mk/log.h"
 #include "mk/result.h"
 #include "tuner/policy.h"
-
-/* MKERNEL_SM_POLICY: 1 adaptive, 0 static, the policy engine's answer when unset. */
-static int gar_adaptive(int policy)
-{
-	const char *v = mk_param_sm_policy();
-
-	if (v == NULL || v[0] == '\0')
-		return policy;
-	if (strcmp(v, "adaptive") == 0)
-		return 1;
-	if (strcmp(v, "static") == 0)
-		return 0;
-	MK_WARN_ONCE("MKERNEL_SM_POLICY=%s: expected 'static' or 'adaptive'; the policy "
-		     "engine decides",
-		     v);
-	return policy;
-}
 
 /*
  * Why the fused kernel cannot or should not run this call, or NULL when it runs (*sp and
@@ -93,7 +77,7 @@ static const char *gar_why_not(const struct mk_comm *c, const void *a, const voi
 	if (mk_gar_split_plan(ps.sms, ps.min_sms, ps.max_sms, ps.max_step, share, c->topo.nnodes,
 			      c->topo.nlocal, mk_param_role_split(), sp) != 0)
 		return "MKERNEL_ROLE_SPLIT leaves no CTA for compute";
-	*adaptive = gar_adaptive(ps.adaptive);
+	*adaptive = mk_roles_adaptive(ps.adaptive);
 	if (force < 0 && !ps.fuse) {
 		snprintf(
 			why, sizeof(why),

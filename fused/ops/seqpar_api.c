@@ -14,6 +14,7 @@
 
 #include "fused/gemm/gemm.h"
 #include "fused/ops/seqpar_host.h"
+#include "fused/runtime/roles.h"
 #include "fused/runtime/runtime_params.h"
 #include "mk/err.h"
 #include "mk/log.h"
@@ -54,23 +55,6 @@ const char *mk_sp_bad_args(const struct mk_comm *c, const void *a, const void *b
 	if (cudaGetDevice(&dev) != cudaSuccess || dev != c->cuda_dev)
 		return "the comm belongs to another CUDA device than the current one";
 	return NULL;
-}
-
-/* MKERNEL_SM_POLICY: 1 adaptive, 0 static, the policy engine's answer when unset. */
-static int sp_adaptive(int policy)
-{
-	const char *v = mk_param_sm_policy();
-
-	if (v == NULL || v[0] == '\0')
-		return policy;
-	if (strcmp(v, "adaptive") == 0)
-		return 1;
-	if (strcmp(v, "static") == 0)
-		return 0;
-	MK_WARN_ONCE("MKERNEL_SM_POLICY=%s: expected 'static' or 'adaptive'; the policy "
-		     "engine decides",
-		     v);
-	return policy;
 }
 
 /*
@@ -136,7 +120,7 @@ static const char *sp_why_not(const struct mk_comm *c, int op, int force, const 
 			      mk_param_role_split(), sp) != 0 ||
 	    mk_sp_split_fix(sp, used[op], op == MK_SP_AGG && c->nranks > 1 ? MK_GAR_INTRA : 0) != 0)
 		return "MKERNEL_ROLE_SPLIT leaves no CTA for compute";
-	*adaptive = sp_adaptive(ps.adaptive);
+	*adaptive = mk_roles_adaptive(ps.adaptive);
 	if (force < 0 && !ps.fuse) {
 		snprintf(
 			why, sizeof(why),

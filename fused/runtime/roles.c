@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Host side of the role framework: the initial split and the controller's bounds (roles.h). */
+#define MK_LOG_PREFIX "mkernel"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "fused/runtime/roles.h"
 #include "fused/runtime/runtime_params.h"
+#include "mk/log.h"
 
 /* Scale counts given for `from` SMs to `to` CTAs, keeping the sum exact and nonzero entries > 0. */
 static void roles_scale(const int in[MK_ROLES], int from, uint32_t to, int32_t out[MK_ROLES])
@@ -65,4 +68,20 @@ int mk_roles_setup(struct mk_roles_state *s, uint32_t nworkers, const uint32_t n
 	s->window = window > 0 ? (uint32_t)window : 1;
 	s->max_step = max_step;
 	return 0;
+}
+
+int mk_roles_adaptive(int policy)
+{
+	const char *v = mk_param_sm_policy();
+
+	if (v == NULL || v[0] == '\0')
+		return policy;
+	if (strcmp(v, "adaptive") == 0)
+		return 1;
+	if (strcmp(v, "static") == 0)
+		return 0;
+	MK_WARN_ONCE("MKERNEL_SM_POLICY=%s: expected 'static' or 'adaptive'; the policy "
+		     "engine decides",
+		     v);
+	return policy;
 }

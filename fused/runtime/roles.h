@@ -45,6 +45,12 @@ int mk_roles_setup(struct mk_roles_state *s, uint32_t nworkers, const uint32_t n
 		   const int sms[MK_ROLES], const int min_sms[MK_ROLES],
 		   const int max_sms[MK_ROLES], int window, int max_step);
 
+/*
+ * MKERNEL_SM_POLICY for a fused op's call: 1 adaptive, 0 static; `policy` (the policy engine's
+ * answer) when it is unset, or not understood (WARNed once).
+ */
+int mk_roles_adaptive(int policy);
+
 #ifdef __cplusplus
 }
 #endif

@@ -50,6 +50,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "fused/bench/fill.cuh"
 #include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/seqpar_host.h"
@@ -127,23 +128,15 @@ static void set_path(int path)
 
 /* ---- device helpers ---- */
 
-__device__ uint32_t mix32(uint32_t x)
-{
-	x ^= x >> 16;
-	x *= 0x7feb352du;
-	x ^= x >> 15;
-	x *= 0x846ca68bu;
-	x ^= x >> 16;
-	return x;
-}
-
-/* Element j of the matrix with this seed: bf16 in [-1, 1). */
+/* Element `first + i` of the matrix with this seed (rows of one rank are a range of it): bf16
+ * in [-1, 1). */
 __global__ void fill_kernel(bf16 *p, size_t count, uint32_t seed, size_t first)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		const size_t j = first + i;
-		const uint32_t x = mix32(seed ^ mix32((uint32_t)j ^ mix32((uint32_t)(j >> 32) + 7u)));
+		const uint32_t x =
+			mk_fill_hash(seed ^ mk_fill_hash((uint32_t)j ^ mk_fill_hash((uint32_t)(j >> 32) + 7u)));
 
 		p[i] = __float2bfloat16((float)(x >> 8) / (float)(1u << 23) - 1.0f);
 	}
