@@ -4,9 +4,10 @@
 # at most ten minutes:
 #   test-rs, test-ag: the per-rank test (test-seqpar-gpu) of one op on every layout in LAYOUTS
 #          (default "s b a c": 1 rank; 1 node x 2 ranks; 2 nodes x 1 rank; 2 nodes x 2 ranks),
-#          then a rank killed mid-call on c;
+#          then a rank killed mid-call on c; test: both ops (with QUICK=1 it fits one call);
 #   bench-rs, bench-ag: its benchmark on every layout in LAYOUTS (sweep to TOP: default 32768
 #          with one rank, 16384 with several), JSON lines into OUTDIR/seqpar-bench.jsonl;
+#          bench: both ops;
 #   torch: PyTorch async-TP's fused ops (scripts/gpu/ops_seqpar_torch.py) on 1, 2 and 4 ranks,
 #          where they run (JSON lines, "unsupported" with the reason where they do not);
 #   all:   every phase in turn (longer than one call: for a host of your own).
@@ -63,8 +64,16 @@ benches() {
 case $phase in
 test-rs) tests rs ;;
 test-ag) tests ag ;;
+test)
+	tests rs
+	tests ag
+	;;
 bench-rs) benches rs ;;
 bench-ag) benches ag ;;
+bench)
+	benches rs
+	benches ag
+	;;
 torch)
 	# several ranks share the GPU: their kernels wait for each other, so under MPS
 	# shellcheck source=mps.sh
@@ -84,7 +93,7 @@ all)
 	done
 	;;
 *)
-	echo "unknown phase $phase (test-rs, test-ag, bench-rs, bench-ag, torch, all)"
+	echo "unknown phase $phase (test-rs, test-ag, test, bench-rs, bench-ag, bench, torch, all)"
 	exit 2
 	;;
 esac
