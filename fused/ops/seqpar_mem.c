@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fused/gemm/gemm.h"
+#include "fused/ops/ag_gemm.h"
+#include "fused/ops/gemm_rs.h"
 #include "fused/ops/seqpar_host.h"
 #include "mk/log.h"
 
@@ -67,8 +70,21 @@ static void sp_state_free(struct mk_comm *c, void *state)
 	free(st);
 }
 
+/*
+ * At mkCommInit: load both kernels (where the GPU runs them). A kernel loaded lazily at its first
+ * launch may wait for this process's kernels already running, and those may be waiting for a
+ * peer that waits for this one.
+ */
+static int sp_comm_init(struct mk_comm *c)
+{
+	(void)c;
+	if (!mk_gemm_device_ok())
+		return 0;
+	return mk_grs_prepare() == 0 && mk_agg_prepare() == 0 ? 0 : -EIO;
+}
+
 /* Each op's record on a comm (its state's slot), released by mk_comm_free. */
-MK_COMM_OP(gemm_rs, .state_free = sp_state_free);
+MK_COMM_OP(gemm_rs, .comm_init = sp_comm_init, .state_free = sp_state_free);
 MK_COMM_OP(ag_gemm, .state_free = sp_state_free);
 
 static const struct mk_comm_op *const sp_records[MK_SP_OPS] = { &mk_comm_op_gemm_rs,
