@@ -98,6 +98,9 @@ static const char *sp_why_not(const struct mk_comm *c, int op, int force, const 
 		return "M is not a multiple of the ranks";
 	if (mk_sp_sig_words(nnodes, g.nch) > mk_sp_window(c))
 		return "more chunks x nodes than the op's share of the comm's signal words";
+	/* mkAllToAll uses the first 2 x nranks words */
+	if (2ull * (uint64_t)c->nranks > mk_sp_sig_base(c->nsignals, MK_SP_SIG_QUARTER_GRS))
+		return "too many ranks for the op's signal words (mkAllToAll's come first)";
 	/* The engine reads A (aShard's gather buffer or A) and B, and stores into the heap or C. */
 	mk_gemm_args_init(&ga, m, n, k, b_layout, (void *)c->heap);
 	if (mk_gemm_check(a_engine, b, &ga, &rule) != 0) {
