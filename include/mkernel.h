@@ -43,6 +43,30 @@ typedef enum {
 MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size_t n, size_t k,
 			   ncclDataType_t type, mkLayout_t bLayout, cudaStream_t stream);
 
+/*
+ * Grouped GEMM (mixture-of-experts layers), bf16 with fp32 accumulation, enqueued on `stream`:
+ * for expert e, rows [offsets[e], offsets[e+1]) of A (row-major, maxRows x k) times B_e into the
+ * same rows of C (row-major, maxRows x n). B is numExperts stacked matrices, each k x n
+ * (mkLayoutRowMajorKN) or n x k (mkLayoutRowMajorNK, an nn.Linear weight). offsets is a device
+ * array of numExperts + 1 int32, read by the kernel: the host need not know the counts (no
+ * synchronisation; CUDA-graph replays see the offsets of the moment). A and C must hold maxRows
+ * rows; rows of C outside every expert's range are not written.
+ * Offsets should be non-decreasing with offsets[numExperts] <= maxRows; others never lead to an
+ * access outside rows [0, maxRows) or a row written twice: expert e then gets rows
+ * [max(offsets[e], end of e - 1), offsets[e + 1]) clipped to [0, maxRows) (possibly none).
+ * On Hopper (compute capability 9.0) with A and B 16-byte aligned, k a multiple of 8 and (for
+ * mkLayoutRowMajorKN) n a multiple of 8, mkernel's persistent grouped GEMM runs; any other valid
+ * call runs a portable CUDA-core kernel (slower, same results up to fp32 summation order).
+ * MKERNEL_GROUPED_FORCE_PORTABLE=1 always runs the portable kernel. Returns ncclInvalidArgument
+ * (nothing launched) for NULL pointers, numExperts < 1, n or k outside [1, INT_MAX], maxRows
+ * above INT_MAX, another type than ncclBfloat16, an unknown layout, a misaligned pointer or an
+ * offsets array the GPU cannot read (checked outside graph capture); ncclUnhandledCudaError if a
+ * launch fails. maxRows = 0 is valid and launches nothing.
+ */
+MK_API ncclResult_t mkGroupedGemm(const void *a, const void *b, void *c, const int *offsets,
+				  int numExperts, size_t maxRows, size_t n, size_t k,
+				  ncclDataType_t type, mkLayout_t bLayout, cudaStream_t stream);
+
 /* ---- communicators over an NCCL communicator ---- */
 
 /* A communicator of the device runtime, bound to one ncclComm_t and one CUDA device. */
