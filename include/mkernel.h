@@ -180,6 +180,78 @@ MK_API ncclResult_t mkAllGatherGemm(const void *aShard, const void *b, void *c, 
 				    size_t m, size_t n, size_t k, ncclDataType_t type,
 				    mkLayout_t bLayout, mkComm_t comm, cudaStream_t stream);
 
+/* ---- mixture of experts: token dispatch + expert GEMM, expert GEMM + combine ---- */
+
+#define MK_MOE_MAX_TOPK 16
+
+/*
+ * Expert parallelism of one MoE layer on a comm; the same on every rank. Experts are sharded
+ * over the ranks in order: rank r owns experts [r * E / nranks, (r + 1) * E / nranks), its
+ * "local" experts 0 .. E / nranks - 1.
+ */
+typedef struct {
+	int numExperts;		 /* E, global: a multiple of the comm's rank count */
+	int topk;		 /* experts per token: 1 .. MK_MOE_MAX_TOPK */
+	size_t hidden;		 /* H: row length of x and y */
+	size_t inter;		 /* I: row length of out and h (width of the up projection) */
+	size_t maxTokensPerRank; /* the most tokens any rank passes */
+	size_t maxRecv;	    /* rows of out and h on every rank: (token, expert) pairs it can take */
+	mkLayout_t wLayout; /* per expert: w_up H x I, w_down I x H (RowMajorKN), or w_up I x H,
+			     * w_down H x I (RowMajorNK: nn.Linear weights) */
+	ncclDataType_t type; /* ncclBfloat16 */
+} mkMoeConfig_t;
+
+/*
+ * Bytes of the `layout` buffer (device memory) dispatch fills and combine reads. It starts with
+ * int32 recvOffsets[E / nranks + 1]: local expert e's rows of out and h are
+ * [recvOffsets[e], recvOffsets[e + 1]); rows from recvOffsets[E / nranks] on are not used.
+ */
+MK_API ncclResult_t mkMoeLayoutSize(const mkMoeConfig_t *cfg, mkComm_t comm, size_t *bytes);
+
+/*
+ * Dispatch + up projection, collective. Each rank holds numTokens (<= maxTokensPerRank) rows of
+ * x (bf16, numTokens x H) with their top-k experts topkIdx (int32 numTokens x topk, global ids,
+ * -1 = no expert in that slot) and weights topkWeight (fp32 numTokens x topk). Every (token,
+ * slot) pair goes to the rank owning the expert; there, out (bf16, maxRecv x I) receives
+ * x[token] @ w_up[local expert], rows grouped by local expert (recvOffsets above), inside an
+ * expert ordered by source rank, then token, then slot. wUp: this rank's E / nranks experts'
+ * matrices, stacked. layout (mkMoeLayoutSize bytes) records where every pair went, for
+ * mkMoeGemmCombine; it must stay untouched until that combine has run.
+ * Fused path: counts first, then token rows straight to the expert's rank (ranks of my node by
+ * stores into their mapped heaps; other nodes through the command queue and proxy, one copy per
+ * destination node, fanned out there), and the expert GEMM starts on a tile as soon as its rows
+ * have landed. Unfused path (chosen by the cost model, MKERNEL_MOE_FUSED=0, GPUs other than
+ * sm_90, layouts the fused kernel does not take): host-planned ncclSend/ncclRecv exchange, then
+ * mkGroupedGemm. MKERNEL_DEBUG=INFO says which ran and why.
+ * Capacity (no pair is ever dropped): with maxRecv >= nranks x maxTokensPerRank x min(topk,
+ * E / nranks) nothing can overflow and the fused path never synchronises the host (CUDA-graph
+ * safe). With a smaller maxRecv the counts are first exchanged and read on the host; if any
+ * rank would receive more than maxRecv pairs, every rank returns ncclInvalidUsage with a WARN
+ * naming the rows needed (the largest over ranks), and no token row moves. That check needs the
+ * host, so it returns ncclInvalidUsage under CUDA-graph capture; so does the unfused path.
+ * Bad input: ncclInvalidArgument with a WARN and nothing launched for NULL pointers, a config
+ * the comm cannot take (E % nranks, topk, sizes 0 or above INT_MAX, numTokens > maxTokensPerRank,
+ * type, layout), misaligned pointers, a dead comm. Expert ids outside [-1, E) are found on the
+ * device: where the host reads the counts the call returns ncclInvalidArgument naming the first
+ * bad (token, slot, id); otherwise no token moves on any rank and mkCommGetAsyncError reports
+ * ncclInvalidUsage.
+ */
+MK_API ncclResult_t mkMoeDispatchGemm(const void *x, const int *topkIdx, const float *topkWeight,
+				      const void *wUp, void *out, void *layout, size_t numTokens,
+				      const mkMoeConfig_t *cfg, mkComm_t comm, cudaStream_t stream);
+
+/*
+ * Down projection + combine, collective: the inverse of the mkMoeDispatchGemm that filled
+ * layout. h (bf16, maxRecv x I, rows as that dispatch's out, e.g. the activation of it) times
+ * w_down of each row's expert gives one H-row per (token, slot); every token's rows are weighted
+ * by its topkWeight and summed into y (bf16, numTokens x H of that dispatch) on the token's home
+ * rank; a token without any expert gets zeros. Fused path: the GEMM's output rows are summed
+ * within each node first (one partial per token and node crosses the network), then on the home
+ * rank. Paths, capacity and errors as for the dispatch (the same path is taken for both).
+ */
+MK_API ncclResult_t mkMoeGemmCombine(const void *h, const void *wDown, void *y, const void *layout,
+				     const mkMoeConfig_t *cfg, mkComm_t comm, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,8 @@ static const int ref_split[MK_FUSED_OP_COUNT][MK_ROLE_COUNT] = {
 	[MK_FUSED_ALLGATHER_GEMM] = { 120, 8, 4, 0 },
 	[MK_FUSED_RING_ATTENTION] = { 104, 12, 8, 8 },
 	[MK_FUSED_MOE_DISPATCH] = { 72, 44, 8, 8 },
+	/* the expert GEMM first, its rows pulled and summed within the node, partials sent */
+	[MK_FUSED_MOE_COMBINE] = { 100, 24, 4, 4 },
 };
 
 static int model_rpn(const struct mk_policy_topo *t)
@@ -174,6 +176,34 @@ int mk_model_gemm_coll_us(const struct mk_policy_topo *topo, const struct mk_mod
 	*unfused_us = gemm_us + coll_us;
 	*fused_us = (gemm_fused_us > coll_us ? gemm_fused_us : coll_us) + overhead_us;
 	return 0;
+}
+
+void mk_model_moe_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
+		     uint64_t pairs, uint64_t hidden, uint64_t inter, int dtype_bytes, int sms,
+		     int compute_sms, double tflops, double overhead_us, double host_us,
+		     double *fused_us, double *unfused_us)
+{
+	const double gemm_us =
+		2.0 * (double)pairs * (double)hidden * (double)inter / (tflops * 1e6);
+	const double p = topo->nranks, rpn = model_rpn(topo);
+	double a2a_us = 0, gemm_fused_us;
+
+	if (topo->nranks > 1) {
+		/* rows leaving the GPU: those of other node ranks over NVLink, of other nodes over
+		 * the network (once per node), each side at its own rate */
+		const double bytes = (double)pairs * (double)hidden * dtype_bytes;
+		const double nvl = bytes * (rpn - 1) / p, net = bytes * (p - rpn) / p;
+
+		a2a_us = nvl / (links->nvl_gbps * 1e3) + links->nvl_lat_us;
+		if (topo->nnodes > 1) {
+			const double t = net / (links->net_gbps * 1e3) + links->net_lat_us;
+
+			a2a_us = a2a_us > t ? a2a_us : t;
+		}
+	}
+	gemm_fused_us = compute_sms > 0 ? gemm_us * sms / compute_sms : gemm_us;
+	*unfused_us = gemm_us + a2a_us + host_us;
+	*fused_us = (gemm_fused_us > a2a_us ? gemm_fused_us : a2a_us) + overhead_us;
 }
 
 void mk_model_controller(int sms, struct mk_policy_sm_split *out)

@@ -47,6 +47,18 @@ int mk_model_gemm_coll_us(const struct mk_policy_topo *topo, const struct mk_mod
 			  int compute_sms, double tflops, double overhead_us, double *fused_us,
 			  double *unfused_us);
 
+/*
+ * A MoE dispatch or combine of `pairs` (token, expert) rows of `hidden` elements per rank,
+ * expert GEMMs hidden x inter: unfused = the exchange (rows to node peers over NVLink, to other
+ * nodes over the network, the slower side) plus the GEMMs plus `host_us` (the unfused path
+ * reads the counts on the host); fused = the GEMMs on `compute_sms` overlapped with the
+ * exchange, plus `overhead_us`.
+ */
+void mk_model_moe_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
+		     uint64_t pairs, uint64_t hidden, uint64_t inter, int dtype_bytes, int sms,
+		     int compute_sms, double tflops, double overhead_us, double host_us,
+		     double *fused_us, double *unfused_us);
+
 /* Fill min/max/window/max_step of out around its sms[] (controller bounds). */
 void mk_model_controller(int sms, struct mk_policy_sm_split *out);
 

@@ -571,6 +571,17 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 					  in->fused_overhead_us, &s.fused_us, &s.unfused_us) == 0)
 			s.fuse = q->nranks > 1 && s.fused_us < s.unfused_us;
 	}
+	if ((q->op == MK_FUSED_MOE_DISPATCH || q->op == MK_FUSED_MOE_COMBINE) && q->m > 0 &&
+	    q->n > 0 && q->k > 0) {
+		const struct mk_policy_topo topo = { q->nranks, q->nnodes, rpn };
+
+		/* the unfused path waits on the host twice per call (counts, then the exchange) */
+		mk_model_moe_us(&topo, &in->links, q->m, q->n, q->k,
+				q->dtype_bytes > 0 ? q->dtype_bytes : 2, sms,
+				s.sms[MK_ROLE_COMPUTE], in->gemm_tflops, in->fused_overhead_us,
+				2 * in->fused_overhead_us, &s.fused_us, &s.unfused_us);
+		s.fuse = s.fused_us < s.unfused_us;
+	}
 	if (rule != NULL && rule->window > 0)
 		s.window = rule->window;
 	if (in->window > 0)

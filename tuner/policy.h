@@ -105,7 +105,8 @@ enum mk_fused_op {
 	MK_FUSED_ALLGATHER_GEMM = 2,
 	MK_FUSED_RING_ATTENTION = 3,
 	MK_FUSED_MOE_DISPATCH = 4,
-	MK_FUSED_OP_COUNT = 5,
+	MK_FUSED_MOE_COMBINE = 5,
+	MK_FUSED_OP_COUNT = 6,
 };
 
 /* CTA roles of a fused persistent kernel. */
@@ -120,7 +121,8 @@ enum mk_sm_role {
 /*
  * The question a fused op asks. Shape meaning per op: GEMM ops use m, n, k of the local GEMM;
  * ring attention uses m = sequence length per rank, n = heads x head dim, k = batch; MoE uses
- * m = tokens, n = hidden size, k = experts. Unused fields are 0.
+ * m = (token, expert) pairs per rank (tokens x top-k), n = hidden size, k = the experts'
+ * intermediate size. Unused fields are 0.
  */
 struct mk_policy_op_query {
 	enum mk_fused_op op;
@@ -145,7 +147,8 @@ struct mk_policy_sm_split {
 	/*
 	 * GEMM ops with m, n, k given: whether the fused kernel should win over the GEMM followed
 	 * by the collective (cost model: GEMM time on the compute SMs, collective time from the
-	 * link model, the fused call's measured fixed cost), and both estimates in us.
+	 * link model, the fused call's measured fixed cost), and both estimates in us. MoE ops:
+	 * the fused kernel against the exchange read on the host, then the expert GEMMs.
 	 */
 	int fuse;
 	double fused_us, unfused_us;

@@ -60,6 +60,7 @@ static const char *const op_names[MK_FUSED_OP_COUNT] = {
 	[MK_FUSED_ALLGATHER_GEMM] = "allgather_gemm",
 	[MK_FUSED_RING_ATTENTION] = "ring_attention",
 	[MK_FUSED_MOE_DISPATCH] = "moe_dispatch",
+	[MK_FUSED_MOE_COMBINE] = "moe_combine",
 };
 
 static const char *const role_names[MK_ROLE_COUNT] = {

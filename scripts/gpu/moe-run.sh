@@ -10,7 +10,7 @@
 # or hanging step makes the script exit non-zero after the other steps ran, naming the step.
 # BIN may also be an unpacked bundle of scripts/bundle.sh (its lib/, lib/fabric/ and bin/).
 # Usage: scripts/gpu/moe-run.sh BIN OUTDIR [steps...]
-#   steps: test portable bench torch sanitize   (default: all, in this order)
+#   steps: test portable bench torch sanitize moe moe-kill   (default: all, in this order)
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 so=$bin/libmkernel.so.0
@@ -21,7 +21,7 @@ if [ -f "$bin/env.sh" ]; then # an unpacked bundle: its libraries, its binaries
 fi
 out=$2
 shift 2
-steps=${*:-test portable bench torch sanitize}
+steps=${*:-test portable bench torch sanitize moe moe-kill}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
@@ -77,6 +77,24 @@ for s in $steps; do
 			grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|Hazard|Invalid" "$out/sanitize-$tool.log" | sort | uniq -c | head -20
 			step "sanitize-$tool" "$rc"
 		done
+		;;
+	moe)
+		for l in s a b c; do
+			mps=1
+			[ "$l" = s ] && mps=0
+			echo "== test-moe-gpu layout $l"
+			MPS=$mps RANK_TIMEOUT=240 "$here/runtime-comm.sh" "$bin/test-moe-gpu" "$l" >"$out/moe-$l.log" 2>&1
+			rc=$?
+			grep -E 'FAIL|failure|node [0-9]|first|WARN|exit' "$out/moe-$l.log" | head -40
+			step "moe-$l" "$rc"
+		done
+		;;
+	moe-kill)
+		echo "== test-moe-gpu layout c, the last rank killed"
+		MPS=1 RANK_TIMEOUT=60 "$here/runtime-comm.sh" "$bin/test-moe-gpu" c --kill >"$out/moe-kill.log" 2>&1
+		rc=$?
+		grep -E 'FAIL|dead rank|dying|exit' "$out/moe-kill.log" | head -20
+		step moe-kill "$rc"
 		;;
 	*)
 		echo "unknown step $s"

@@ -7,7 +7,7 @@ set -euo pipefail
 build=${1:?build dir}
 dest=${2:?destination}
 mkdir -p "$dest"
-for f in test/gpu/moe/test-grouped-gpu test/gpu/moe/mkernel-grouped-bench; do
+for f in test/gpu/moe/test-grouped-gpu test/gpu/moe/mkernel-grouped-bench test/gpu/moe/test-moe-gpu; do
 	cp "$build/$f" "$dest/" || { echo "missing $build/$f: build it first"; exit 1; }
 done
 cp -L "$build/fused/libmkernel.so.0" "$dest/libmkernel.so.0"
