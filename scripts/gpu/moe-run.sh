@@ -11,8 +11,11 @@
 # BIN may also be an unpacked bundle of scripts/bundle.sh (its lib/, lib/fabric/ and bin/).
 # Usage: scripts/gpu/moe-run.sh BIN OUTDIR [steps...]
 #   steps: test portable bench torch sanitize moe moe-kill   (default: all, in this order)
+#          moe-bench: emulated multi-rank MoE benchmark against all_to_all_single +
+#          torch._grouped_mm on layout c (MOE_BENCH_ARGS for moe_bench.py, e.g. --tokens)
 set -uo pipefail
-bin=$(cd "$1" && pwd)
+src=$(cd "$1" && pwd) # what python-run.sh takes: the bundle or the build folder
+bin=$src
 so=$bin/libmkernel.so.0
 if [ -f "$bin/env.sh" ]; then # an unpacked bundle: its libraries, its binaries
 	export LD_LIBRARY_PATH="$bin/lib:$bin/lib/fabric:${LD_LIBRARY_PATH:-}"
@@ -88,6 +91,14 @@ for s in $steps; do
 			grep -E 'FAIL|failure|node [0-9]|first|WARN|exit' "$out/moe-$l.log" | head -40
 			step "moe-$l" "$rc"
 		done
+		;;
+	moe-bench)
+		echo "== moe_bench.py on layout c (emulated: 4 ranks on one GPU)"
+		RANK_TIMEOUT=500 timeout 560 "$here/python-run.sh" "$src" c "$here/moe_bench.py" ${MOE_BENCH_ARGS:-} \
+			>"$out/moe-bench.log" 2>&1
+		rc=$?
+		grep -E '^\||FAIL|Traceback|Error' "$out/moe-bench.log" | head -40
+		step moe-bench "$rc"
 		;;
 	moe-kill)
 		echo "== test-moe-gpu layout c, the last rank killed"
