@@ -365,8 +365,8 @@ static void policy_warn_unusable(struct mk_policy *p, enum mk_policy_src src, in
 	MK_WARN("%s%.0d forces %s algo %s proto %s, which NCCL's table marks unusable (excluded by "
 		"NCCL_ALGO/NCCL_PROTO or unsupported); using the next input",
 		src == MK_POLICY_SRC_ENV ? "MKERNEL_TUNER_ALGO/PROTO" : "rules file line ", line,
-		mk_policy_coll_name(coll), algo < 0 ? "*" : mk_policy_algo_name(algo),
-		proto < 0 ? "*" : mk_policy_proto_name(proto));
+		mk_rules_coll_name(coll), algo < 0 ? "*" : mk_rules_algo_name(algo),
+		proto < 0 ? "*" : mk_rules_proto_name(proto));
 }
 
 static int policy_channels(const struct mk_policy *p, const struct mk_rule *rule,
@@ -399,9 +399,9 @@ static void policy_log_decision(struct mk_policy *p, int coll, uint64_t nbytes,
 	MK_INFO(MK_SUBSYS_TUNING,
 		"decision %s %" PRIu64 " bytes nodes %d ranks %d -> algo %s proto %s channels %d "
 		"(algo from %s, channels from %s, rule line %d)",
-		mk_policy_coll_name(coll), nbytes, p->topo.nnodes, p->topo.nranks,
-		c->algo < 0 ? "nccl" : mk_policy_algo_name(c->algo),
-		c->proto < 0 ? "nccl" : mk_policy_proto_name(c->proto), c->channels,
+		mk_rules_coll_name(coll), nbytes, p->topo.nnodes, p->topo.nranks,
+		c->algo < 0 ? "nccl" : mk_rules_algo_name(c->algo),
+		c->proto < 0 ? "nccl" : mk_rules_proto_name(c->proto), c->channels,
 		src_names[c->src], src_names[c->channels_src], c->rule_line);
 }
 
@@ -456,7 +456,7 @@ enum mk_policy_src mk_policy_coll(struct mk_policy *p, int coll, uint64_t nbytes
 		MK_INFO(MK_SUBSYS_TUNING,
 			"no input decides %s of %" PRIu64
 			" bytes; NCCL's choice stands (logged once)",
-			mk_policy_coll_name(coll), nbytes);
+			mk_rules_coll_name(coll), nbytes);
 	}
 	goto log;
 
@@ -547,7 +547,7 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 			MK_WARN_ONCE(
 				"rules file line %d: split for %s needs more than the %d SMs of "
 				"this GPU or leaves no compute SM; using the table",
-				rule->line, mk_policy_op_name(q->op), sms);
+				rule->line, mk_rules_op_name(q->op), sms);
 		if (rule->adaptive >= 0)
 			s.adaptive = rule->adaptive;
 	}

@@ -157,14 +157,6 @@ struct mk_policy_sm_split {
 /* Answer the fused op's question. 0, or -EINVAL for a bad query (unknown op, sms < 8, ...). */
 int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_split *out);
 
-/* Names used in rules, env values and logs ("allreduce", "ring", "ll128", "gemm_allreduce",
- * "compute"); NULL for out-of-range values. */
-const char *mk_policy_coll_name(int coll);
-const char *mk_policy_algo_name(int algo);
-const char *mk_policy_proto_name(int proto);
-const char *mk_policy_op_name(int op);
-const char *mk_policy_role_name(int role);
-
 /* Drop the cached environment and rules so the next create re-reads them (tests, tools).
  * Policies alive keep the inputs they were created with. */
 void mk_policy_reload(void);

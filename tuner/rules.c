@@ -70,34 +70,34 @@ static const char *const role_names[MK_ROLE_COUNT] = {
 	[MK_ROLE_REDUCE] = "reduce",
 };
 
-static const char *name_at(const char *const *names, int n, int i)
+static const char *rules_name_at(const char *const *names, int n, int i)
 {
 	return i >= 0 && i < n ? names[i] : NULL;
 }
 
-const char *mk_policy_coll_name(int coll)
+const char *mk_rules_coll_name(int coll)
 {
-	return name_at(coll_names, MK_COLL_COUNT, coll);
+	return rules_name_at(coll_names, MK_COLL_COUNT, coll);
 }
 
-const char *mk_policy_algo_name(int algo)
+const char *mk_rules_algo_name(int algo)
 {
-	return name_at(algo_names, MK_ALGO_COUNT, algo);
+	return rules_name_at(algo_names, MK_ALGO_COUNT, algo);
 }
 
-const char *mk_policy_proto_name(int proto)
+const char *mk_rules_proto_name(int proto)
 {
-	return name_at(proto_names, MK_PROTO_COUNT, proto);
+	return rules_name_at(proto_names, MK_PROTO_COUNT, proto);
 }
 
-const char *mk_policy_op_name(int op)
+const char *mk_rules_op_name(int op)
 {
-	return name_at(op_names, MK_FUSED_OP_COUNT, op);
+	return rules_name_at(op_names, MK_FUSED_OP_COUNT, op);
 }
 
-const char *mk_policy_role_name(int role)
+const char *mk_rules_role_name(int role)
 {
-	return name_at(role_names, MK_ROLE_COUNT, role);
+	return rules_name_at(role_names, MK_ROLE_COUNT, role);
 }
 
 /* Names compare case-insensitively with '_' and '-' ignored: all_reduce = AllReduce. */

@@ -89,6 +89,14 @@ int mk_rules_parse_size(const char *s, size_t len, uint64_t *out);
  */
 long mk_rules_shadowed_by(const struct mk_rules *rs, size_t i);
 
+/* Names used in rules, env values and logs ("allreduce", "ring", "ll128", "gemm_allreduce",
+ * "compute"); NULL for out-of-range values. */
+const char *mk_rules_coll_name(int coll);
+const char *mk_rules_algo_name(int algo);
+const char *mk_rules_proto_name(int proto);
+const char *mk_rules_op_name(int op);
+const char *mk_rules_role_name(int role);
+
 /* Name lookups shared with the environment parser; -1 when unknown. "*" is not accepted. */
 int mk_rules_coll_from_name(const char *s, size_t len);
 int mk_rules_algo_from_name(const char *s, size_t len);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The GEMM engine's internal interface, shared by host C code (fused/api.c, tests, benchmarks)
- * and by device code (gemm_engine.cuh). It describes one bf16 GEMM C = A @ B with A row-major
- * M x K and B row-major K x N or N x K, the tile scheduler a compute role follows (tile order, CTA
- * subset, SM budget) and the per-tile epilogue (where the tile goes, how, and which ready flag is
- * raised once it is visible). Everything here is plain C so fused ops written in C can fill it.
+ * The GEMM engine's internal interface, shared by host C code (the ops in fused/ops/, tests,
+ * benchmarks) and by device code (gemm_engine.cuh). It describes one bf16 GEMM C = A @ B with A
+ * row-major M x K and B row-major K x N or N x K, the tile scheduler a compute role follows (tile
+ * order, CTA subset, SM budget) and the per-tile epilogue (where the tile goes, how, and which
+ * ready flag is raised once it is visible). Everything here is plain C so fused ops written in C
+ * can fill it.
  *
  * Alignment rules of the engine (mk_gemm_check() enforces them; mkGemm sends anything else to
  * cuBLAS): A, B 16-byte aligned; K a multiple of 8 (TMA needs 16-byte row strides for A and for an

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPU -> host command queue: memory layout and the producer protocol, shared by C (the host
- * proxy, CPU stand-in producers in tests and benchmarks) and CUDA (cmdq.cuh includes this file).
+ * proxy, CPU stand-in producers in tests and benchmarks) and CUDA (device.cuh includes this
+ * file).
  *
  * Memory:
  *   slots[nslots]  host-pinned, written by the producer, read by the proxy. 64 B each; `seq` is

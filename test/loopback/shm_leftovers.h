@@ -15,7 +15,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static inline void shm_remove_regions_of(pid_t pid)
+static inline void mk_test_shm_remove_regions_of(pid_t pid)
 {
 	char prefix[24];
 	struct dirent *e;

@@ -108,7 +108,7 @@ struct mk_ofi_state {
 
 extern struct mk_ofi_state mk_ofi;
 
-static inline struct mk_ofi_dev *ofi_dev(int dev)
+static inline struct mk_ofi_dev *mk_ofi_dev_at(int dev)
 {
 	if (dev < 0 || dev >= mk_ofi.ndevs)
 		return NULL;
@@ -120,7 +120,7 @@ int mk_ofi_dev_get(struct mk_ofi_dev *d);
 void mk_ofi_dev_put(struct mk_ofi_dev *d);
 
 /* libfabric's -FI_E* values match errno for the codes providers return; clamp the rest. */
-static inline int ofi_errno(ssize_t rc)
+static inline int mk_ofi_errno(ssize_t rc)
 {
 	if (rc >= 0)
 		return 0;
@@ -238,7 +238,7 @@ struct mk_ofi_conn {
 	struct mk_ofi_op ops[]; /* MKERNEL_OFI_TX_DEPTH slots, fixed at creation */
 };
 
-static inline struct mk_ofi_conn *ofi_conn(struct mk_conn *c)
+static inline struct mk_ofi_conn *mk_ofi_conn_of(struct mk_conn *c)
 {
 	return container_of(c, struct mk_ofi_conn, base);
 }
@@ -248,7 +248,7 @@ struct mk_ofi_listener {
 	struct mk_ofi_conn *pending; /* the endpoint the accepted connection will own */
 };
 
-static inline struct mk_ofi_listener *ofi_listener(struct mk_listener *l)
+static inline struct mk_ofi_listener *mk_ofi_listener_of(struct mk_listener *l)
 {
 	return container_of(l, struct mk_ofi_listener, base);
 }

@@ -153,7 +153,7 @@ undo_cq:
 
 static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 {
-	struct mk_ofi_dev *d = ofi_dev(dev);
+	struct mk_ofi_dev *d = mk_ofi_dev_at(dev);
 	int64_t depth = mk_param_ofi_tx_depth();
 	struct mk_ofi_conn *conn;
 	int rc;
@@ -176,7 +176,7 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	if (rc) {
 		MK_WARN("ofi: opening an endpoint on %s failed: %s", d->props.name,
 			mk_ofi.lib->strerror(-rc));
-		rc = ofi_errno(rc);
+		rc = mk_ofi_errno(rc);
 		goto undo_dev;
 	}
 	/* FI_MR_LOCAL providers need even the setup messages' buffers registered */
@@ -186,7 +186,7 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 		if (rc) {
 			MK_WARN("ofi: registering setup buffers on %s failed: %s", d->props.name,
 				mk_ofi.lib->strerror(-rc));
-			rc = ofi_errno(rc);
+			rc = mk_ofi_errno(rc);
 			goto undo_ep;
 		}
 		conn->ctrl_desc = fi_mr_desc(conn->ctrl_mr);
@@ -272,7 +272,7 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 	free(conn);
 	if (rc)
 		MK_WARN("ofi: closing a connection: %s", mk_ofi.lib->strerror(-rc));
-	return ofi_errno(rc);
+	return mk_ofi_errno(rc);
 }
 
 static int ofi_post_recv(struct mk_ofi_conn *conn)
@@ -282,7 +282,7 @@ static int ofi_post_recv(struct mk_ofi_conn *conn)
 
 	if (rc == 0)
 		conn->rx_posted = true;
-	return rc == -FI_EAGAIN ? 0 : ofi_errno(rc); /* retried by the next drive */
+	return rc == -FI_EAGAIN ? 0 : mk_ofi_errno(rc); /* retried by the next drive */
 }
 
 /* Hand ctrl_tx to the provider if it is due; -FI_EAGAIN leaves it for the next call. */
@@ -297,7 +297,7 @@ static int ofi_send_ctrl(struct mk_ofi_conn *conn)
 	if (rc == -FI_EAGAIN)
 		return 0;
 	if (rc)
-		return ofi_errno(rc);
+		return mk_ofi_errno(rc);
 	conn->tx_posted = true;
 	conn->tx_due = false;
 	return 0;
@@ -390,7 +390,7 @@ static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr, size_t le
 		return 0;
 	}
 	MK_WARN("ofi: %s could not insert the peer address (%d)", conn->dev->props.name, n);
-	return n < 0 ? ofi_errno(n) : -EINVAL;
+	return n < 0 ? mk_ofi_errno(n) : -EINVAL;
 }
 
 int mk_ofi_listen(int dev, void *handle, struct mk_listener **out)
@@ -468,7 +468,7 @@ undo_conn:
 
 int mk_ofi_connected(struct mk_conn *c)
 {
-	struct mk_ofi_conn *conn = ofi_conn(c);
+	struct mk_ofi_conn *conn = mk_ofi_conn_of(c);
 	int rc;
 
 	if (conn->state == MK_OFI_READY)
@@ -497,7 +497,7 @@ int mk_ofi_connected(struct mk_conn *c)
 
 int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, struct mk_conn **out)
 {
-	struct mk_ofi_listener *l = ofi_listener(lst);
+	struct mk_ofi_listener *l = mk_ofi_listener_of(lst);
 	struct mk_ofi_conn *conn = l->pending;
 	int rc;
 
@@ -539,7 +539,7 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, st
 
 int mk_ofi_close_listen(struct mk_listener *lst)
 {
-	struct mk_ofi_listener *l = ofi_listener(lst);
+	struct mk_ofi_listener *l = mk_ofi_listener_of(lst);
 	int rc = 0;
 
 	if (l->pending != NULL)
@@ -550,5 +550,5 @@ int mk_ofi_close_listen(struct mk_listener *lst)
 
 int mk_ofi_close(struct mk_conn *c)
 {
-	return ofi_conn_destroy(ofi_conn(c));
+	return ofi_conn_destroy(mk_ofi_conn_of(c));
 }

@@ -91,7 +91,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 		rc = fi_readmsg(conn->ep, &msg, flags);
 	if (mk_unlikely(rc)) {
 		ofi_op_put(conn, op);
-		return rc == -FI_EAGAIN ? ofi_refused(conn) : ofi_errno(rc);
+		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
 	}
 	conn->blocked = false;
 	op->kind = (uint8_t)kind;
@@ -104,7 +104,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struct mk_bmr *src_mr,
 		 uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx)
 {
-	struct mk_ofi_conn *conn = ofi_conn(c);
+	struct mk_ofi_conn *conn = mk_ofi_conn_of(c);
 	uint64_t data = imm;
 	int rc = ofi_check_post(conn, lane);
 
@@ -122,7 +122,7 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 int mk_ofi_read(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bmr *dst_mr,
 		uint64_t src, const struct mk_rkey *rkey, void *ctx)
 {
-	struct mk_ofi_conn *conn = ofi_conn(c);
+	struct mk_ofi_conn *conn = mk_ofi_conn_of(c);
 	int rc = ofi_check_post(conn, lane);
 
 	if (rc)
@@ -281,7 +281,7 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	} else {
 		MK_WARN_ONCE("ofi: %s fi_cq_read failed: %s", conn->dev->props.name,
 			     mk_ofi.lib->strerror((int)-got));
-		conn->err = ofi_errno(got);
+		conn->err = mk_ofi_errno(got);
 	}
 	if (s.n == 0 && conn->err && conn->nstash == 0)
 		return conn->err;
@@ -290,7 +290,7 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 
 int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max)
 {
-	struct mk_ofi_conn *conn = ofi_conn(c);
+	struct mk_ofi_conn *conn = mk_ofi_conn_of(c);
 	int n = 0, rc;
 
 	if (mk_unlikely(conn->nstash > 0)) {

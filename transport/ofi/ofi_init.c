@@ -473,7 +473,7 @@ static int ofi_ndevs(void)
 
 static int ofi_dev_props(int dev, struct mk_dev_props *props)
 {
-	struct mk_ofi_dev *d = ofi_dev(dev);
+	struct mk_ofi_dev *d = mk_ofi_dev_at(dev);
 
 	if (d == NULL)
 		return -ENODEV;
@@ -508,7 +508,7 @@ done:
 	d->refs++;
 unlock:
 	pthread_mutex_unlock(&d->lock);
-	return ofi_errno(rc);
+	return mk_ofi_errno(rc);
 }
 
 void mk_ofi_dev_put(struct mk_ofi_dev *d)

@@ -135,7 +135,7 @@ static int ofi_mr_check(const struct mk_ofi_dev *d, const struct mk_mr_attr *att
 int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr,
 		  struct mk_bmr **out, struct mk_rkey *rkey)
 {
-	struct mk_ofi_dev *d = ofi_dev(dev);
+	struct mk_ofi_dev *d = mk_ofi_dev_at(dev);
 	struct mk_bmr *b;
 	int rc;
 
@@ -164,7 +164,7 @@ int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr
 		MK_WARN("ofi: %s fi_mr_reg(%p, %zu bytes, type %d) failed: %s", d->props.name, addr,
 			len, attr != NULL ? attr->type : MK_PTR_HOST,
 			rc == -ENOSPC ? "no keys left" : mk_ofi.lib->strerror(-rc));
-		rc = ofi_errno(rc);
+		rc = mk_ofi_errno(rc);
 		goto undo_dev;
 	}
 	b->dev = d;
@@ -184,7 +184,7 @@ undo_alloc:
 
 int mk_ofi_dereg_mr(int dev, struct mk_bmr *mr)
 {
-	struct mk_ofi_dev *d = ofi_dev(dev);
+	struct mk_ofi_dev *d = mk_ofi_dev_at(dev);
 	int rc;
 
 	if (d == NULL || mr == NULL || mr->dev != d)
@@ -197,5 +197,5 @@ int mk_ofi_dereg_mr(int dev, struct mk_bmr *mr)
 		mk_ofi_key_put(d, mr->app_key); /* a key still bound to a live MR stays out */
 	mk_ofi_dev_put(d);
 	free(mr);
-	return ofi_errno(rc);
+	return mk_ofi_errno(rc);
 }

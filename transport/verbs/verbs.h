@@ -238,12 +238,12 @@ static inline uint32_t mk_verbs_rkey_of(const struct mk_rkey *rk, int rail)
 	return (uint32_t)(w >> (32 * (rail & 1)));
 }
 
-static inline struct mk_verbs_conn *verbs_conn(struct mk_conn *c)
+static inline struct mk_verbs_conn *mk_verbs_conn_of(struct mk_conn *c)
 {
 	return container_of(c, struct mk_verbs_conn, base);
 }
 
-static inline struct mk_verbs_listener *verbs_listener(struct mk_listener *l)
+static inline struct mk_verbs_listener *mk_verbs_listener_of(struct mk_listener *l)
 {
 	return container_of(l, struct mk_verbs_listener, base);
 }

@@ -149,7 +149,7 @@ static int accept_build(struct mk_verbs_listener *l, const void *blob, size_t bl
 int mk_verbs_accept(struct mk_listener *base, const void *blob, size_t blob_len,
 		    struct mk_conn **out)
 {
-	struct mk_verbs_listener *l = verbs_listener(base);
+	struct mk_verbs_listener *l = mk_verbs_listener_of(base);
 	struct mk_verbs_conn *c;
 	int fd, rc;
 
@@ -222,7 +222,7 @@ int mk_verbs_close_listen(struct mk_listener *base)
 
 	if (base == NULL)
 		return -EINVAL;
-	l = verbs_listener(base);
+	l = mk_verbs_listener_of(base);
 	mk_verbs_conn_destroy(l->pending);
 	close(l->fd);
 	free(l);
@@ -329,7 +329,7 @@ int mk_verbs_connected(struct mk_conn *base)
 
 	if (base == NULL)
 		return -EINVAL;
-	c = verbs_conn(base);
+	c = mk_verbs_conn_of(base);
 	for (;;) {
 		switch (c->state) {
 		case MK_VC_READY:
@@ -396,6 +396,6 @@ int mk_verbs_close(struct mk_conn *base)
 {
 	if (base == NULL)
 		return -EINVAL;
-	mk_verbs_conn_destroy(verbs_conn(base));
+	mk_verbs_conn_destroy(mk_verbs_conn_of(base));
 	return 0;
 }

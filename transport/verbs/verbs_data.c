@@ -133,7 +133,7 @@ static int data_check(struct mk_verbs_conn *c, int lane, size_t len, struct mk_b
 int mk_verbs_write(struct mk_conn *base, int lane, const void *src, size_t len, struct mk_bmr *mr,
 		   uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx)
 {
-	struct mk_verbs_conn *c = verbs_conn(base);
+	struct mk_verbs_conn *c = mk_verbs_conn_of(base);
 	int rc = data_check(c, lane, len, mr, rkey);
 	int rail = mk_verbs_lane_rail(lane, c->nrails);
 
@@ -151,7 +151,7 @@ int mk_verbs_write(struct mk_conn *base, int lane, const void *src, size_t len, 
 int mk_verbs_read(struct mk_conn *base, int lane, void *dst, size_t len, struct mk_bmr *mr,
 		  uint64_t src, const struct mk_rkey *rkey, void *ctx)
 {
-	struct mk_verbs_conn *c = verbs_conn(base);
+	struct mk_verbs_conn *c = mk_verbs_conn_of(base);
 	int rc = data_check(c, lane, len, mr, rkey);
 	int rail = mk_verbs_lane_rail(lane, c->nrails);
 
@@ -167,7 +167,7 @@ int mk_verbs_read(struct mk_conn *base, int lane, void *dst, size_t len, struct 
 
 int mk_verbs_flush(struct mk_conn *base, void *addr, size_t len, struct mk_bmr *mr, void *ctx)
 {
-	struct mk_verbs_conn *c = verbs_conn(base);
+	struct mk_verbs_conn *c = mk_verbs_conn_of(base);
 	size_t n = len < sizeof(c->flush_buf) ? len : sizeof(c->flush_buf);
 	unsigned int slot;
 
@@ -270,7 +270,7 @@ static void data_check_peer(struct mk_verbs_conn *c)
 
 int mk_verbs_poll(struct mk_conn *base, struct mk_event *ev, int max)
 {
-	struct mk_verbs_conn *c = verbs_conn(base);
+	struct mk_verbs_conn *c = mk_verbs_conn_of(base);
 	struct ibv_wc wc[MK_VERBS_POLL_BATCH];
 	int n = 0, got, want;
 

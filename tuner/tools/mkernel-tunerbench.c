@@ -21,6 +21,7 @@
 #include "mk_git.h"
 #include "mk_nccl/tuner_v5.h"
 #include "policy.h"
+#include "rules.h"
 
 extern const struct mk_nccl_tuner_v5 ncclTunerPlugin_v5;
 
@@ -184,11 +185,11 @@ static int bench_explain(const struct bench_opts *o)
 			bench_fill(t, n);
 			mk_policy_coll(p, c, n, 1, 0, t, MK_NCCL_NUM_ALGORITHMS,
 				       MK_NCCL_NUM_PROTOCOLS, &nch, &ch);
-			printf("%-14s %12llu %-6s %-7s %8d %-6s %5d\n", mk_policy_coll_name(c),
+			printf("%-14s %12llu %-6s %-7s %8d %-6s %5d\n", mk_rules_coll_name(c),
 			       (unsigned long long)n,
-			       ch.algo < 0 ? "-" : mk_policy_algo_name(ch.algo),
-			       ch.proto < 0 ? "-" : mk_policy_proto_name(ch.proto), nch,
-			       src[ch.src], ch.rule_line);
+			       ch.algo < 0 ? "-" : mk_rules_algo_name(ch.algo),
+			       ch.proto < 0 ? "-" : mk_rules_proto_name(ch.proto), nch, src[ch.src],
+			       ch.rule_line);
 		}
 	}
 	mk_policy_destroy(p);

@@ -1706,7 +1706,7 @@ static int run_case(const struct lcase *c, const char *path)
 	}
 	timed_out = alarm(0) == 0;
 	for (int i = 0; i < 2; i++) {
-		shm_remove_regions_of(kids[i]); /* shm files a killed or crashed kid left */
+		mk_test_shm_remove_regions_of(kids[i]); /* shm files a killed or crashed kid left */
 		kids[i] = 0;
 	}
 	if (timed_out) {

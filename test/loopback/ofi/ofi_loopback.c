@@ -534,7 +534,7 @@ static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 		if (killed_at == 0 && p.done >= 50) {
 			kill(c_pid, SIGKILL);
 			waitpid(c_pid, NULL, 0);
-			shm_remove_regions_of(c_pid);
+			mk_test_shm_remove_regions_of(c_pid);
 			killed_at = now_ms();
 		}
 		expect(now_ms() < end, "C never got going");

@@ -861,9 +861,9 @@ static void shm_peer_killed(bool with_pidfd, bool region_left)
 	mock.next_addr = name; /* the listener's address names the peer process */
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	open_pair(&p, "shm", FI_MR_VIRT_ADDR, 8);
-	assert_int_equal(ofi_conn(p.c)->peer_pid, peer); /* parsed from the name */
+	assert_int_equal(mk_ofi_conn_of(p.c)->peer_pid, peer); /* parsed from the name */
 	if (!with_pidfd)
-		mk_ofi_peer_unwatch(ofi_conn(p.c));
+		mk_ofi_peer_unwatch(mk_ofi_conn_of(p.c));
 	usleep(200);
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
 	kill(peer, SIGKILL);

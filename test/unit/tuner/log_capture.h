@@ -15,7 +15,7 @@
 static char log_text[16384];
 static int log_warns;
 
-static inline void log_capture_reset(void)
+static inline void mk_test_log_capture_reset(void)
 {
 	log_text[0] = '\0';
 	log_warns = 0;

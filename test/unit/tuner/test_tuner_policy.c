@@ -50,7 +50,7 @@ static int setup(void **state)
 	for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++)
 		unsetenv(knobs[i]);
 	rules_path[0] = '\0';
-	log_capture_reset();
+	mk_test_log_capture_reset();
 	mk_log_set_sink(log_capture);
 	mk_policy_reload();
 	return 0;
@@ -429,7 +429,7 @@ static void test_bad_rules_file_warns_and_keeps_working(void **state)
 	/* Missing file: one WARN, the model still decides. */
 	setenv("MKERNEL_TUNER_CONFIG", "/nonexistent/mkernel.rules", 1);
 	mk_policy_reload();
-	log_capture_reset();
+	mk_test_log_capture_reset();
 	p = make(2, 2);
 	assert_int_equal(log_warns, 1);
 	assert_non_null(strstr(log_text, "/nonexistent/mkernel.rules: cannot read it"));

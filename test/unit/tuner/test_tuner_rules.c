@@ -226,7 +226,7 @@ static void test_rules_default_diag_is_warn(void **state)
 	struct mk_rules rs;
 
 	(void)state;
-	log_capture_reset();
+	mk_test_log_capture_reset();
 	mk_log_set_sink(log_capture);
 	mk_rules_init(&rs);
 	assert_int_equal(mk_rules_parse(&rs, text, strlen(text), "ops.rules", NULL, NULL), 0);
@@ -284,9 +284,9 @@ static void test_rules_names_and_action_parser(void **state)
 	assert_int_equal(mk_rules_proto_from_name("LL128", 5), MK_PROTO_LL128);
 	assert_int_equal(mk_rules_proto_from_name("ll12", 4), -1);
 	assert_int_equal(mk_rules_op_from_name("RingAttention", 13), MK_FUSED_RING_ATTENTION);
-	assert_string_equal(mk_policy_algo_name(MK_ALGO_PAT), "pat");
-	assert_null(mk_policy_algo_name(MK_ALGO_COUNT));
-	assert_null(mk_policy_proto_name(-1));
+	assert_string_equal(mk_rules_algo_name(MK_ALGO_PAT), "pat");
+	assert_null(mk_rules_algo_name(MK_ALGO_COUNT));
+	assert_null(mk_rules_proto_name(-1));
 
 	memset(&r, 0, sizeof(r));
 	for (int i = 0; i < MK_ROLE_COUNT; i++)
