@@ -114,7 +114,8 @@ MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError)
 /*
  * Symmetric memory, collective: every rank allocates the same size in the same order and gets a
  * buffer at the same offset of its symmetric heap; peers can put into it. The pointer is usable
- * from the host and from kernels.
+ * from the host and from kernels. ncclInvalidUsage when the heap is exhausted (MKERNEL_SYMM_HEAP,
+ * mkConfig_t.heapBytes) or the ranks asked for different sizes.
  */
 MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr);
 MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr);
@@ -131,16 +132,19 @@ MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t coun
  * C = allreduce_sum over the comm's ranks of (A @ B), every rank passing its own A (row-major
  * M x K) and B (layout as in mkGemm) and receiving the whole M x N sum in C (row-major, any
  * device memory). Collective: every rank calls it with the same M, N, K, type and layout.
- * With MKERNEL_GEMM_AR_FUSED=1, where it can, one persistent kernel computes the GEMM tiles and
- * reduces them across the ranks of the node through their mapped heaps as they are ready (fp32
- * sums of the bf16 partials); otherwise (the default in this version, another type than
- * ncclBfloat16, a GPU other than sm_90, shapes the engine does not run, ranks on several nodes)
- * it runs cuBLAS and then ncclAllReduce on `stream`. MKERNEL_DEBUG=INFO says which ran and why. The
- * fused path keeps 2 x M x N x 2 bytes of the symmetric heap; the first call of a new shape
- * allocates it (collective, synchronises the host: call once before capturing a CUDA graph); later
- * calls enqueue without host synchronisation and replay under graphs. Returns ncclInvalidArgument
- * (NULL pointers, zero or too large sizes, another type, misaligned buffers, a comm of another
- * device) with nothing launched.
+ * Where it can and the policy engine's cost model expects it to win (MKERNEL_GEMM_AR_FUSED=1
+ * forces it, =0 forbids it), one persistent kernel computes the GEMM tiles, reduces them within
+ * the node through the ranks' mapped heaps as they are ready (fp32 sums of the bf16 partials)
+ * and, with several nodes, sends only each rank's node slice to the other nodes through the
+ * command queue. Otherwise (another type than ncclBfloat16, a GPU other than sm_90, shapes the
+ * engine does not run, nodes of different sizes, a heap too small for the shape) it runs cuBLAS
+ * and then ncclAllReduce on `stream`. MKERNEL_DEBUG=INFO says which ran and why. The fused path
+ * keeps its per-shape memory in the symmetric heap; the first call of a new shape allocates it
+ * (collective, synchronises the host: call once before capturing a CUDA graph, or that call
+ * takes the unfused path); later calls enqueue without host synchronisation and replay under
+ * graphs. Returns ncclInvalidArgument (NULL pointers, a pointer that is not a live comm, zero or
+ * too large sizes, another type, misaligned buffers, a comm of another device) with nothing
+ * launched; ncclRemoteError when a peer stopped answering within the comm's timeout.
  */
 MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_t m, size_t n,
 				    size_t k, ncclDataType_t type, mkLayout_t bLayout,

@@ -108,8 +108,9 @@ extern "C" uint32_t mk_alltoall_slices(uint64_t bytes, int nranks)
 }
 
 /*
- * Load the kernel now (mkCommInit calls this): with lazy module loading, a first launch while an
- * application kernel spins waiting for this one could wait for that kernel to finish.
+ * Load the kernel now (mkCommInit calls this through the op's hook in alltoall_api.c): with lazy
+ * module loading, a first launch while an application kernel spins waiting for this one could
+ * wait for that kernel to finish.
  */
 extern "C" int mk_alltoall_preload(void)
 {
