@@ -9,7 +9,8 @@
  * lazily while another kernel waits for it), and an op keeps its per-comm state in the comm's
  * slots (mk_comm_op_get / mk_comm_op_put), which mk_comm_free hands back to its state_free.
  * Records are gathered in the "mk_comm_ops" linker section, as parameters are (mk/param.h), so
- * an op linked into the binary is found without a central list.
+ * an op linked into the binary is found without a central list. Declare the record in a C file
+ * (designated initializers), next to the state it frees.
  */
 #ifndef MK_FUSED_RUNTIME_COMM_OPS_H
 #define MK_FUSED_RUNTIME_COMM_OPS_H
