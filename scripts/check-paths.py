@@ -37,6 +37,11 @@ EXTERNAL = {
     "xnet_rma.c", "nccl_ofi_api.h", "nccl_ofi_api.cpp", "bf16_h100_gemm.cu",
 }
 
+# Paths outside the repository on purpose: the install tree and the bundle's own files
+# (share/doc/..., env.sh, ../lib beside a bundle's python folder) and files a quick start asks
+# the reader to create (quickstart.py).
+OUTSIDE = {"share/doc/mkernel/*", "env.sh", "../lib", "quickstart.py"}
+
 TOKEN = re.compile(
     r"(?<![\w./*\-])((?:\.\.?/)*(?:[\w.*\-]+/)+[\w.*\-{},]+/?|[\w\-]+\.(?:%s))(?![\w/])"
     % "|".join(SOURCE_EXT))
@@ -115,15 +120,16 @@ class Repo:
 
     def stale(self, path, token):
         t = token.rstrip("/.,;:")
-        if any(fnmatch.fnmatch(t, e) for e in EXTERNAL):
+        if any(fnmatch.fnmatch(t, e) for e in EXTERNAL | OUTSIDE):
             return False
         if "/" not in t:
             if t.rsplit(".", 1)[-1] not in SOURCE_EXT:
                 return False
             return not any(fnmatch.fnmatch(b, t) for b in self.basenames)
         if t.startswith("../") or t.startswith("./"):
+            # from the file's own folder, or from the top (commands run in the repository root)
             p = os.path.normpath(os.path.join(os.path.dirname(path), t))
-            return not self.exists(p)
+            return not (self.exists(p) or self.exists(os.path.normpath(t)))
         first = t.split("/", 1)[0]
         if first in self.top:
             return not self.exists(t)

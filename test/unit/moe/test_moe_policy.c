@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "policy.h"
+#include "rules.h"
 
 static void reset(void)
 {
@@ -76,8 +77,8 @@ static void test_splits_fill_the_share(void **state)
 			assert_true(s.sms[MK_ROLE_COMPUTE] >= 1);
 			assert_true(s.sms[MK_ROLE_COMPUTE] < shares[i]);
 		}
-	assert_string_equal(mk_policy_op_name(MK_FUSED_MOE_COMBINE), "moe_combine");
-	assert_string_equal(mk_policy_op_name(MK_FUSED_MOE_DISPATCH), "moe_dispatch");
+	assert_string_equal(mk_rules_op_name(MK_FUSED_MOE_COMBINE), "moe_combine");
+	assert_string_equal(mk_rules_op_name(MK_FUSED_MOE_DISPATCH), "moe_dispatch");
 }
 
 static void test_combine_keeps_more_compute_than_dispatch(void **state)
