@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The standalone GEMM kernels (one per B layout: the wgmma transpose bit is an immediate) and
- * their host side: argument checks, tensor maps encoded through the driver entry point (no link
- * against libcuda), per-device launch attributes, and the launch itself. Fused kernels reuse
- * mk_gemm_make_tensor_maps() and call mk_gemm_role() from their own compute-role CTAs.
+ * The standalone GEMM kernels (one per variant and B layout: the tile shape sizes registers and
+ * shared memory, the wgmma transpose bit is an immediate) and their host side: argument checks,
+ * tensor maps encoded through the driver entry point (no link against libcuda), per-device
+ * launch attributes, and the launch itself. Fused kernels reuse mk_gemm_make_tensor_maps() and
+ * call mk_gemm_role() from their own compute-role CTAs.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -35,6 +36,35 @@ extern "C" __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 
 	mk_gemm_role(&args, &maps, blockIdx.x, gridDim.x, mk_gemm_dyn_smem, 0);
 }
+
+/* The other variants: one kernel per tile shape and B layout. */
+#define MK_GEMM_VARIANT_KERNEL(name, bm, bn, bnk)                                                 \
+	extern "C" __global__ void __launch_bounds__(MK_GEMM_THREADS_OF(bm), 1)                    \
+		name(const __grid_constant__ struct mk_gemm_tmaps maps,                            \
+		     const __grid_constant__ struct mk_gemm_args args)                             \
+	{                                                                                          \
+		extern __shared__ unsigned char mk_gemm_dyn_smem[];                                \
+                                                                                                   \
+		mk_gemm_role_t<bm, bn, bnk>(&args, &maps, blockIdx.x, gridDim.x,                   \
+					    mk_gemm_dyn_smem);                                     \
+	}
+
+MK_GEMM_VARIANT_KERNEL(mk_gemm_kernel_nk_64x256, 64, 256, 1)
+MK_GEMM_VARIANT_KERNEL(mk_gemm_kernel_kn_64x256, 64, 256, 0)
+MK_GEMM_VARIANT_KERNEL(mk_gemm_kernel_nk_128x128, 128, 128, 1)
+MK_GEMM_VARIANT_KERNEL(mk_gemm_kernel_kn_128x128, 128, 128, 0)
+MK_GEMM_VARIANT_KERNEL(mk_gemm_kernel_nk_64x128, 64, 128, 1)
+MK_GEMM_VARIANT_KERNEL(mk_gemm_kernel_kn_64x128, 64, 128, 0)
+
+typedef void (*mk_gemm_kernel_fn)(const struct mk_gemm_tmaps, const struct mk_gemm_args);
+
+/* [tile][b_nk]: the kernel of each variant and layout. */
+static const mk_gemm_kernel_fn gemm_kernels[MK_GEMM_TILE_COUNT][2] = {
+	[MK_GEMM_TILE_128x256] = { mk_gemm_kernel_kn, mk_gemm_kernel_nk },
+	[MK_GEMM_TILE_64x256] = { mk_gemm_kernel_kn_64x256, mk_gemm_kernel_nk_64x256 },
+	[MK_GEMM_TILE_128x128] = { mk_gemm_kernel_kn_128x128, mk_gemm_kernel_nk_128x128 },
+	[MK_GEMM_TILE_64x128] = { mk_gemm_kernel_kn_64x128, mk_gemm_kernel_nk_64x128 },
+};
 
 typedef CUresult (*mk_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
 				       const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
@@ -73,11 +103,44 @@ extern "C" void mk_gemm_args_init(struct mk_gemm_args *args, int m, int n, int k
 	args->epi.out[0] = c;
 	args->epi.ld[0] = n;
 	args->epi.mode[0] = MK_GEMM_EPI_STORE;
+	args->tile = MK_GEMM_TILE_128x256;
+	args->splits = 1;
+}
+
+extern "C" void mk_gemm_args_variant(struct mk_gemm_args *args, int tile, int splits)
+{
+	const int bm = mk_gemm_tile_bm(tile), bn = mk_gemm_tile_bn(tile);
+
+	args->tile = tile;
+	args->splits = splits;
+	args->tiles_m = (args->m + bm - 1) / bm;
+	args->tiles_n = (args->n + bn - 1) / bn;
+	args->split_count = NULL;
+	args->split_ws = NULL;
+}
+
+extern "C" size_t mk_gemm_split_ws_bytes(const struct mk_gemm_args *args)
+{
+	const size_t tiles = (size_t)args->tiles_m * args->tiles_n;
+
+	if (args->splits <= 1)
+		return 0;
+	return MK_GEMM_SPLIT_COUNT_BYTES + tiles * (size_t)args->splits *
+						  (size_t)mk_gemm_tile_bm(args->tile) / 64 * 256 *
+						  (size_t)mk_gemm_tile_bn(args->tile);
+}
+
+extern "C" void mk_gemm_args_split_ws(struct mk_gemm_args *args, void *ws)
+{
+	args->split_count = (unsigned int *)ws;
+	args->split_ws = (float *)((char *)ws + MK_GEMM_SPLIT_COUNT_BYTES);
 }
 
 extern "C" int mk_gemm_check(const void *a, const void *b, const struct mk_gemm_args *args,
 			     const char **why)
 {
+	const int tile = args->tile, splits = args->splits > 1 ? args->splits : 1;
+	const int bm = mk_gemm_tile_bm(tile), bn = mk_gemm_tile_bn(tile);
 	const char *r = NULL;
 
 	if (args->m < 1 || args->n < 1 || args->k < 1)
@@ -92,9 +155,20 @@ extern "C" int mk_gemm_check(const void *a, const void *b, const struct mk_gemm_
 		r = "K must be a multiple of 8 (TMA needs 16-byte row strides)";
 	else if (args->b_layout == MK_GEMM_B_KN && args->n % 8)
 		r = "N must be a multiple of 8 when B is K x N (TMA row stride)";
-	else if (args->tiles_m != (args->m + MK_GEMM_BM - 1) / MK_GEMM_BM ||
-		 args->tiles_n != (args->n + MK_GEMM_BN - 1) / MK_GEMM_BN)
-		r = "tile counts do not match M and N";
+	else if (tile < 0 || tile >= MK_GEMM_TILE_COUNT)
+		r = "unknown tile shape";
+	else if (args->tiles_m != (args->m + bm - 1) / bm ||
+		 args->tiles_n != (args->n + bn - 1) / bn)
+		r = "tile counts do not match M, N and the tile shape";
+	else if (args->splits < 0 || splits > MK_GEMM_MAX_SPLITS)
+		r = "k-splits must be 1 .. 16";
+	else if (splits > (args->k + MK_GEMM_BK - 1) / MK_GEMM_BK)
+		r = "more k-splits than k-blocks of 64";
+	else if (splits > 1 && (long long)args->tiles_m * args->tiles_n > MK_GEMM_SPLIT_MAX_TILES)
+		r = "too many tiles for split-K counters";
+	else if (splits > 1 && (args->split_count == NULL || args->split_ws == NULL ||
+				((uintptr_t)args->split_ws & 15)))
+		r = "split-K needs a workspace (16-byte aligned)";
 	else if (args->epi.out[0] == NULL && args->epi.out[1] == NULL && args->epi.ready == NULL)
 		r = "no destination and no ready flags";
 	for (int o = 0; r == NULL && o < MK_GEMM_MAX_OUT; o++) {
@@ -145,15 +219,18 @@ extern "C" int mk_gemm_make_tensor_maps(const void *a, const void *b, struct mk_
 	struct mk_gemm_epilogue *e = &args->epi;
 	int rc;
 
+	const uint32_t bm = (uint32_t)mk_gemm_tile_bm(args->tile);
+	const uint32_t bn = (uint32_t)mk_gemm_tile_bn(args->tile);
+
 	pthread_once(&gemm_once, gemm_resolve);
 	if (gemm_encode == NULL)
 		return -ENOSYS;
 	memset(maps, 0, sizeof(*maps));
-	rc = gemm_encode_2d(&maps->a, a, args->k, args->m, args->k, MK_GEMM_BK, MK_GEMM_BM);
+	rc = gemm_encode_2d(&maps->a, a, args->k, args->m, args->k, MK_GEMM_BK, bm);
 	if (rc)
 		return rc;
 	if (args->b_layout == MK_GEMM_B_NK)
-		rc = gemm_encode_2d(&maps->b, b, args->k, args->n, args->k, MK_GEMM_BK, MK_GEMM_BN);
+		rc = gemm_encode_2d(&maps->b, b, args->k, args->n, args->k, MK_GEMM_BK, bn);
 	else
 		rc = gemm_encode_2d(&maps->b, b, args->n, args->k, args->n, 64, MK_GEMM_BK);
 	if (rc)
@@ -173,7 +250,7 @@ extern "C" int mk_gemm_make_tensor_maps(const void *a, const void *b, struct mk_
 
 #define MK_GEMM_MAX_DEVICES 64
 
-/* Per device: dynamic shared memory limit raised on both kernels, SM count cached. */
+/* Per device: dynamic shared memory limit raised on every kernel, SM count cached. */
 static int gemm_prepare_device(int *sms)
 {
 	static int ready[MK_GEMM_MAX_DEVICES];
@@ -185,13 +262,17 @@ static int gemm_prepare_device(int *sms)
 	if (!__atomic_load_n(&ready[dev], __ATOMIC_ACQUIRE)) {
 		int n = 0;
 
-		if (cudaFuncSetAttribute((const void *)mk_gemm_kernel_nk,
-					 cudaFuncAttributeMaxDynamicSharedMemorySize,
-					 MK_GEMM_SMEM_BYTES) != cudaSuccess ||
-		    cudaFuncSetAttribute((const void *)mk_gemm_kernel_kn,
-					 cudaFuncAttributeMaxDynamicSharedMemorySize,
-					 MK_GEMM_SMEM_BYTES) != cudaSuccess ||
-		    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+		for (int t = 0; t < MK_GEMM_TILE_COUNT; t++) {
+			const int bytes = MK_GEMM_SMEM_BYTES_OF(mk_gemm_tile_bm(t), mk_gemm_tile_bn(t));
+
+			for (int l = 0; l < 2; l++) {
+				if (cudaFuncSetAttribute((const void *)gemm_kernels[t][l],
+							 cudaFuncAttributeMaxDynamicSharedMemorySize,
+							 bytes) != cudaSuccess)
+					return -EIO;
+			}
+		}
+		if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
 			return -EIO;
 		sm_count[dev] = n;
 		__atomic_store_n(&ready[dev], 1, __ATOMIC_RELEASE);
@@ -204,7 +285,7 @@ extern "C" int mk_gemm_run(const struct mk_gemm_launch *l, cudaStream_t stream)
 {
 	struct mk_gemm_tmaps maps;
 	struct mk_gemm_args args = l->args;
-	int sms, rc, grid, tiles;
+	int sms, rc, grid, units, bm, bn;
 
 	rc = mk_gemm_check(l->a, l->b, &l->args, NULL);
 	if (rc)
@@ -215,14 +296,15 @@ extern "C" int mk_gemm_run(const struct mk_gemm_launch *l, cudaStream_t stream)
 	rc = mk_gemm_make_tensor_maps(l->a, l->b, &args, &maps);
 	if (rc)
 		return rc;
-	tiles = args.tiles_m * args.tiles_n;
-	grid = l->ctas > 0 ? l->ctas : (tiles < sms ? tiles : sms);
-	if (args.sched.counter == NULL && grid > tiles)
-		grid = tiles;
-	if (args.b_layout == MK_GEMM_B_NK)
-		mk_gemm_kernel_nk<<<grid, MK_GEMM_THREADS, MK_GEMM_SMEM_BYTES, stream>>>(maps, args);
-	else
-		mk_gemm_kernel_kn<<<grid, MK_GEMM_THREADS, MK_GEMM_SMEM_BYTES, stream>>>(maps, args);
+	bm = mk_gemm_tile_bm(args.tile);
+	bn = mk_gemm_tile_bn(args.tile);
+	units = args.tiles_m * args.tiles_n * (args.splits > 1 ? args.splits : 1);
+	grid = l->ctas > 0 ? l->ctas : (units < sms ? units : sms);
+	if (args.sched.counter == NULL && grid > units)
+		grid = units;
+	gemm_kernels[args.tile][args.b_layout == MK_GEMM_B_NK]<<<grid, MK_GEMM_THREADS_OF(bm),
+							       MK_GEMM_SMEM_BYTES_OF(bm, bn),
+							       stream>>>(maps, args);
 	if (cudaGetLastError() != cudaSuccess)
 		return -EIO;
 	return 0;
