@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * unit suite, component tuner: calibration data (tuner/calib.h). The parser (every record
+ * kind, each malformed record rejected with its line and reason, the file rejected as a whole),
+ * the built-in table, MKERNEL_CALIBRATION (a valid file is used, a corrupt or missing one is a
+ * WARN and the built-in table), and the shape-class lookup behind mkGemm's path choice: M
+ * buckets, nearest N and K, ties, limits, the engine's noise margin against cuBLAS, paths the
+ * caller cannot run, and the time estimate the cost model scales.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calib.h"
+#include "mk/log.h"
+#include "mk/param.h"
+
+#include "log_capture.h"
+
+static int parse(const char *text, struct mk_calib *c, int *line, const char **why)
+{
+	return mk_calib_parse(text, strlen(text), c, line, why);
+}
+
+/* The text must be rejected at `want_line` with a reason containing `want`. */
+static void reject(const char *text, int want_line, const char *want)
+{
+	struct mk_calib c;
+	const char *why = NULL;
+	int line = -1;
+
+	assert_int_equal(parse(text, &c, &line, &why), -EINVAL);
+	assert_int_equal(line, want_line);
+	assert_non_null(why);
+	if (strstr(why, want) == NULL)
+		fail_msg("reason '%s' lacks '%s'", why, want);
+	assert_null(c.gemm);
+	assert_int_equal(c.ngemm, 0);
+}
+
+#define HEADER "mkernel-calibration 1\n"
+
+static void test_parse_every_record(void **state)
+{
+	struct mk_calib c;
+	const char *why;
+	int line;
+
+	(void)state;
+	assert_int_equal(parse("# a comment\n\n" HEADER "device 132 NVIDIA H200   # trailing\n"
+			       "gemm 16 4096 4096 nk cublas 11.5\n"
+			       "gemm 16 4096 4096 nk e64x256s8 9.25\n"
+			       "gemm 1 1024 1024 kn e128x128s1 5\r\n"
+			       "link nvl 1.5 380\n"
+			       "link net 8 45.5\n"
+			       "fused gemm_allreduce 6.5\n",
+			       &c, &line, &why),
+			 0);
+	assert_int_equal(c.ngemm, 3);
+	assert_int_equal(c.sms, 132);
+	assert_string_equal(c.device, "NVIDIA H200");
+	/* sorted by layout first: the kn record leads */
+	assert_int_equal(c.gemm[0].b_nk, 0);
+	assert_int_equal(c.gemm[0].m, 1);
+	assert_int_equal(c.gemm[0].engine, 1);
+	assert_int_equal(c.gemm[0].bm, 128);
+	assert_int_equal(c.gemm[0].bn, 128);
+	assert_int_equal(c.gemm[0].splits, 1);
+	assert_int_equal(c.gemm[1].engine, 0); /* cuBLAS before the engine in a class */
+	assert_true(fabsf(c.gemm[1].us - 11.5f) < 1e-6f);
+	assert_int_equal(c.gemm[2].bm, 64);
+	assert_int_equal(c.gemm[2].bn, 256);
+	assert_int_equal(c.gemm[2].splits, 8);
+	assert_true(c.link_set[MK_CALIB_NVL] && c.link_set[MK_CALIB_NET]);
+	assert_true(fabs(c.lat_us[MK_CALIB_NVL] - 1.5) < 1e-9);
+	assert_true(fabs(c.gbps[MK_CALIB_NET] - 45.5) < 1e-9);
+	assert_true(c.overhead_set[0]);
+	assert_true(fabs(c.overhead_us[0] - 6.5) < 1e-9);
+	mk_calib_free(&c);
+}
+
+static void test_parse_rejects_malformed_records(void **state)
+{
+	(void)state;
+	reject("gemm 1 1 1 nk cublas 1\n", 1, "first record");
+	reject("mkernel-calibration 2\n", 1, "first record");
+	reject("", 0, "no 'mkernel-calibration 1'");
+	reject(HEADER "gemm 1 1 nk cublas 1\n", 2, "expected 'gemm");
+	reject(HEADER "gemm 0 1 1 nk cublas 1\n", 2, "M, N and K");
+	reject(HEADER "gemm 1 2147483648 1 nk cublas 1\n", 2, "M, N and K");
+	reject(HEADER "gemm -1 1 1 nk cublas 1\n", 2, "M, N and K");
+	reject(HEADER "gemm 1 1 1 nt cublas 1\n", 2, "layout");
+	reject(HEADER "\ngemm 1 1 1 nk e96x256s1 1\n", 3, "path");
+	reject(HEADER "gemm 1 1 1 nk e128x256s0 1\n", 2, "path");
+	reject(HEADER "gemm 1 1 1 nk e128x256s17 1\n", 2, "path");
+	reject(HEADER "gemm 1 1 1 nk e128x256s1x 1\n", 2, "path");
+	reject(HEADER "gemm 1 1 1 nk cuBLAS 1\n", 2, "path");
+	reject(HEADER "gemm 1 1 1 nk cublas 0\n", 2, "microseconds");
+	reject(HEADER "gemm 1 1 1 nk cublas -3\n", 2, "microseconds");
+	reject(HEADER "gemm 1 1 1 nk cublas nan\n", 2, "microseconds");
+	reject(HEADER "gemm 1 1 1 nk cublas 5us\n", 2, "microseconds");
+	reject(HEADER "link pcie 1 1\n", 2, "link record");
+	reject(HEADER "link nvl 1 0\n", 2, "link record");
+	reject(HEADER "fused gemm_allgather 3\n", 2, "known op");
+	reject(HEADER "fused gemm_allreduce\n", 2, "known op");
+	reject(HEADER "device x NVIDIA\n", 2, "device record");
+	reject(HEADER "gemms 1 1 1 nk cublas 1\n", 2, "unknown record");
+	reject(HEADER "a b c d e f g h i j k l m n o p q\n", 2, "16 fields");
+	/* the same measurement twice: the file cannot say which one holds */
+	reject(HEADER "gemm 8 8 8 nk cublas 1\ngemm 8 8 8 nk cublas 2\n", 0, "twice");
+	{
+		char line[400];
+
+		memset(line, 'x', sizeof(line));
+		memcpy(line, HEADER, strlen(HEADER));
+		line[sizeof(line) - 1] = '\0';
+		reject(line, 2, "255 bytes");
+	}
+	{
+		static const char nul[] = HEADER "gemm 1 1 1 nk\0 cublas 1\n";
+		struct mk_calib c;
+		const char *why;
+		int line;
+
+		assert_int_equal(mk_calib_parse(nul, sizeof(nul) - 1, &c, &line, &why), -EINVAL);
+		assert_int_equal(line, 2);
+		assert_non_null(strstr(why, "NUL"));
+	}
+}
+
+/* The table compiled into the library parses and holds both paths of some class. */
+static void test_builtin_table_is_valid(void **state)
+{
+	struct mk_calib c;
+	const char *why;
+	int line, engine = 0, blas = 0;
+
+	(void)state;
+	assert_int_equal(parse(mk_calib_builtin, &c, &line, &why), 0);
+	assert_true(c.ngemm >= 2);
+	for (size_t i = 0; i < c.ngemm; i++) {
+		engine += c.gemm[i].engine;
+		blas += !c.gemm[i].engine;
+	}
+	assert_true(engine > 0 && blas > 0);
+	assert_true(c.sms > 0);
+	mk_calib_free(&c);
+}
+
+static char calib_path[64];
+
+static int setup_env(void **state)
+{
+	(void)state;
+	log_capture_reset();
+	mk_log_set_sink(log_capture);
+	snprintf(calib_path, sizeof(calib_path), "/tmp/mk-calib-test-%d.txt", (int)getpid());
+	return 0;
+}
+
+static int teardown_env(void **state)
+{
+	(void)state;
+	unsetenv("MKERNEL_CALIBRATION");
+	mk_param_reset_all();
+	mk_calib_reload();
+	unlink(calib_path);
+	mk_log_set_sink(mk_log_discard);
+	return 0;
+}
+
+static void use_file(const char *text)
+{
+	FILE *f;
+
+	if (text != NULL) {
+		f = fopen(calib_path, "w");
+		assert_non_null(f);
+		fputs(text, f);
+		fclose(f);
+	}
+	setenv("MKERNEL_CALIBRATION", calib_path, 1);
+	mk_param_reset_all();
+	mk_calib_reload();
+	log_capture_reset();
+}
+
+static void test_env_file_used_when_valid(void **state)
+{
+	const struct mk_calib *c;
+
+	(void)state;
+	use_file(HEADER "device 100 test GPU\ngemm 64 64 64 nk cublas 3\n");
+	c = mk_calib_get();
+	assert_string_equal(c->source, calib_path);
+	assert_int_equal(c->ngemm, 1);
+	assert_int_equal(c->sms, 100);
+	assert_int_equal(log_warns, 0);
+	/* read once: a second call returns the same copy */
+	assert_ptr_equal(mk_calib_get(), c);
+}
+
+static void test_env_corrupt_file_warns_and_uses_builtin(void **state)
+{
+	const struct mk_calib *c;
+
+	(void)state;
+	use_file(HEADER "gemm 64 64 64 nk cublas 3\ngemm 64 64 oops nk cublas 3\n");
+	c = mk_calib_get();
+	assert_string_equal(c->source, "built-in");
+	assert_true(c->ngemm >= 2);
+	assert_int_equal(log_warns, 1);
+	assert_non_null(strstr(log_text, calib_path));
+	assert_non_null(strstr(log_text, ":3:")); /* the line */
+	assert_non_null(strstr(log_text, "ignored"));
+
+	unlink(calib_path);
+	use_file(NULL); /* missing file */
+	c = mk_calib_get();
+	assert_string_equal(c->source, "built-in");
+	assert_int_equal(log_warns, 1);
+	assert_non_null(strstr(log_text, "cannot open"));
+}
+
+/* A grid of classes for the lookup tests. */
+static const char grid[] = HEADER "gemm 1 4096 4096 nk cublas 10\n"
+				  "gemm 1 4096 4096 nk e64x256s8 8\n"
+				  "gemm 16 4096 4096 nk cublas 12\n"
+				  "gemm 16 4096 4096 nk e64x256s8 12.5\n"
+				  "gemm 16 4096 4096 nk e64x128s4 11.95\n" /* 0.4 % faster */
+				  "gemm 16 14336 4096 nk cublas 30\n"
+				  "gemm 16 14336 4096 nk e64x128s2 25\n"
+				  "gemm 128 4096 4096 nk cublas 20\n"
+				  "gemm 128 4096 4096 nk e128x128s2 18\n"
+				  "gemm 128 4096 4096 nk e64x256s4 17\n"
+				  "gemm 128 2048 2048 nk cublas 10\n"
+				  "gemm 128 1024 16384 nk cublas 40\n"
+				  "gemm 128 16384 1024 nk cublas 41\n"
+				  "gemm 4096 4096 4096 nk e128x256s1 190\n" /* no cuBLAS here */
+				  "gemm 4096 4096 4096 kn cublas 200\n";
+
+static struct mk_calib lookup_cal;
+
+static int setup_grid(void **state)
+{
+	const char *why;
+	int line;
+
+	(void)state;
+	return parse(grid, &lookup_cal, &line, &why);
+}
+
+static int teardown_grid(void **state)
+{
+	(void)state;
+	mk_calib_free(&lookup_cal);
+	return 0;
+}
+
+static struct mk_calib_choice choose(uint64_t m, uint64_t n, uint64_t k, int b_nk, int want_rc)
+{
+	struct mk_calib_choice ch;
+
+	assert_int_equal(mk_calib_gemm_choose(&lookup_cal, m, n, k, b_nk, NULL, NULL, &ch),
+			 want_rc);
+	return ch;
+}
+
+static void test_lookup_m_bucket_is_the_next_measured_m(void **state)
+{
+	struct mk_calib_choice ch;
+
+	(void)state;
+	ch = choose(1, 4096, 4096, 1, 0);
+	assert_int_equal(ch.m, 1);
+	assert_int_equal(ch.engine, 1); /* 8 < 10 * 0.99 */
+	assert_int_equal(ch.bm, 64);
+	assert_int_equal(ch.splits, 8);
+	ch = choose(9, 4096, 4096, 1, 0); /* 9 -> 16 */
+	assert_int_equal(ch.m, 16);
+	/* 17 -> 128 is a factor of 7.5: beyond the limit, no class */
+	choose(17, 4096, 4096, 1, -ENOENT);
+	ch = choose(100, 4096, 4096, 1, 0); /* 100 -> 128 */
+	assert_int_equal(ch.m, 128);
+	/* above every class: the largest M of the layout */
+	ch = choose(100000, 4096, 4096, 1, 0);
+	assert_int_equal(ch.m, 4096);
+	/* 2 -> 16 is a factor of 8: no class, cuBLAS */
+	ch = choose(2, 4096, 4096, 1, -ENOENT);
+	assert_int_equal(ch.engine, 0);
+}
+
+static void test_lookup_nearest_n_k_and_ties(void **state)
+{
+	struct mk_calib_choice ch;
+
+	(void)state;
+	/* N = 12000 is nearer 14336 than 4096 in log2 */
+	ch = choose(16, 12000, 4096, 1, 0);
+	assert_int_equal(ch.n, 14336);
+	assert_int_equal(ch.engine, 1);
+	assert_int_equal(ch.bn, 128);
+	/* tails: N = 4000, K = 4100 belong to 4096 x 4096 */
+	ch = choose(16, 4000, 4100, 1, 0);
+	assert_int_equal(ch.n, 4096);
+	assert_int_equal(ch.k, 4096);
+	/* 2048 x 4096 is 1 from 2048 x 2048 and from 4096 x 4096: the larger N K wins */
+	ch = choose(128, 2048, 4096, 1, 0);
+	assert_int_equal(ch.n, 4096);
+	assert_int_equal(ch.k, 4096);
+	/* 2048 x 8192 is 2 from 4096 x 4096 and from 1024 x 16384 (the same N K): larger N */
+	ch = choose(128, 2048, 8192, 1, 0);
+	assert_int_equal(ch.n, 4096);
+	assert_int_equal(ch.k, 4096);
+	/* too far from every class of the bucket (4 from each of three, 5 and more) */
+	choose(128, 16384, 16384, 1, -ENOENT);
+	choose(16, 128, 4096, 1, -ENOENT);
+	choose(16, 4096, 100000, 1, -ENOENT);
+}
+
+static void test_lookup_noise_margin_and_missing_paths(void **state)
+{
+	struct mk_calib_choice ch;
+
+	(void)state;
+	/* M 16: the best engine path is 0.4 % faster than cuBLAS: inside the margin, cuBLAS */
+	ch = choose(16, 4096, 4096, 1, 0);
+	assert_int_equal(ch.engine, 0);
+	assert_true(fabs(ch.us - 12) < 1e-6);
+	assert_true(fabs(ch.cublas_us - 12) < 1e-6);
+	/* M 128: the fastest engine path wins */
+	ch = choose(128, 4096, 4096, 1, 0);
+	assert_int_equal(ch.engine, 1);
+	assert_int_equal(ch.bm, 64);
+	assert_int_equal(ch.bn, 256);
+	assert_int_equal(ch.splits, 4);
+	assert_true(fabs(ch.us - 17) < 1e-6);
+	/* a class without cuBLAS: the engine */
+	ch = choose(4096, 4096, 4096, 1, 0);
+	assert_int_equal(ch.engine, 1);
+	assert_true(ch.cublas_us == 0);
+	/* a class without the engine: cuBLAS */
+	ch = choose(128, 1024, 16384, 1, 0);
+	assert_int_equal(ch.engine, 0);
+	assert_true(fabs(ch.us - 40) < 1e-6);
+}
+
+/* The KN layout was measured at one class only; a query of the layout uses it. */
+static void test_lookup_layout_kept_apart(void **state)
+{
+	struct mk_calib_choice ch;
+
+	(void)state;
+	ch = choose(4096, 4096, 4096, 0, 0);
+	assert_int_equal(ch.engine, 0); /* the kn class holds cuBLAS only */
+	/* kn has no M = 16 class within reach */
+	choose(16, 4096, 4096, 0, -ENOENT);
+}
+
+/* Paths the caller cannot run (here: no split-K) are skipped; the next best engine path or
+ * cuBLAS takes the call. */
+static int no_splits(const struct mk_calib_gemm *p, void *arg)
+{
+	int *calls = arg;
+
+	(*calls)++;
+	return p->splits == 1;
+}
+
+static void test_lookup_skips_paths_the_caller_cannot_run(void **state)
+{
+	struct mk_calib_choice ch;
+	int calls = 0;
+
+	(void)state;
+	assert_int_equal(
+		mk_calib_gemm_choose(&lookup_cal, 128, 4096, 4096, 1, no_splits, &calls, &ch), 0);
+	assert_int_equal(ch.engine, 0); /* both engine paths split */
+	assert_int_equal(calls, 2);
+	assert_int_equal(
+		mk_calib_gemm_choose(&lookup_cal, 4096, 4096, 4096, 1, no_splits, &calls, &ch), 0);
+	assert_int_equal(ch.engine, 1);
+	assert_int_equal(ch.bm, 128);
+	assert_int_equal(ch.bn, 256);
+}
+
+static void test_time_estimate_scales_from_the_class(void **state)
+{
+	(void)state;
+	/* the class's best time */
+	assert_true(fabs(mk_calib_gemm_us(&lookup_cal, 128, 4096, 4096, 1) - 17) < 1e-6);
+	/* N x 0.75 */
+	assert_true(fabs(mk_calib_gemm_us(&lookup_cal, 128, 3072, 4096, 1) - 12.75) < 1e-6);
+	/* M inside the bucket: the bucket's time; above the largest: scaled by M */
+	assert_true(fabs(mk_calib_gemm_us(&lookup_cal, 100, 4096, 4096, 1) - 17) < 1e-6);
+	assert_true(fabs(mk_calib_gemm_us(&lookup_cal, 8192, 4096, 4096, 1) - 380) < 1e-6);
+	assert_true(mk_calib_gemm_us(&lookup_cal, 2, 4096, 4096, 1) < 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_every_record),
+		cmocka_unit_test(test_parse_rejects_malformed_records),
+		cmocka_unit_test(test_builtin_table_is_valid),
+		cmocka_unit_test_setup_teardown(test_env_file_used_when_valid, setup_env,
+						teardown_env),
+		cmocka_unit_test_setup_teardown(test_env_corrupt_file_warns_and_uses_builtin,
+						setup_env, teardown_env),
+		cmocka_unit_test_setup_teardown(test_lookup_m_bucket_is_the_next_measured_m,
+						setup_grid, teardown_grid),
+		cmocka_unit_test_setup_teardown(test_lookup_nearest_n_k_and_ties, setup_grid,
+						teardown_grid),
+		cmocka_unit_test_setup_teardown(test_lookup_noise_margin_and_missing_paths,
+						setup_grid, teardown_grid),
+		cmocka_unit_test_setup_teardown(test_lookup_layout_kept_apart, setup_grid,
+						teardown_grid),
+		cmocka_unit_test_setup_teardown(test_lookup_skips_paths_the_caller_cannot_run,
+						setup_grid, teardown_grid),
+		cmocka_unit_test_setup_teardown(test_time_estimate_scales_from_the_class,
+						setup_grid, teardown_grid),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

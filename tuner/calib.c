@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Calibration data (calib.h): the parser, the process-wide copy (MKERNEL_CALIBRATION or the
+ * built-in H200 table) and the shape-class lookup behind mkGemm's path choice and the cost
+ * model's GEMM times.
+ */
+#define MK_LOG_PREFIX "TUNER/mkernel"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib.h"
+#include "mk/log.h"
+#include "mk/param.h"
+#include "policy.h"
+
+MK_PARAM_STR(calibration, "tuner", "MKERNEL_CALIBRATION", "",
+	     "calibration file written by mkernel-calibrate (GEMM times per shape class and path, "
+	     "links, fused-op overheads); empty = the built-in H200 table");
+
+#define CALIB_MAX_TOKENS 16
+#define CALIB_MAX_LINE	 255
+
+struct calib_line {
+	char buf[CALIB_MAX_LINE + 1];
+	char *tok[CALIB_MAX_TOKENS];
+	int n;
+};
+
+/* Split one line into tokens; a '#' starts a comment. 0, or -EINVAL (too long, too many). */
+static int calib_tokens(const char *s, size_t len, struct calib_line *l)
+{
+	char *p;
+
+	if (len > CALIB_MAX_LINE)
+		return -EINVAL;
+	memcpy(l->buf, s, len);
+	l->buf[len] = '\0';
+	p = strchr(l->buf, '#');
+	if (p != NULL)
+		*p = '\0';
+	l->n = 0;
+	for (p = strtok(l->buf, " \t\r"); p != NULL; p = strtok(NULL, " \t\r")) {
+		if (l->n == CALIB_MAX_TOKENS)
+			return -EINVAL;
+		l->tok[l->n++] = p;
+	}
+	return 0;
+}
+
+static int calib_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end != '\0' || v < lo || v > hi)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* A finite number >= lo (and > 0 when positive is set). */
+static int calib_num(const char *s, double lo, int positive, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end != '\0' || !isfinite(v) || v < lo || (positive && v <= 0))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* "cublas" or "eBMxBNsS". */
+static int calib_path(const char *s, struct mk_calib_gemm *g)
+{
+	unsigned int bm, bn, sp;
+	char tail;
+
+	if (strcmp(s, "cublas") == 0) {
+		g->engine = 0;
+		return 0;
+	}
+	if (sscanf(s, "e%ux%us%u%c", &bm, &bn, &sp, &tail) != 3 || (bm != 64 && bm != 128) ||
+	    (bn != 128 && bn != 256) || sp < 1 || sp > 16)
+		return -EINVAL;
+	g->engine = 1;
+	g->bm = (uint16_t)bm;
+	g->bn = (uint16_t)bn;
+	g->splits = (uint8_t)sp;
+	return 0;
+}
+
+static int calib_gemm_record(const struct calib_line *l, struct mk_calib_gemm *g, const char **why)
+{
+	uint64_t m, n, k;
+	double us;
+
+	memset(g, 0, sizeof(*g));
+	if (l->n != 7) {
+		*why = "gemm record: expected 'gemm M N K nk|kn PATH US'";
+		return -EINVAL;
+	}
+	if (calib_uint(l->tok[1], 1, INT32_MAX, &m) || calib_uint(l->tok[2], 1, INT32_MAX, &n) ||
+	    calib_uint(l->tok[3], 1, INT32_MAX, &k)) {
+		*why = "gemm record: M, N and K must be integers in 1 .. 2^31-1";
+		return -EINVAL;
+	}
+	if (strcmp(l->tok[4], "nk") != 0 && strcmp(l->tok[4], "kn") != 0) {
+		*why = "gemm record: layout must be nk or kn";
+		return -EINVAL;
+	}
+	if (calib_path(l->tok[5], g)) {
+		*why = "gemm record: path must be cublas or eBMxBNsS (BM 64|128, BN 128|256, S "
+		       "1..16)";
+		return -EINVAL;
+	}
+	if (calib_num(l->tok[6], 0, 1, &us) || us > 1e9) {
+		*why = "gemm record: time must be a number of microseconds > 0";
+		return -EINVAL;
+	}
+	g->m = (uint32_t)m;
+	g->n = (uint32_t)n;
+	g->k = (uint32_t)k;
+	g->b_nk = strcmp(l->tok[4], "nk") == 0;
+	g->us = (float)us;
+	return 0;
+}
+
+static int calib_link_record(const struct calib_line *l, struct mk_calib *c, const char **why)
+{
+	int which;
+	double lat, gbps;
+
+	which = l->n == 4 && strcmp(l->tok[1], "nvl") == 0   ? MK_CALIB_NVL
+		: l->n == 4 && strcmp(l->tok[1], "net") == 0 ? MK_CALIB_NET
+							     : -1;
+	if (which < 0 || calib_num(l->tok[2], 0, 0, &lat) || calib_num(l->tok[3], 0, 1, &gbps)) {
+		*why = "link record: expected 'link nvl|net LAT_US GBPS' (LAT_US >= 0, GBPS > 0)";
+		return -EINVAL;
+	}
+	c->lat_us[which] = lat;
+	c->gbps[which] = gbps;
+	c->link_set[which] = 1;
+	return 0;
+}
+
+static int calib_fused_record(const struct calib_line *l, struct mk_calib *c, const char **why)
+{
+	double us;
+
+	if (l->n == 3 && calib_num(l->tok[2], 0, 0, &us) == 0) {
+		for (int op = 0; op < MK_FUSED_OP_COUNT && op < MK_CALIB_MAX_OPS; op++) {
+			if (strcmp(l->tok[1], mk_policy_op_name(op)) == 0) {
+				c->overhead_us[op] = us;
+				c->overhead_set[op] = 1;
+				return 0;
+			}
+		}
+	}
+	*why = "fused record: expected 'fused OP OVERHEAD_US' with a known op";
+	return -EINVAL;
+}
+
+static int calib_device_record(const struct calib_line *l, struct mk_calib *c, const char **why)
+{
+	uint64_t sms;
+	size_t used = 0;
+
+	if (l->n < 3 || calib_uint(l->tok[1], 1, 4096, &sms)) {
+		*why = "device record: expected 'device SMS NAME'";
+		return -EINVAL;
+	}
+	c->sms = (int)sms;
+	c->device[0] = '\0';
+	for (int i = 2; i < l->n; i++) {
+		int w = snprintf(c->device + used, sizeof(c->device) - used, "%s%s",
+				 i > 2 ? " " : "", l->tok[i]);
+
+		if (w < 0 || (size_t)w >= sizeof(c->device) - used)
+			break;
+		used += (size_t)w;
+	}
+	return 0;
+}
+
+/* Order of the gemm array: layout, shape, path (so one class is one contiguous run). */
+static int calib_cmp(const void *pa, const void *pb)
+{
+	const struct mk_calib_gemm *a = pa, *b = pb;
+	const uint64_t ka[] = { a->b_nk, a->m, a->n, a->k, a->engine, a->bm, a->bn, a->splits };
+	const uint64_t kb[] = { b->b_nk, b->m, b->n, b->k, b->engine, b->bm, b->bn, b->splits };
+
+	for (size_t i = 0; i < sizeof(ka) / sizeof(ka[0]); i++) {
+		if (ka[i] != kb[i])
+			return ka[i] < kb[i] ? -1 : 1;
+	}
+	return 0;
+}
+
+static int calib_record(const struct calib_line *l, struct mk_calib *c, size_t *cap, int *versioned,
+			const char **why)
+{
+	const char *kw = l->tok[0];
+
+	if (!*versioned) {
+		uint64_t v;
+
+		if (strcmp(kw, "mkernel-calibration") != 0 || l->n != 2 ||
+		    calib_uint(l->tok[1], 1, 1000, &v) || v != MK_CALIB_VERSION) {
+			*why = "the first record must be 'mkernel-calibration 1'";
+			return -EINVAL;
+		}
+		*versioned = 1;
+		return 0;
+	}
+	if (strcmp(kw, "gemm") == 0) {
+		if (c->ngemm == MK_CALIB_MAX_GEMM) {
+			*why = "more than 65536 gemm records";
+			return -EINVAL;
+		}
+		if (c->ngemm == *cap) {
+			size_t ncap = *cap ? 2 * *cap : 256;
+			struct mk_calib_gemm *v = realloc(c->gemm, ncap * sizeof(*v));
+
+			if (v == NULL)
+				return -ENOMEM;
+			c->gemm = v;
+			*cap = ncap;
+		}
+		return calib_gemm_record(l, &c->gemm[c->ngemm++], why);
+	}
+	if (strcmp(kw, "link") == 0)
+		return calib_link_record(l, c, why);
+	if (strcmp(kw, "fused") == 0)
+		return calib_fused_record(l, c, why);
+	if (strcmp(kw, "device") == 0)
+		return calib_device_record(l, c, why);
+	*why = "unknown record (expected gemm, link, fused or device)";
+	return -EINVAL;
+}
+
+int mk_calib_parse(const char *text, size_t len, struct mk_calib *out, int *line, const char **why)
+{
+	struct calib_line l;
+	size_t pos = 0, cap = 0;
+	int versioned = 0, rc = 0, ln = 0;
+
+	memset(out, 0, sizeof(*out));
+	*line = 0;
+	*why = NULL;
+	if (len > MK_CALIB_MAX_BYTES) {
+		*why = "larger than 4 MiB";
+		return -EINVAL;
+	}
+	while (pos < len && rc == 0) {
+		const char *nl = memchr(text + pos, '\n', len - pos);
+		size_t n = nl != NULL ? (size_t)(nl - (text + pos)) : len - pos;
+
+		ln++;
+		if (memchr(text + pos, '\0', n) != NULL) {
+			*why = "NUL byte in the text";
+			rc = -EINVAL;
+		} else if (calib_tokens(text + pos, n, &l)) {
+			*why = "line longer than 255 bytes or more than 16 fields";
+			rc = -EINVAL;
+		} else if (l.n > 0) {
+			rc = calib_record(&l, out, &cap, &versioned, why);
+		}
+		pos += n + 1;
+	}
+	if (rc == 0 && !versioned) {
+		*why = "no 'mkernel-calibration 1' record";
+		rc = -EINVAL;
+	}
+	if (rc == 0) {
+		qsort(out->gemm, out->ngemm, sizeof(*out->gemm), calib_cmp);
+		for (size_t i = 1; i < out->ngemm; i++) {
+			if (calib_cmp(&out->gemm[i - 1], &out->gemm[i]) == 0) {
+				*why = "the same shape, layout and path measured twice";
+				ln = 0;
+				rc = -EINVAL;
+				break;
+			}
+		}
+	}
+	if (rc) {
+		*line = ln;
+		mk_calib_free(out);
+		return rc;
+	}
+	return 0;
+}
+
+void mk_calib_free(struct mk_calib *c)
+{
+	free(c->gemm);
+	memset(c, 0, sizeof(*c));
+}
+
+/* ---- the process's calibration ---- */
+
+static pthread_mutex_t calib_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mk_calib *calib_cur;
+
+static int calib_builtin(struct mk_calib *c)
+{
+	int line;
+	const char *why;
+	int rc = mk_calib_parse(mk_calib_builtin, strlen(mk_calib_builtin), c, &line, &why);
+
+	/* The build checks the built-in table (unit test); only memory can fail here. */
+	if (rc)
+		MK_WARN("built-in calibration table line %d: %s", line, why ? why : strerror(-rc));
+	snprintf(c->source, sizeof(c->source), "built-in");
+	return rc;
+}
+
+/* Read the file named by MKERNEL_CALIBRATION; 0, or -errno with a WARN that says why. */
+static int calib_file(const char *path, struct mk_calib *c)
+{
+	FILE *f = fopen(path, "rb");
+	char *text;
+	size_t n;
+	int line, rc;
+	const char *why = NULL;
+
+	if (f == NULL) {
+		rc = -errno;
+		MK_WARN("MKERNEL_CALIBRATION=%s: cannot open it (%s); using the built-in table",
+			path, strerror(-rc));
+		return rc;
+	}
+	text = malloc(MK_CALIB_MAX_BYTES + 1);
+	if (text == NULL) {
+		fclose(f);
+		return -ENOMEM;
+	}
+	n = fread(text, 1, MK_CALIB_MAX_BYTES + 1, f);
+	rc = ferror(f) ? -EIO : 0;
+	fclose(f);
+	if (rc == 0)
+		rc = mk_calib_parse(text, n, c, &line, &why);
+	free(text);
+	if (rc) {
+		MK_WARN("MKERNEL_CALIBRATION=%s%s%.0d: %s; the file is ignored, using the built-in "
+			"table",
+			path, line > 0 ? ":" : "", line, why != NULL ? why : strerror(-rc));
+		return rc;
+	}
+	snprintf(c->source, sizeof(c->source), "%s", path);
+	MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_TUNING,
+		"calibration %s: %zu gemm records, device '%s' (%d SMs)", path, c->ngemm, c->device,
+		c->sms);
+	return 0;
+}
+
+const struct mk_calib *mk_calib_get(void)
+{
+	static struct mk_calib empty = { .source = "none" };
+	struct mk_calib *c;
+
+	pthread_mutex_lock(&calib_lock);
+	c = calib_cur;
+	if (c == NULL) {
+		const char *path = mk_param_calibration();
+
+		c = calloc(1, sizeof(*c));
+		if (c != NULL && (path == NULL || path[0] == '\0' || calib_file(path, c) != 0) &&
+		    calib_builtin(c) != 0) {
+			free(c);
+			c = NULL;
+		}
+		calib_cur = c;
+	}
+	pthread_mutex_unlock(&calib_lock);
+	return c != NULL ? c : &empty;
+}
+
+void mk_calib_reload(void)
+{
+	pthread_mutex_lock(&calib_lock);
+	if (calib_cur != NULL) {
+		mk_calib_free(calib_cur);
+		free(calib_cur);
+		calib_cur = NULL;
+	}
+	pthread_mutex_unlock(&calib_lock);
+}
+
+/* ---- shape classes ---- */
+
+static int calib_same_class(const struct mk_calib_gemm *a, const struct mk_calib_gemm *b)
+{
+	return a->b_nk == b->b_nk && a->m == b->m && a->n == b->n && a->k == b->k;
+}
+
+/* Index of the first record of the nearest class, or -1 (see calib.h for the rule). */
+static long calib_class(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk)
+{
+	uint32_t bucket = 0, top = 0;
+	int layout = b_nk ? 1 : 0, have = 0;
+	long best = -1;
+	double best_d = 0;
+
+	for (size_t i = 0; i < c->ngemm; i++)
+		have |= c->gemm[i].b_nk == layout;
+	if (!have)
+		layout = !layout; /* only the other layout was measured */
+	for (size_t i = 0; i < c->ngemm; i++) {
+		const uint32_t cm = c->gemm[i].m;
+
+		if (c->gemm[i].b_nk != layout)
+			continue;
+		if (cm >= m && (bucket == 0 || cm < bucket))
+			bucket = cm;
+		top = cm > top ? cm : top;
+	}
+	if (bucket == 0)
+		bucket = top;
+	if (bucket == 0 || (double)bucket > MK_CALIB_MAX_M_RATIO * (double)m)
+		return -1;
+	for (size_t i = 0; i < c->ngemm; i++) {
+		const struct mk_calib_gemm *g = &c->gemm[i];
+		double d;
+
+		if (g->b_nk != layout || g->m != bucket || (i > 0 && calib_same_class(g, g - 1)))
+			continue;
+		d = fabs(log2((double)n / g->n)) + fabs(log2((double)k / g->k));
+		if (best < 0 || d < best_d - 1e-12 ||
+		    (fabs(d - best_d) <= 1e-12 &&
+		     ((uint64_t)g->n * g->k > (uint64_t)c->gemm[best].n * c->gemm[best].k ||
+		      ((uint64_t)g->n * g->k == (uint64_t)c->gemm[best].n * c->gemm[best].k &&
+		       g->n > c->gemm[best].n)))) {
+			best = (long)i;
+			best_d = d;
+		}
+	}
+	return best >= 0 && best_d <= MK_CALIB_MAX_DIST ? best : -1;
+}
+
+int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk,
+			 mk_calib_path_ok ok, void *arg, struct mk_calib_choice *out)
+{
+	const struct mk_calib_gemm *eng = NULL, *blas = NULL;
+	long i = calib_class(c, m, n, k, b_nk);
+
+	memset(out, 0, sizeof(*out));
+	if (i < 0)
+		return -ENOENT;
+	out->m = c->gemm[i].m;
+	out->n = c->gemm[i].n;
+	out->k = c->gemm[i].k;
+	for (size_t j = (size_t)i; j < c->ngemm && calib_same_class(&c->gemm[j], &c->gemm[i]);
+	     j++) {
+		const struct mk_calib_gemm *g = &c->gemm[j];
+
+		if (!g->engine)
+			blas = g;
+		else if ((ok == NULL || ok(g, arg)) && (eng == NULL || g->us < eng->us))
+			eng = g;
+	}
+	out->cublas_us = blas != NULL ? blas->us : 0;
+	if (eng != NULL && (blas == NULL || eng->us < blas->us * (1.0 - MK_CALIB_TIE))) {
+		out->engine = 1;
+		out->bm = eng->bm;
+		out->bn = eng->bn;
+		out->splits = eng->splits;
+		out->us = eng->us;
+	} else {
+		out->us = out->cublas_us;
+	}
+	return 0;
+}
+
+double mk_calib_gemm_us(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk)
+{
+	struct mk_calib_choice ch;
+	double t;
+
+	if (mk_calib_gemm_choose(c, m, n, k, b_nk, NULL, NULL, &ch) != 0 || ch.us <= 0)
+		return -1;
+	t = ch.us * ((double)n * (double)k) / ((double)ch.n * (double)ch.k);
+	if (m > ch.m)
+		t *= (double)m / (double)ch.m;
+	return t;
+}
