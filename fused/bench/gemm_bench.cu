@@ -1,382 +1,444 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * mkernel-gemm-bench: mkernel's GEMM engine against cuBLAS in one process and one run. Per shape:
- * random bf16 inputs, warm-ups, then repetitions that alternate engine and baseline, each timed
- * with its own CUDA event pair; medians (and p10/p90) become TFLOP/s and the ratio baseline time /
- * engine time (above 1: the engine is faster). The baseline at full SMs is the faster of
- * cublasGemmEx and cublasLtMatmul (heuristic's first algorithm, 32 MiB workspace); with an SM
- * limit it is cublasLtMatmul with
- * CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET set to the engine's CTA count. Each shape also reports the
- * engine's relative error against the baseline's output. One JSON line per measurement, then a
- * table.
+ * mkernel-gemm-bench: mkGemm against cuBLAS in one process and one run.
  *
- * Usage: mkernel-gemm-bench [--reps N] [--warmup N] [--quick] [--dist uniform|normal]
- *                           [--shape M N K NK|KN [--sms S]]
+ * Default (grid): mkGemm, the public call, on a grid of shapes (M from 1 to 16384, N and K from
+ * 1000 to 28672 including non-multiples of 128 and 64, both B layouts, and the shapes users
+ * reported), against the faster of cublasLtMatmul (the heuristic's first algorithm, default
+ * settings, 32 MiB workspace) and cublasGemmEx (default math). Each repetition runs all three
+ * between their own CUDA events, starting with a different one each time; medians (p10, p90)
+ * after warm-ups. ratio = baseline time / mkGemm time (above 1: mkGemm is faster). Per shape the
+ * path mkGemm took (the dispatch's record) and mkGemm's relative error against the baseline
+ * (its output poisoned with NaN first). One JSON line per shape, a summary line (lowest ratio,
+ * geometric mean, cells below 0.95 and 1.0), then a table.
+ *
+ * --engine: the GEMM engine's default variant against cuBLAS (the earlier benchmark: square and
+ * K = N/16 shapes, and SM limits against cuBLASLt with the same SM count target).
+ *
+ * Usage: mkernel-gemm-bench [--engine] [--reps N] [--warmup N] [--quick] [--dist uniform|normal]
+ *                           [--path NAME] [--shape M N K NK|KN [--sms S]]
+ *   --path: force mkGemm's path (MKERNEL_GEMM_PATH: cublas, cublaslt, engine, eBMxBNsS).
+ * Exit: 0, 1 (a measurement failed or an output was wrong), 77 (no sm_90 device).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "mkernel.h"
+#include "fused/bench/bench_util.cuh"
 #include "fused/bench/fill.cuh"
 #include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_dispatch.h"
+#include "fused/ops/gemm_fallback.h"
 #include "mk_git.h"
+extern "C" {
+#include "tuner/calib.h"
+}
 
-#define BENCH_MAX_ROWS 64
+#define BENCH_MAX_ROWS 256
 
 struct bench_case {
 	int m, n, k;
 	int b_layout;
-	int sms; /* 0 = all */
+	int sms; /* --engine: 0 = all */
 	const char *group;
 };
 
 struct bench_row {
 	struct bench_case c;
-	double eng_ms, base_ms, eng_tf, base_tf, ratio, err, rms;
+	double mk_ms, base_ms, ratio, err;
+	char path[32];
 	const char *base_name;
 };
 
 static struct bench_row bench_rows[BENCH_MAX_ROWS];
 static int bench_nrows;
 static int bench_normal; /* --dist normal: N(0, 1) inputs instead of uniform [-1, 1) */
+static int bench_bad;	 /* a wrong output was measured */
 
-static int bench_cuda(cudaError_t e, const char *what)
-{
-	if (e == cudaSuccess)
-		return 0;
-	fprintf(stderr, "bench: %s: %s\n", what, cudaGetErrorString(e));
-	return -1;
-}
-
-/* sum (x - y)^2 and sum y^2 over bf16 arrays (for a relative Frobenius error). */
-__global__ void bench_diff(const __nv_bfloat16 *x, const __nv_bfloat16 *y, size_t n, double *acc)
-{
-	double d2 = 0, y2 = 0;
-
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		double a = __bfloat162float(x[i]), b = __bfloat162float(y[i]);
-
-		d2 += (a - b) * (a - b);
-		y2 += b * b;
-	}
-	atomicAdd(&acc[0], d2);
-	atomicAdd(&acc[1], y2);
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-
-	return (x > y) - (x < y);
-}
-
-struct bench_lt {
+struct bench_env {
+	cublasHandle_t h;
 	cublasLtHandle_t lt;
-	cublasLtMatmulDesc_t desc;
-	cublasLtMatrixLayout_t la, lb, lc;
-	cublasLtMatmulAlgo_t algo;
 	void *ws;
 	size_t ws_size;
+	cudaStream_t st;
+	const char *gpu;
+	int warmup, reps;
 };
 
-/* Row-major C = A @ B as column-major C^T = op(B) A^T. */
-static int bench_lt_setup(struct bench_lt *b, cublasLtHandle_t lt, const struct bench_case *c,
-			  void *ws, size_t ws_size)
-{
-	cublasOperation_t ta = c->b_layout == MK_GEMM_B_NK ? CUBLAS_OP_T : CUBLAS_OP_N;
-	cublasOperation_t tb = CUBLAS_OP_N;
-	cublasLtMatmulPreference_t pref;
-	cublasLtMatmulHeuristicResult_t res;
-	int found = 0;
-
-	memset(b, 0, sizeof(*b));
-	b->lt = lt;
-	b->ws = ws;
-	b->ws_size = ws_size;
-	if (cublasLtMatmulDescCreate(&b->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))
-		return -1;
-	cublasLtMatmulDescSetAttribute(b->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-	cublasLtMatmulDescSetAttribute(b->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-	if (c->sms > 0)
-		cublasLtMatmulDescSetAttribute(b->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-					       &c->sms, sizeof(c->sms));
-	if (c->b_layout == MK_GEMM_B_NK)
-		cublasLtMatrixLayoutCreate(&b->la, CUDA_R_16BF, c->k, c->n, c->k);
-	else
-		cublasLtMatrixLayoutCreate(&b->la, CUDA_R_16BF, c->n, c->k, c->n);
-	cublasLtMatrixLayoutCreate(&b->lb, CUDA_R_16BF, c->k, c->m, c->k);
-	cublasLtMatrixLayoutCreate(&b->lc, CUDA_R_16BF, c->n, c->m, c->n);
-	cublasLtMatmulPreferenceCreate(&pref);
-	cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-					     &ws_size, sizeof(ws_size));
-	if (cublasLtMatmulAlgoGetHeuristic(lt, b->desc, b->la, b->lb, b->lc, b->lc, pref, 1, &res,
-					   &found) ||
-	    found < 1) {
-		cublasLtMatmulPreferenceDestroy(pref);
-		return -1;
-	}
-	b->algo = res.algo;
-	cublasLtMatmulPreferenceDestroy(pref);
-	return 0;
-}
-
-static void bench_lt_free(struct bench_lt *b)
-{
-	cublasLtMatrixLayoutDestroy(b->la);
-	cublasLtMatrixLayoutDestroy(b->lb);
-	cublasLtMatrixLayoutDestroy(b->lc);
-	cublasLtMatmulDescDestroy(b->desc);
-}
-
-enum { IMPL_ENGINE, IMPL_GEMMEX, IMPL_LT, IMPL_COUNT };
-
-struct bench_ctx {
+/* mkGemm, the public call. */
+struct bench_mk {
 	const struct bench_case *c;
 	const void *a, *b;
-	void *c_eng, *c_base;
-	cublasHandle_t h;
-	struct bench_lt lt;
-	cudaStream_t st;
+	void *c_out;
 };
 
-static int bench_launch(struct bench_ctx *x, int impl)
+static int bench_mk_launch(void *ctx, cudaStream_t st)
 {
-	const struct bench_case *c = x->c;
-	const float one = 1.0f, zero = 0.0f;
+	struct bench_mk *x = (struct bench_mk *)ctx;
 
-	if (impl == IMPL_ENGINE) {
-		struct mk_gemm_launch l;
-
-		memset(&l, 0, sizeof(l));
-		l.a = x->a;
-		l.b = x->b;
-		l.ctas = c->sms;
-		mk_gemm_args_init(&l.args, c->m, c->n, c->k, c->b_layout, x->c_eng);
-		return mk_gemm_run(&l, x->st);
-	}
-	if (impl == IMPL_GEMMEX)
-		return cublasGemmEx(x->h, c->b_layout == MK_GEMM_B_NK ? CUBLAS_OP_T : CUBLAS_OP_N,
-				    CUBLAS_OP_N, c->n, c->m, c->k, &one, x->b, CUDA_R_16BF,
-				    c->b_layout == MK_GEMM_B_NK ? c->k : c->n, x->a, CUDA_R_16BF,
-				    c->k, &zero, x->c_base, CUDA_R_16BF, c->n, CUBLAS_COMPUTE_32F,
-				    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
-			       ? 0
-			       : -1;
-	return cublasLtMatmul(x->lt.lt, x->lt.desc, &one, x->b, x->lt.la, x->a, x->lt.lb, &zero,
-			      x->c_base, x->lt.lc, x->c_base, x->lt.lc, &x->lt.algo, x->lt.ws,
-			      x->lt.ws_size, x->st) == CUBLAS_STATUS_SUCCESS
+	return mkGemm(x->a, x->b, x->c_out, (size_t)x->c->m, (size_t)x->c->n, (size_t)x->c->k,
+		      ncclBfloat16,
+		      x->c->b_layout == MK_GEMM_B_NK ? mkLayoutRowMajorNK : mkLayoutRowMajorKN,
+		      st) == ncclSuccess
 		       ? 0
 		       : -1;
 }
 
-/* Median, p10 and p90 in ms of `reps` alternating runs of each implementation in `use`. */
-static int bench_time(struct bench_ctx *x, const int *use, int warmup, int reps,
-		      double med[IMPL_COUNT], double p10[IMPL_COUNT], double p90[IMPL_COUNT])
-{
-	cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)reps * IMPL_COUNT * 2, sizeof(*ev));
-	float *t = (float *)calloc((size_t)reps, sizeof(float));
-	int rc = -1;
+/* The engine's default variant alone (--engine), on c->sms CTAs. */
+struct bench_engine {
+	struct mk_gemm_launch l;
+};
 
-	if (ev == NULL || t == NULL)
+static int bench_engine_launch(void *ctx, cudaStream_t st)
+{
+	return mk_gemm_run(&((struct bench_engine *)ctx)->l, st);
+}
+
+struct bench_bufs {
+	void *a, *b, *c_mk, *c_base;
+};
+
+static int bench_alloc(const struct bench_case *c, struct bench_bufs *x, cudaStream_t st)
+{
+	const size_t ea = (size_t)c->m * c->k, eb = (size_t)c->k * c->n, ec = (size_t)c->m * c->n;
+
+	memset(x, 0, sizeof(*x));
+	if (bench_cuda(cudaMalloc(&x->a, ea * 2), "alloc A") ||
+	    bench_cuda(cudaMalloc(&x->b, eb * 2), "alloc B") ||
+	    bench_cuda(cudaMalloc(&x->c_mk, ec * 2), "alloc C") ||
+	    bench_cuda(cudaMalloc(&x->c_base, ec * 2), "alloc C"))
+		return -1;
+	if (bench_normal) {
+		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->a, ea, 0x1234u + c->m);
+		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->b, eb, 0x9876u + c->n);
+	} else {
+		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->a, ea, 0x1234u + c->m);
+		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->b, eb, 0x9876u + c->n);
+	}
+	return bench_cuda(cudaGetLastError(), "fill");
+}
+
+static void bench_free(struct bench_bufs *x)
+{
+	cudaFree(x->a);
+	cudaFree(x->b);
+	cudaFree(x->c_mk);
+	cudaFree(x->c_base);
+}
+
+/* cuBLASLt (with c->sms as its SM count target) and cublasGemmEx on x into impl[1], impl[2]. */
+static int bench_baselines(const struct bench_case *c, const struct bench_env *env,
+			   const struct bench_bufs *x, struct bench_lt *lt,
+			   struct bench_gemmex *gx, struct bench_impl *impl)
+{
+	const int b_nk = c->b_layout == MK_GEMM_B_NK;
+
+	if (bench_lt_setup(lt, env->lt, c->m, c->n, c->k, b_nk, c->sms, env->ws, env->ws_size)) {
+		fprintf(stderr, "bench: no cuBLASLt algorithm for %dx%dx%d\n", c->m, c->n, c->k);
+		return -1;
+	}
+	lt->a = x->a;
+	lt->b = x->b;
+	lt->c = x->c_base;
+	*gx = (struct bench_gemmex){ env->h, c->m, c->n, c->k, b_nk, x->a, x->b, x->c_base };
+	impl[1] = (struct bench_impl){ bench_lt_launch, lt, 0, 0, 0 };
+	impl[2] = (struct bench_impl){ bench_gemmex_launch, gx, 0, 0, 0 };
+	return 0;
+}
+
+/* Repetitions for about 0.5 s of timed work per shape: at least 10, at most `reps`. */
+static int bench_reps(const struct bench_env *env, int impls, double est_ms)
+{
+	int r = est_ms > 0 ? (int)(500.0 / (impls * est_ms)) : env->reps;
+
+	return r < 10 ? 10 : r > env->reps ? env->reps : r;
+}
+
+/* Record one shape's result (impl[0] against impl[base]). */
+static struct bench_row *bench_row_add(const struct bench_case *c, const struct bench_impl *impl,
+				       int base, double err, const char *base_name,
+				       const char *path)
+{
+	struct bench_row *row =
+		&bench_rows[bench_nrows < BENCH_MAX_ROWS ? bench_nrows++ : BENCH_MAX_ROWS - 1];
+
+	row->c = *c;
+	row->mk_ms = impl[0].med;
+	row->base_ms = impl[base].med;
+	row->ratio = impl[base].med / impl[0].med;
+	row->err = err;
+	row->base_name = base_name;
+	snprintf(row->path, sizeof(row->path), "%s", path);
+	return row;
+}
+
+/* One shape of the grid: mkGemm against cuBLASLt and cublasGemmEx. */
+static int bench_grid_one(const struct bench_case *c, const struct bench_env *env)
+{
+	const int b_nk = c->b_layout == MK_GEMM_B_NK;
+	const size_t ec = (size_t)c->m * c->n;
+	const double flops = 2.0 * c->m * c->n * c->k;
+	struct bench_bufs x;
+	struct bench_mk mk = { c, NULL, NULL, NULL };
+	struct bench_lt lt;
+	struct bench_gemmex gx;
+	struct bench_impl impl[3];
+	struct mk_gemm_ran ran;
+	struct bench_row *row;
+	double rms, err;
+	int rc = -1, reps, base;
+	char path[32];
+
+	if (bench_alloc(c, &x, env->st))
 		goto out;
-	for (int i = 0; i < reps * IMPL_COUNT * 2; i++)
-		cudaEventCreate(&ev[i]);
-	for (int w = 0; w < warmup; w++)
-		for (int i = 0; i < IMPL_COUNT; i++)
-			if (use[i] && bench_launch(x, i))
-				goto out_ev;
-	for (int r = 0; r < reps; r++) {
-		for (int i = 0; i < IMPL_COUNT; i++) {
-			if (!use[i])
-				continue;
-			cudaEventRecord(ev[(r * IMPL_COUNT + i) * 2], x->st);
-			if (bench_launch(x, i))
-				goto out_ev;
-			cudaEventRecord(ev[(r * IMPL_COUNT + i) * 2 + 1], x->st);
-		}
+	mk.a = x.a;
+	mk.b = x.b;
+	mk.c_out = x.c_mk;
+	if (bench_baselines(c, env, &x, &lt, &gx, impl))
+		goto out;
+	impl[0] = (struct bench_impl){ bench_mk_launch, &mk, 0, 0, 0 };
+	/* a short first pass sizes the repetitions */
+	if (bench_time(impl, 3, 2, 3, env->st))
+		goto out_lt;
+	reps = bench_reps(env, 3, impl[1].med);
+	if (bench_time(impl, 3, env->warmup, reps, env->st))
+		goto out_lt;
+	base = impl[2].med < impl[1].med ? 2 : 1;
+	/* the path mkGemm took (the dispatch decides the same way for the same shape) and its
+	 * output, NaN-poisoned first, against the baseline's */
+	cudaMemsetAsync(x.c_mk, 0xFF, ec * 2, env->st);
+	if (mk_gemm_dispatch(x.a, x.b, x.c_mk, c->m, c->n, c->k, b_nk, env->st, NULL, &ran) ||
+	    bench_mk_launch(&mk, env->st) || impl[base].launch(impl[base].ctx, env->st))
+		goto out_lt;
+	err = bench_rel_err(x.c_mk, x.c_base, ec, env->st, &rms);
+	if (!(err >= 0 && err < 1e-2)) {
+		fprintf(stderr, "bench: %dx%dx%d %s: mkGemm's output is wrong (rel err %g)\n", c->m,
+			c->n, c->k, b_nk ? "NK" : "KN", err);
+		bench_bad = 1;
 	}
-	if (bench_cuda(cudaStreamSynchronize(x->st), "timed runs"))
-		goto out_ev;
-	for (int i = 0; i < IMPL_COUNT; i++) {
-		if (!use[i])
-			continue;
-		for (int r = 0; r < reps; r++)
-			cudaEventElapsedTime(&t[r], ev[(r * IMPL_COUNT + i) * 2],
-					     ev[(r * IMPL_COUNT + i) * 2 + 1]);
-		qsort(t, (size_t)reps, sizeof(float), cmp_float);
-		med[i] = t[reps / 2];
-		p10[i] = t[reps / 10];
-		p90[i] = t[(reps * 9) / 10];
-	}
+	mk_gemm_pick_name(&ran.pick, path, sizeof(path));
+	row = bench_row_add(c, impl, base, err, base == 1 ? "cublasLt" : "cublasGemmEx", path);
+	printf("{\"bench\":\"mkgemm\",\"group\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"b_layout\":"
+	       "\"%s\",\"path\":\"%s\",\"why\":\"%s\",\"mk_ms\":%.5f,\"mk_p10_ms\":%.5f,"
+	       "\"mk_p90_ms\":%.5f,\"mk_tflops\":%.1f,\"baseline\":\"%s\",\"baseline_ms\":%.5f,"
+	       "\"baseline_p10_ms\":%.5f,\"baseline_p90_ms\":%.5f,\"cublaslt_ms\":%.5f,"
+	       "\"cublas_gemmex_ms\":%.5f,\"ratio\":%.3f,\"rel_err\":%.2e,\"baseline_rms\":%.3f,"
+	       "\"dist\":\"%s\",\"reps\":%d,\"warmup\":%d,\"calibration\":\"%s\",\"gpu\":\"%s\","
+	       "\"git\":\"%s\"}\n",
+	       c->group, c->m, c->n, c->k, b_nk ? "NK" : "KN", path, ran.why, impl[0].med,
+	       impl[0].p10, impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name,
+	       impl[base].med, impl[base].p10, impl[base].p90, impl[1].med, impl[2].med, row->ratio,
+	       err, rms, bench_normal ? "normal" : "uniform", reps, env->warmup,
+	       mk_calib_get()->source, env->gpu, MK_GIT_HASH);
+	fflush(stdout);
 	rc = 0;
-out_ev:
-	for (int i = 0; i < reps * IMPL_COUNT * 2; i++)
-		cudaEventDestroy(ev[i]);
+out_lt:
+	bench_lt_free(&lt);
 out:
-	free(ev);
-	free(t);
+	bench_free(&x);
 	return rc;
 }
 
-/* Relative Frobenius error of the engine's output against the baseline's; *rms = baseline RMS
- * (so a zero error can be told from an empty comparison). */
-static double bench_error(struct bench_ctx *x, double *rms)
+/* --engine: the default variant on c->sms CTAs against cuBLAS (SM count target when limited). */
+static int bench_engine_one(const struct bench_case *c, const struct bench_env *env)
 {
-	size_t n = (size_t)x->c->m * x->c->n;
-	double *d, h[2] = { 0, 0 };
-
-	cudaMalloc((void **)&d, 2 * sizeof(double));
-	cudaMemsetAsync(d, 0, 2 * sizeof(double), x->st);
-	bench_diff<<<1024, 256, 0, x->st>>>((const __nv_bfloat16 *)x->c_eng,
-					    (const __nv_bfloat16 *)x->c_base, n, d);
-	cudaMemcpyAsync(h, d, sizeof(h), cudaMemcpyDeviceToHost, x->st);
-	cudaStreamSynchronize(x->st);
-	cudaFree(d);
-	*rms = sqrt(h[1] / (double)n);
-	return h[1] > 0 ? sqrt(h[0] / h[1]) : -1;
-}
-
-static int bench_one(const struct bench_case *c, int warmup, int reps, cublasHandle_t h,
-		     cublasLtHandle_t lt, void *ws, size_t ws_size, cudaStream_t st,
-		     const char *gpu)
-{
-	size_t ea = (size_t)c->m * c->k, eb = (size_t)c->k * c->n, ec = (size_t)c->m * c->n;
-	double med[IMPL_COUNT] = { 0 }, p10[IMPL_COUNT] = { 0 }, p90[IMPL_COUNT] = { 0 };
-	int use[IMPL_COUNT] = { 1, c->sms == 0, 1 };
-	struct bench_ctx x;
-	void *a = NULL, *b = NULL, *ce = NULL, *cb = NULL;
-	double flops = 2.0 * c->m * c->n * c->k;
+	const int b_nk = c->b_layout == MK_GEMM_B_NK;
+	const size_t ec = (size_t)c->m * c->n;
+	const double flops = 2.0 * c->m * c->n * c->k;
+	struct bench_bufs x;
+	struct bench_engine eng;
+	struct bench_lt lt;
+	struct bench_gemmex gx;
+	struct bench_impl impl[3];
 	struct bench_row *row;
+	const int n = c->sms == 0 ? 3 : 2; /* no SM limit for cublasGemmEx */
+	double rms, err;
 	int rc = -1, base;
 
-	memset(&x, 0, sizeof(x));
-	if (bench_cuda(cudaMalloc(&a, ea * 2), "alloc A") ||
-	    bench_cuda(cudaMalloc(&b, eb * 2), "alloc B") ||
-	    bench_cuda(cudaMalloc(&ce, ec * 2), "alloc C") ||
-	    bench_cuda(cudaMalloc(&cb, ec * 2), "alloc C"))
+	if (bench_alloc(c, &x, env->st))
 		goto out;
-	if (bench_normal) {
-		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)a, ea, 0x1234u + c->m);
-		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)b, eb, 0x9876u + c->n);
-	} else {
-		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)a, ea, 0x1234u + c->m);
-		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)b, eb, 0x9876u + c->n);
-	}
-	x.c = c;
-	x.a = a;
-	x.b = b;
-	x.c_eng = ce;
-	x.c_base = cb;
-	x.h = h;
-	x.st = st;
-	if (bench_lt_setup(&x.lt, lt, c, ws, ws_size)) {
-		fprintf(stderr, "bench: no cuBLASLt algorithm for %dx%dx%d\n", c->m, c->n, c->k);
+	memset(&eng, 0, sizeof(eng));
+	eng.l.a = x.a;
+	eng.l.b = x.b;
+	eng.l.ctas = c->sms;
+	mk_gemm_args_init(&eng.l.args, c->m, c->n, c->k, c->b_layout, x.c_mk);
+	if (bench_baselines(c, env, &x, &lt, &gx, impl))
 		goto out;
-	}
-	if (bench_time(&x, use, warmup, reps, med, p10, p90))
+	impl[0] = (struct bench_impl){ bench_engine_launch, &eng, 0, 0, 0 };
+	if (bench_time(impl, n, env->warmup, env->reps, env->st))
 		goto out_lt;
-	base = IMPL_LT;
-	if (use[IMPL_GEMMEX] && med[IMPL_GEMMEX] < med[IMPL_LT])
-		base = IMPL_GEMMEX;
-	/* Error of the engine against the chosen baseline's output (run once more each). */
-	bench_launch(&x, IMPL_ENGINE);
-	bench_launch(&x, base);
-
-	row = &bench_rows[bench_nrows < BENCH_MAX_ROWS ? bench_nrows++ : 0];
-
-	row->c = *c;
-	row->eng_ms = med[IMPL_ENGINE];
-	row->base_ms = med[base];
-	row->eng_tf = flops / (med[IMPL_ENGINE] * 1e-3) / 1e12;
-	row->base_tf = flops / (med[base] * 1e-3) / 1e12;
-	row->ratio = med[base] / med[IMPL_ENGINE];
-	row->err = bench_error(&x, &row->rms);
-	row->base_name = base == IMPL_LT ? (c->sms ? "cublasLt_sm_target" : "cublasLt") : "cublasGemmEx";
+	base = n == 3 && impl[2].med < impl[1].med ? 2 : 1;
+	cudaMemsetAsync(x.c_mk, 0xFF, ec * 2, env->st);
+	if (impl[0].launch(impl[0].ctx, env->st) || impl[base].launch(impl[base].ctx, env->st))
+		goto out_lt;
+	err = bench_rel_err(x.c_mk, x.c_base, ec, env->st, &rms);
+	bench_bad |= !(err >= 0 && err < 1e-2);
+	row = bench_row_add(c, impl, base, err,
+			    base == 2	? "cublasGemmEx"
+			    : c->sms	? "cublasLt_sm_target"
+					: "cublasLt",
+			    "e128x256s1");
 	printf("{\"bench\":\"gemm\",\"group\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"b_layout\":\"%s\","
 	       "\"sms\":%d,\"engine_ms\":%.5f,\"engine_p10_ms\":%.5f,\"engine_p90_ms\":%.5f,"
 	       "\"engine_tflops\":%.1f,\"baseline\":\"%s\",\"baseline_ms\":%.5f,"
 	       "\"baseline_p10_ms\":%.5f,\"baseline_p90_ms\":%.5f,\"baseline_tflops\":%.1f,"
 	       "\"cublas_gemmex_ms\":%.5f,\"cublaslt_ms\":%.5f,\"ratio\":%.3f,\"rel_err\":%.2e,"
-	       "\"baseline_rms\":%.3f,\"dist\":\"%s\","
-	       "\"reps\":%d,\"warmup\":%d,\"gpu\":\"%s\",\"git\":\"%s\"}\n",
-	       c->group, c->m, c->n, c->k, c->b_layout == MK_GEMM_B_NK ? "NK" : "KN", c->sms,
-	       med[IMPL_ENGINE], p10[IMPL_ENGINE], p90[IMPL_ENGINE], row->eng_tf, row->base_name,
-	       med[base], p10[base], p90[base], row->base_tf, med[IMPL_GEMMEX], med[IMPL_LT],
-	       row->ratio, row->err, row->rms, bench_normal ? "normal" : "uniform", reps, warmup, gpu,
-	       MK_GIT_HASH);
+	       "\"baseline_rms\":%.3f,\"dist\":\"%s\",\"reps\":%d,\"warmup\":%d,\"gpu\":\"%s\","
+	       "\"git\":\"%s\"}\n",
+	       c->group, c->m, c->n, c->k, b_nk ? "NK" : "KN", c->sms, impl[0].med, impl[0].p10,
+	       impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name, impl[base].med,
+	       impl[base].p10, impl[base].p90, flops / (impl[base].med * 1e-3) / 1e12,
+	       n == 3 ? impl[2].med : 0.0, impl[1].med, row->ratio, err, rms,
+	       bench_normal ? "normal" : "uniform", env->reps, env->warmup, env->gpu, MK_GIT_HASH);
 	fflush(stdout);
 	rc = 0;
 out_lt:
-	bench_lt_free(&x.lt);
+	bench_lt_free(&lt);
 out:
-	cudaFree(a);
-	cudaFree(b);
-	cudaFree(ce);
-	cudaFree(cb);
+	bench_free(&x);
 	return rc;
+}
+
+/*
+ * The grid: every M with every (N, K) pair, both layouts, then the shapes users reported.
+ * Pairs: Llama-style projections (4096^2, MLP up 14336 x 4096 and down 4096 x 14336, 70B-size
+ * 28672 x 8192 and 8192 x 28672, 8192^2), tails that are not multiples of 128 or 64 (N 3000 x K
+ * 1000, N 1000 x K 5000) and 1024^2.
+ */
+static const int bench_ms[] = { 1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 };
+static const int bench_nk[][2] = { { 4096, 4096 },  { 14336, 4096 }, { 4096, 14336 },
+				   { 28672, 8192 }, { 8192, 28672 }, { 8192, 8192 },
+				   { 3000, 1000 },  { 1000, 5000 },  { 1024, 1024 } };
+static const struct bench_case bench_reported[] = {
+	{ 3000, 5000, 1000, MK_GEMM_B_NK, 0, "reported" },
+	{ 3000, 5000, 1000, MK_GEMM_B_KN, 0, "reported" },
+	{ 1001, 1003, 1000, MK_GEMM_B_NK, 0, "reported" },
+	{ 1001, 1003, 1000, MK_GEMM_B_KN, 0, "reported" }, /* N % 8: cuBLAS */
+	{ 4096, 4096, 512, MK_GEMM_B_NK, 0, "reported" },
+	{ 512, 4096, 4096, MK_GEMM_B_NK, 0, "reported" },
+	{ 4096, 14336, 1024, MK_GEMM_B_NK, 0, "reported" },
+	{ 16384, 8192, 2048, MK_GEMM_B_NK, 0, "reported" },
+	{ 7, 4100, 4104, MK_GEMM_B_NK, 0, "reported" }, /* odd M, tails */
+	{ 100, 4104, 1000, MK_GEMM_B_KN, 0, "reported" },
+};
+
+static const struct bench_case bench_engine_cases[] = {
+	{ 8192, 8192, 8192, MK_GEMM_B_NK, 0, "square" },
+	{ 8192, 8192, 8192, MK_GEMM_B_KN, 0, "square" },
+	{ 4096, 4096, 256, MK_GEMM_B_NK, 0, "fused_k_n16" },
+	{ 8192, 8192, 512, MK_GEMM_B_NK, 0, "fused_k_n16" },
+	{ 16384, 16384, 1024, MK_GEMM_B_NK, 0, "fused_k_n16" },
+	{ 32768, 32768, 2048, MK_GEMM_B_NK, 0, "fused_k_n16" },
+	{ 4096, 4096, 4096, MK_GEMM_B_NK, 0, "square" },
+	{ 4096, 4096, 4096, MK_GEMM_B_KN, 0, "square" },
+	{ 8192, 8192, 8192, MK_GEMM_B_NK, 132, "sm_limit" },
+	{ 8192, 8192, 8192, MK_GEMM_B_NK, 120, "sm_limit" },
+	{ 8192, 8192, 8192, MK_GEMM_B_NK, 116, "sm_limit" },
+	{ 8192, 8192, 8192, MK_GEMM_B_NK, 100, "sm_limit" },
+	{ 16384, 16384, 1024, MK_GEMM_B_NK, 132, "sm_limit" },
+	{ 16384, 16384, 1024, MK_GEMM_B_NK, 120, "sm_limit" },
+	{ 16384, 16384, 1024, MK_GEMM_B_NK, 116, "sm_limit" },
+	{ 16384, 16384, 1024, MK_GEMM_B_NK, 100, "sm_limit" },
+};
+
+static int bench_grid(const struct bench_env *env, int quick)
+{
+	const size_t nm = sizeof(bench_ms) / sizeof(bench_ms[0]);
+	const size_t np = sizeof(bench_nk) / sizeof(bench_nk[0]);
+	int failed = 0;
+
+	for (size_t p = 0; p < np; p++) {
+		for (size_t i = 0; i < nm; i++) {
+			for (int l = 1; l >= 0; l--) {
+				const struct bench_case c = { bench_ms[i], bench_nk[p][0],
+							      bench_nk[p][1], l, 0, "grid" };
+
+				if (quick && (p > 0 || (i % 3) != 0))
+					continue;
+				failed |= bench_grid_one(&c, env) != 0;
+			}
+		}
+	}
+	for (size_t i = 0; !quick && i < sizeof(bench_reported) / sizeof(bench_reported[0]); i++)
+		failed |= bench_grid_one(&bench_reported[i], env) != 0;
+	return failed;
+}
+
+static void bench_summary(int engine_mode, int sms)
+{
+	double lo = 1e30, lg = 0;
+	int below95 = 0, below1 = 0;
+
+	for (int i = 0; i < bench_nrows; i++) {
+		lo = bench_rows[i].ratio < lo ? bench_rows[i].ratio : lo;
+		lg += log(bench_rows[i].ratio);
+		below95 += bench_rows[i].ratio < 0.95;
+		below1 += bench_rows[i].ratio < 1.0;
+	}
+	if (bench_nrows > 0)
+		printf("{\"bench\":\"%s_summary\",\"cells\":%d,\"min_ratio\":%.3f,\"geomean\":%.3f,"
+		       "\"below_0.95\":%d,\"below_1.0\":%d,\"wrong_outputs\":%d}\n",
+		       engine_mode ? "gemm" : "mkgemm", bench_nrows, lo, exp(lg / bench_nrows),
+		       below95, below1, bench_bad);
+	printf("\n%-10s %6s %6s %6s %3s %4s %-11s | %9s | %9s %-13s | %6s %8s\n", "group", "M", "N",
+	       "K", "B", "SMs", "path", "mk ms", "base ms", "baseline", "ratio", "rel_err");
+	for (int i = 0; i < bench_nrows; i++) {
+		const struct bench_row *r = &bench_rows[i];
+
+		printf("%-10s %6d %6d %6d %3s %4d %-11s | %9.4f | %9.4f %-13s | %6.3f %8.1e\n",
+		       r->c.group, r->c.m, r->c.n, r->c.k, r->c.b_layout == MK_GEMM_B_NK ? "NK" : "KN",
+		       r->c.sms ? r->c.sms : sms, r->path, r->mk_ms, r->base_ms, r->base_name,
+		       r->ratio, r->err);
+	}
 }
 
 int main(int argc, char **argv)
 {
-	static const struct bench_case full[] = {
-		{ 8192, 8192, 8192, MK_GEMM_B_NK, 0, "square" },
-		{ 8192, 8192, 8192, MK_GEMM_B_KN, 0, "square" },
-		{ 4096, 4096, 256, MK_GEMM_B_NK, 0, "fused_k_n16" },
-		{ 8192, 8192, 512, MK_GEMM_B_NK, 0, "fused_k_n16" },
-		{ 16384, 16384, 1024, MK_GEMM_B_NK, 0, "fused_k_n16" },
-		{ 32768, 32768, 2048, MK_GEMM_B_NK, 0, "fused_k_n16" },
-		{ 4096, 4096, 4096, MK_GEMM_B_NK, 0, "square" },
-		{ 4096, 4096, 4096, MK_GEMM_B_KN, 0, "square" },
-		{ 8192, 8192, 8192, MK_GEMM_B_NK, 132, "sm_limit" },
-		{ 8192, 8192, 8192, MK_GEMM_B_NK, 120, "sm_limit" },
-		{ 8192, 8192, 8192, MK_GEMM_B_NK, 116, "sm_limit" },
-		{ 8192, 8192, 8192, MK_GEMM_B_NK, 100, "sm_limit" },
-		{ 16384, 16384, 1024, MK_GEMM_B_NK, 132, "sm_limit" },
-		{ 16384, 16384, 1024, MK_GEMM_B_NK, 120, "sm_limit" },
-		{ 16384, 16384, 1024, MK_GEMM_B_NK, 116, "sm_limit" },
-		{ 16384, 16384, 1024, MK_GEMM_B_NK, 100, "sm_limit" },
-	};
 	struct bench_case one = { 0, 0, 0, MK_GEMM_B_NK, 0, "custom" };
-	int warmup = 10, reps = 50, quick = 0, ndev = 0, failed = 0;
-	size_t ncases = sizeof(full) / sizeof(full[0]);
+	struct bench_env env;
 	struct cudaDeviceProp prop;
-	cublasHandle_t h;
-	cublasLtHandle_t lt;
-	cudaStream_t st;
-	size_t ws_size = 32u << 20;
-	void *ws = NULL;
+	int quick = 0, engine_mode = 0, ndev = 0, failed = 0;
 
+	memset(&env, 0, sizeof(env));
+	env.warmup = 10;
+	env.reps = 50;
+	env.ws_size = 32u << 20;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-			reps = atoi(argv[++i]);
+			env.reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
-			warmup = atoi(argv[++i]);
+			env.warmup = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--quick"))
 			quick = 1;
+		else if (!strcmp(argv[i], "--engine"))
+			engine_mode = 1;
 		else if (!strcmp(argv[i], "--dist") && i + 1 < argc)
 			bench_normal = !strcmp(argv[++i], "normal");
+		else if (!strcmp(argv[i], "--path") && i + 1 < argc)
+			setenv("MKERNEL_GEMM_PATH", argv[++i], 1);
 		else if (!strcmp(argv[i], "--shape") && i + 4 < argc) {
 			one.m = atoi(argv[i + 1]);
 			one.n = atoi(argv[i + 2]);
 			one.k = atoi(argv[i + 3]);
 			one.b_layout = !strcmp(argv[i + 4], "KN") ? MK_GEMM_B_KN : MK_GEMM_B_NK;
-			one.group = "custom";
 			i += 4;
 		} else if (!strcmp(argv[i], "--sms") && i + 1 < argc) {
 			one.sms = atoi(argv[++i]);
+		} else {
+			fprintf(stderr, "bench: unknown argument %s\n", argv[i]);
+			return 2;
 		}
 	}
-	if (reps < 1)
-		reps = 1;
+	if (env.reps < 10)
+		env.reps = 10;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
 		fprintf(stderr, "bench: no CUDA device\n");
 		return 77;
@@ -386,32 +448,25 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench: %s is not sm_90; the engine does not run here\n", prop.name);
 		return 77;
 	}
-	if (quick)
-		ncases = 3;
-	cudaStreamCreate(&st);
-	cublasCreate(&h);
-	cublasSetStream(h, st);
-	cublasLtCreate(&lt);
-	cudaMalloc(&ws, ws_size);
-	cublasSetWorkspace(h, ws, ws_size);
+	env.gpu = prop.name;
+	cudaStreamCreate(&env.st);
+	cublasCreate(&env.h);
+	cublasSetStream(env.h, env.st);
+	cublasLtCreate(&env.lt);
+	cudaMalloc(&env.ws, env.ws_size);
+	cublasSetWorkspace(env.h, env.ws, env.ws_size);
 	if (one.m > 0)
-		failed |= bench_one(&one, warmup, reps, h, lt, ws, ws_size, st, prop.name) != 0;
-	for (size_t i = 0; one.m == 0 && i < ncases; i++)
-		failed |= bench_one(&full[i], warmup, reps, h, lt, ws, ws_size, st, prop.name) != 0;
-
-	printf("\n%-12s %6s %6s %6s %3s %4s | %9s %8s | %9s %8s | %6s %8s\n", "group", "M", "N",
-	       "K", "B", "SMs", "mk ms", "TFLOP/s", "base ms", "TFLOP/s", "ratio", "rel_err");
-	for (int i = 0; i < bench_nrows; i++) {
-		struct bench_row *r = &bench_rows[i];
-
-		printf("%-12s %6d %6d %6d %3s %4d | %9.4f %8.1f | %9.4f %8.1f | %6.3f %8.1e\n",
-		       r->c.group, r->c.m, r->c.n, r->c.k, r->c.b_layout == MK_GEMM_B_NK ? "NK" : "KN",
-		       r->c.sms ? r->c.sms : prop.multiProcessorCount, r->eng_ms, r->eng_tf,
-		       r->base_ms, r->base_tf, r->ratio, r->err);
-	}
-	cudaFree(ws);
-	cublasLtDestroy(lt);
-	cublasDestroy(h);
-	cudaStreamDestroy(st);
-	return failed ? 1 : 0;
+		failed |= (engine_mode ? bench_engine_one(&one, &env) : bench_grid_one(&one, &env));
+	else if (engine_mode)
+		for (size_t i = 0;
+		     i < (quick ? 3 : sizeof(bench_engine_cases) / sizeof(bench_engine_cases[0])); i++)
+			failed |= bench_engine_one(&bench_engine_cases[i], &env) != 0;
+	else
+		failed |= bench_grid(&env, quick);
+	bench_summary(engine_mode, prop.multiProcessorCount);
+	cudaFree(env.ws);
+	cublasLtDestroy(env.lt);
+	cublasDestroy(env.h);
+	cudaStreamDestroy(env.st);
+	return failed || bench_bad ? 1 : 0;
 }

@@ -225,6 +225,14 @@ int mk_gemm_device_ok(void);
 int mk_gemm_run(const struct mk_gemm_launch *l, cudaStream_t stream);
 
 /*
+ * Launch args (already checked) with tensor maps mk_gemm_make_tensor_maps() built for them
+ * (callers that run one shape many times keep the maps). ctas as in struct mk_gemm_launch.
+ * 0 or -EIO.
+ */
+int mk_gemm_launch_prepared(const struct mk_gemm_args *args, const struct mk_gemm_tmaps *maps,
+			    int ctas, cudaStream_t stream);
+
+/*
  * Build the tensor maps a kernel passes to mk_gemm_role() as one __grid_constant__ parameter,
  * and set args->epi.tma_mask. 0, -ENOSYS (no driver entry point), -EINVAL (encoding refused).
  */

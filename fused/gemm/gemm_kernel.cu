@@ -281,31 +281,40 @@ static int gemm_prepare_device(int *sms)
 	return 0;
 }
 
+extern "C" int mk_gemm_launch_prepared(const struct mk_gemm_args *args,
+				       const struct mk_gemm_tmaps *maps, int ctas,
+				       cudaStream_t stream)
+{
+	int sms, rc, grid, units, bm, bn;
+
+	rc = gemm_prepare_device(&sms);
+	if (rc)
+		return rc;
+	bm = mk_gemm_tile_bm(args->tile);
+	bn = mk_gemm_tile_bn(args->tile);
+	units = args->tiles_m * args->tiles_n * (args->splits > 1 ? args->splits : 1);
+	grid = ctas > 0 ? ctas : (units < sms ? units : sms);
+	if (args->sched.counter == NULL && grid > units)
+		grid = units;
+	gemm_kernels[args->tile][args->b_layout == MK_GEMM_B_NK]<<<grid, MK_GEMM_THREADS_OF(bm),
+								 MK_GEMM_SMEM_BYTES_OF(bm, bn),
+								 stream>>>(*maps, *args);
+	if (cudaGetLastError() != cudaSuccess)
+		return -EIO;
+	return 0;
+}
+
 extern "C" int mk_gemm_run(const struct mk_gemm_launch *l, cudaStream_t stream)
 {
 	struct mk_gemm_tmaps maps;
 	struct mk_gemm_args args = l->args;
-	int sms, rc, grid, units, bm, bn;
+	int rc;
 
 	rc = mk_gemm_check(l->a, l->b, &l->args, NULL);
-	if (rc)
-		return rc;
-	rc = gemm_prepare_device(&sms);
 	if (rc)
 		return rc;
 	rc = mk_gemm_make_tensor_maps(l->a, l->b, &args, &maps);
 	if (rc)
 		return rc;
-	bm = mk_gemm_tile_bm(args.tile);
-	bn = mk_gemm_tile_bn(args.tile);
-	units = args.tiles_m * args.tiles_n * (args.splits > 1 ? args.splits : 1);
-	grid = l->ctas > 0 ? l->ctas : (units < sms ? units : sms);
-	if (args.sched.counter == NULL && grid > units)
-		grid = units;
-	gemm_kernels[args.tile][args.b_layout == MK_GEMM_B_NK]<<<grid, MK_GEMM_THREADS_OF(bm),
-							       MK_GEMM_SMEM_BYTES_OF(bm, bn),
-							       stream>>>(maps, args);
-	if (cudaGetLastError() != cudaSuccess)
-		return -EIO;
-	return 0;
+	return mk_gemm_launch_prepared(&args, &maps, l->ctas, stream);
 }

@@ -1,16 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Public mk* functions: argument checks, the choice between mkernel's engine and the unfused
- * fallback, and a WARN saying what failed and why before the errno becomes an ncclResult_t
- * (mk_result_api).
+ * mkGemm and the gemm op's path choice (gemm_dispatch.h). mkGemm checks its arguments and runs
+ * mk_gemm_dispatch(); a failure is a WARN saying what failed and why before the errno becomes an
+ * ncclResult_t (mk_result_api).
+ *
+ * The choice, per call: the forced path (caller, MKERNEL_GEMM_PATH, MKERNEL_GEMM_FORCE_FALLBACK)
+ * or the calibration's choice for the shape's class (tuner/calib.h: the faster of the engine's
+ * variants and cuBLASLt where it was measured, cuBLASLt where nothing near was), restricted to
+ * what can run this call (the engine's alignment rules, a split-K workspace). Decisions, and the
+ * engine's tensor maps for the last pointers, are cached per thread and shape, so a repeated
+ * call costs a hash lookup and a launch.
  */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "mkernel.h"
-#include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_dispatch.h"
+#include "fused/ops/gemm_fallback.h"
+#include "tuner/calib.h"
 
 #define MK_LOG_PREFIX "mkernel"
 #include "mk/err.h"
@@ -19,6 +31,303 @@
 #include "mk/result.h"
 
 MK_PARAM_DECLARE_INT(gemm_force_fallback); /* fused/gemm/gemm_params.c */
+MK_PARAM_DECLARE_STR(gemm_path);
+MK_PARAM_DECLARE_INT(gemm_workspace);
+
+#define DISP_MAX_DEVICES 64
+#define DISP_CACHE	 32 /* shapes per thread; a collision replaces the older entry */
+
+struct disp_entry {
+	int valid;
+	struct mk_gemm_key key;	  /* x0: A and B 16-byte aligned */
+	struct mk_gemm_pick pick; /* the decision for this shape (engine or cuBLASLt) */
+	const char *why;
+	/* the engine's launch for the last pick, pointers and stream */
+	struct mk_gemm_pick prep_pick;
+	const void *a, *b;
+	void *c;
+	cudaStream_t stream;
+	int prepared;
+	struct mk_gemm_args args;
+	struct mk_gemm_tmaps maps;
+};
+
+static __thread struct disp_entry disp_cache[DISP_CACHE];
+static __thread struct mk_gemm_ran disp_last;
+static int disp_dev_ok[DISP_MAX_DEVICES]; /* 0 unknown, 1 sm_90, 2 other */
+
+static int disp_tile_of(unsigned int bm, unsigned int bn)
+{
+	if (bm == 64)
+		return bn == 256 ? MK_GEMM_TILE_64x256 : MK_GEMM_TILE_64x128;
+	return bn == 256 ? MK_GEMM_TILE_128x256 : MK_GEMM_TILE_128x128;
+}
+
+int mk_gemm_pick_parse(const char *s, struct mk_gemm_pick *out)
+{
+	unsigned int bm, bn, sp;
+	char tail;
+
+	memset(out, 0, sizeof(*out));
+	out->splits = 1;
+	if (strcmp(s, "cublas") == 0) {
+		out->path = MK_GEMM_PATH_CUBLAS;
+		return 0;
+	}
+	if (strcmp(s, "cublaslt") == 0) {
+		out->path = MK_GEMM_PATH_CUBLASLT;
+		return 0;
+	}
+	if (strcmp(s, "engine") == 0) {
+		out->path = MK_GEMM_PATH_ENGINE;
+		out->tile = MK_GEMM_TILE_128x256;
+		return 0;
+	}
+	if (sscanf(s, "e%ux%us%u%c", &bm, &bn, &sp, &tail) != 3 || (bm != 64 && bm != 128) ||
+	    (bn != 128 && bn != 256) || sp < 1 || sp > MK_GEMM_MAX_SPLITS)
+		return -EINVAL;
+	out->path = MK_GEMM_PATH_ENGINE;
+	out->tile = disp_tile_of(bm, bn);
+	out->splits = (int)sp;
+	return 0;
+}
+
+const char *mk_gemm_pick_name(const struct mk_gemm_pick *p, char *buf, size_t len)
+{
+	if (p->path == MK_GEMM_PATH_ENGINE)
+		snprintf(buf, len, "e%dx%ds%d", mk_gemm_tile_bm(p->tile), mk_gemm_tile_bn(p->tile),
+			 p->splits > 1 ? p->splits : 1);
+	else
+		snprintf(buf, len, "%s",
+			 p->path == MK_GEMM_PATH_CUBLAS	    ? "cublas"
+			 : p->path == MK_GEMM_PATH_CUBLASLT ? "cublaslt"
+							    : "auto");
+	return buf;
+}
+
+static int disp_device_ok(int dev)
+{
+	if (dev < 0 || dev >= DISP_MAX_DEVICES)
+		return mk_gemm_device_ok();
+	if (__atomic_load_n(&disp_dev_ok[dev], __ATOMIC_RELAXED) == 0)
+		__atomic_store_n(&disp_dev_ok[dev], mk_gemm_device_ok() ? 1 : 2, __ATOMIC_RELAXED);
+	return disp_dev_ok[dev] == 1;
+}
+
+/* What a calibrated engine path needs from this call. */
+struct disp_call {
+	const void *a, *b;
+	void *c;
+	int m, n, k, b_nk;
+	size_t ws_cap; /* split-K workspace the stream has or may get */
+};
+
+static int disp_args(const struct disp_call *x, const struct mk_gemm_pick *p,
+		     struct mk_gemm_args *args, const char **why)
+{
+	static char fake_ws[16] __attribute__((aligned(16))); /* an address for the check only */
+
+	mk_gemm_args_init(args, x->m, x->n, x->k, x->b_nk ? MK_GEMM_B_NK : MK_GEMM_B_KN, x->c);
+	mk_gemm_args_variant(args, p->tile, p->splits);
+	if (p->splits > 1) {
+		if (mk_gemm_split_ws_bytes(args) > x->ws_cap) {
+			*why = "split-K workspace larger than MKERNEL_GEMM_WORKSPACE";
+			return -ENOSPC;
+		}
+		mk_gemm_args_split_ws(args, fake_ws);
+	}
+	return mk_gemm_check(x->a, x->b, args, why);
+}
+
+static int disp_path_ok(const struct mk_calib_gemm *g, void *arg)
+{
+	struct mk_gemm_pick p;
+	struct mk_gemm_args args;
+	const char *why;
+
+	p.path = MK_GEMM_PATH_ENGINE;
+	p.tile = disp_tile_of(g->bm, g->bn);
+	p.splits = g->splits;
+	return disp_args(arg, &p, &args, &why) == 0;
+}
+
+/* The path for this call when nothing forces one. */
+static void disp_decide(const struct disp_call *x, int dev_ok, struct mk_gemm_pick *pick,
+			const char **why)
+{
+	struct mk_calib_choice ch;
+	const struct mk_calib *cal;
+	char name[32];
+
+	pick->path = MK_GEMM_PATH_CUBLASLT;
+	pick->tile = 0;
+	pick->splits = 1;
+	if (!dev_ok) {
+		*why = "the device is not sm_90";
+		return;
+	}
+	cal = mk_calib_get();
+	if (mk_calib_gemm_choose(cal, (uint64_t)x->m, (uint64_t)x->n, (uint64_t)x->k, x->b_nk,
+				 disp_path_ok, (void *)x, &ch) != 0) {
+		*why = "no calibrated class near this shape";
+		return;
+	}
+	if (ch.engine) {
+		pick->path = MK_GEMM_PATH_ENGINE;
+		pick->tile = disp_tile_of((unsigned int)ch.bm, (unsigned int)ch.bn);
+		pick->splits = ch.splits;
+		*why = "calibrated: the engine is faster at this class";
+	} else {
+		*why = ch.cublas_us > 0 ? "calibrated: cuBLAS is faster at this class"
+					: "calibrated: no engine path runs this call";
+	}
+	MK_INFO(MK_SUBSYS_TUNING,
+		"mkGemm(%d x %d x %d, B %s): %s at class %u x %u x %u (%.1f us, cuBLAS %.1f us; "
+		"%s)",
+		x->m, x->n, x->k, x->b_nk ? "NxK" : "KxN",
+		mk_gemm_pick_name(pick, name, sizeof(name)), ch.m, ch.n, ch.k, ch.us, ch.cublas_us,
+		cal->source);
+}
+
+/* Run engine variant p for this call, with the launch entry e keeps for the last pick, pointers
+ * and stream; -ENOSYS/-EBUSY/-EINVAL/-ENOSPC/-ENOMEM: take cuBLAS. */
+static int disp_engine(struct disp_entry *e, const struct mk_gemm_pick *p,
+		       const struct disp_call *x, cudaStream_t stream)
+{
+	void *ws = NULL;
+	size_t ws_bytes = 0;
+	const char *why;
+	int rc;
+
+	if (e->prepared && e->a == x->a && e->b == x->b && e->c == x->c && e->stream == stream &&
+	    e->prep_pick.tile == p->tile && e->prep_pick.splits == p->splits)
+		return mk_gemm_launch_prepared(&e->args, &e->maps, 0, stream);
+	e->prepared = 0;
+	e->prep_pick = *p;
+	rc = disp_args(x, p, &e->args, &why);
+	if (rc)
+		return rc;
+	if (e->pick.splits > 1) {
+		rc = mk_gemm_ws_get(stream, &ws, &ws_bytes);
+		if (rc)
+			return rc;
+		mk_gemm_args_split_ws(&e->args, ws);
+	}
+	rc = mk_gemm_make_tensor_maps(x->a, x->b, &e->args, &e->maps);
+	if (rc)
+		return rc;
+	e->a = x->a;
+	e->b = x->b;
+	e->c = x->c;
+	e->stream = stream;
+	e->prepared = 1;
+	return mk_gemm_launch_prepared(&e->args, &e->maps, 0, stream);
+}
+
+static int disp_blas(const struct disp_call *x, int use_lt, cudaStream_t stream,
+		     struct mk_gemm_ran *ran)
+{
+	void *ws = NULL;
+	size_t ws_bytes = 0;
+	int rc;
+
+	if (use_lt) {
+		/* Without a workspace (a capturing stream that has none yet) Lt still runs. */
+		if (mk_gemm_ws_get(stream, &ws, &ws_bytes) == 0) {
+			ws = (char *)ws + MK_GEMM_SPLIT_COUNT_BYTES;
+			ws_bytes -= MK_GEMM_SPLIT_COUNT_BYTES;
+		}
+		rc = mk_gemm_blaslt(x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, CUDA_R_16BF,
+				    CUDA_R_16BF, ws, ws_bytes, stream);
+		if (rc != -ENOSYS) {
+			ran->pick.path = MK_GEMM_PATH_CUBLASLT;
+			return rc;
+		}
+		ran->why = "cuBLASLt has no algorithm for this shape";
+	}
+	ran->pick.path = MK_GEMM_PATH_CUBLAS;
+	return mk_fallback_gemm_bf16(x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, stream);
+}
+
+int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		     cudaStream_t stream, const struct mk_gemm_pick *force,
+		     struct mk_gemm_ran *ran_out)
+{
+	struct disp_call x = { a, b, c, m, n, k, b_nk, 0 };
+	struct mk_gemm_ran ran = { { MK_GEMM_PATH_CUBLASLT, 0, 1 }, NULL };
+	struct mk_gemm_pick forced = { MK_GEMM_PATH_AUTO, 0, 1 };
+	struct mk_gemm_key key = { 0, m, n, k, b_nk, !(((uintptr_t)a | (uintptr_t)b) & 15), 0 };
+	struct disp_entry *e;
+	const char *env = mk_param_gemm_path();
+	int dev_ok, rc;
+
+	if (cudaGetDevice(&key.dev) != cudaSuccess)
+		return -EIO;
+	dev_ok = disp_device_ok(key.dev);
+	x.ws_cap = (size_t)mk_param_gemm_workspace();
+	if (force != NULL && force->path != MK_GEMM_PATH_AUTO) {
+		forced = *force;
+		ran.why = "forced by the caller";
+	} else if (mk_param_gemm_force_fallback()) {
+		forced.path = MK_GEMM_PATH_CUBLAS;
+		ran.why = "MKERNEL_GEMM_FORCE_FALLBACK=1";
+	} else if (env != NULL && env[0] != '\0' && mk_gemm_pick_parse(env, &forced) == 0) {
+		ran.why = "MKERNEL_GEMM_PATH";
+	} else {
+		if (env != NULL && env[0] != '\0')
+			MK_WARN_ONCE("MKERNEL_GEMM_PATH=%s: expected cublas, cublaslt, engine or "
+				     "eBMxBNsS; ignored",
+				     env);
+		forced.path = MK_GEMM_PATH_AUTO;
+	}
+
+	e = &disp_cache[mk_gemm_key_slot(&key, DISP_CACHE)];
+	if (!e->valid || !mk_gemm_key_eq(&e->key, &key)) {
+		memset(e, 0, sizeof(*e));
+		e->key = key;
+		disp_decide(&x, dev_ok, &e->pick, &e->why);
+		e->valid = 1;
+	}
+	if (forced.path == MK_GEMM_PATH_AUTO) {
+		ran.pick = e->pick;
+		ran.why = e->why;
+	} else if (forced.path == MK_GEMM_PATH_ENGINE && !dev_ok) {
+		ran.why = "the device is not sm_90";
+	} else {
+		ran.pick = forced;
+	}
+
+	rc = -EINVAL;
+	if (ran.pick.path == MK_GEMM_PATH_ENGINE) {
+		rc = disp_engine(e, &ran.pick, &x, stream);
+		if (rc == 0)
+			goto out;
+		if (rc != -ENOSYS && rc != -EBUSY && rc != -EINVAL && rc != -ENOSPC &&
+		    rc != -ENOMEM)
+			goto out;
+		ran.why = rc == -ENOSYS	 ? "no TMA encoder in the driver"
+			  : rc == -EBUSY ? "stream is capturing and has no split-K workspace yet"
+					 : "the engine cannot run this call";
+		ran.pick.path = MK_GEMM_PATH_CUBLASLT;
+		ran.pick.tile = 0;
+		ran.pick.splits = 1;
+	}
+	rc = disp_blas(&x, ran.pick.path != MK_GEMM_PATH_CUBLAS, stream, &ran);
+out:
+	if (rc)
+		MK_WARN("mkGemm(%d x %d x %d): %s path failed: %s", m, n, k,
+			ran.pick.path == MK_GEMM_PATH_ENGINE ? "engine" : "cuBLAS",
+			mk_strerror(rc));
+	disp_last = ran;
+	if (ran_out != NULL)
+		*ran_out = ran;
+	return rc;
+}
+
+void mk_gemm_dispatch_last(struct mk_gemm_ran *ran)
+{
+	*ran = disp_last;
+}
 
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
@@ -27,30 +336,10 @@ static void api_init(void)
 	mk_log_set_sink(NULL);
 }
 
-/* 1 if mkernel's engine takes this call, 0 for the fallback; logs why at INFO. */
-static int api_gemm_use_engine(const void *a, const void *b, const struct mk_gemm_args *args)
-{
-	const char *why = NULL;
-
-	if (mk_param_gemm_force_fallback())
-		return 0;
-	if (!mk_gemm_device_ok()) {
-		MK_INFO(MK_SUBSYS_INIT, "mkGemm: device is not sm_90, using cuBLAS");
-		return 0;
-	}
-	if (mk_gemm_check(a, b, args, &why)) {
-		MK_INFO(MK_SUBSYS_INIT, "mkGemm(m %d, n %d, k %d): %s, using cuBLAS", args->m,
-			args->n, args->k, why);
-		return 0;
-	}
-	return 1;
-}
-
 MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size_t n, size_t k,
 			   ncclDataType_t type, mkLayout_t bLayout, cudaStream_t stream)
 {
-	struct mk_gemm_launch l = { 0 };
-	int rc, b_nk = bLayout == mkLayoutRowMajorNK;
+	int rc;
 
 	pthread_once(&api_once, api_init);
 	if (a == NULL || b == NULL || c == NULL) {
@@ -69,26 +358,7 @@ MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size
 		MK_WARN("mkGemm: unknown B layout %d", (int)bLayout);
 		return mk_result_api(-EINVAL);
 	}
-
-	l.a = a;
-	l.b = b;
-	mk_gemm_args_init(&l.args, (int)m, (int)n, (int)k, b_nk ? MK_GEMM_B_NK : MK_GEMM_B_KN, c);
-	if (api_gemm_use_engine(a, b, &l.args)) {
-		rc = mk_gemm_run(&l, stream);
-		if (rc == 0)
-			return ncclSuccess;
-		if (rc != -ENOSYS) {
-			MK_WARN("mkGemm(m %zu, n %zu, k %zu): engine launch failed: %s", m, n, k,
-				mk_strerror(rc));
-			return mk_result_api(rc);
-		}
-		MK_INFO(MK_SUBSYS_INIT, "mkGemm: no cuTensorMapEncodeTiled, using cuBLAS");
-	}
-	rc = mk_fallback_gemm_bf16(a, b, c, (int)m, (int)n, (int)k, b_nk, stream);
-	if (rc) {
-		MK_WARN("mkGemm(m %zu, n %zu, k %zu): cuBLAS fallback failed: %s", m, n, k,
-			mk_strerror(rc));
-		return mk_result_api(rc);
-	}
-	return ncclSuccess;
+	rc = mk_gemm_dispatch(a, b, c, (int)m, (int)n, (int)k, bLayout == mkLayoutRowMajorNK,
+			      stream, NULL, NULL);
+	return rc ? mk_result_api(rc) : ncclSuccess; /* the dispatch WARNed what failed */
 }

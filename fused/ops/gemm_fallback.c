@@ -1,13 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cuBLAS fallback. One handle per thread and device (a cuBLAS handle must not be shared between
+ * The gemm op's cuBLAS paths (gemm_fallback.h). Row-major C = A @ B is computed as column-major
+ * C^T = op(B) A^T, so no data is transposed.
+ *
+ * cublasGemmEx: one handle per thread and device (a cuBLAS handle must not be shared between
  * threads that set different streams), created on first use and kept for the thread's life.
- * Row-major C = A @ B is computed as column-major C^T = B^T A^T, so no data is transposed.
+ *
+ * cuBLASLt: cublasGemmEx chooses its algorithm inside every call; cuBLASLt lets the choice be
+ * made once per shape and kept: descriptors, layouts and the heuristic's algorithm are cached
+ * per thread (descriptors are not shared between threads), keyed by device, shape and types.
+ * One cuBLASLt handle per device.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
 
 #define MK_LOG_PREFIX "mkernel"
@@ -71,4 +83,140 @@ int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, i
 			  cudaStream_t stream)
 {
 	return mk_fallback_gemm(a, b, c, m, n, k, b_nk, CUDA_R_16BF, CUDA_R_16BF, stream);
+}
+
+/* ---- cuBLASLt ---- */
+
+#define BLAS_MAX_DEVICES 64
+#define BLAS_CACHE	 64 /* shapes per thread; a collision replaces the older entry */
+
+struct blas_plan {
+	int valid;
+	struct mk_gemm_key key; /* x0, x1: A/B and C types */
+	size_t ws_cap;		/* workspace the heuristic was allowed */
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulAlgo_t algo;
+	size_t ws_need;
+};
+
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static cublasLtHandle_t blas_handles[BLAS_MAX_DEVICES];
+static __thread struct blas_plan blas_cache[BLAS_CACHE];
+
+static int blas_handle(int dev, cublasLtHandle_t *out)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&blas_lock);
+	if (blas_handles[dev] == NULL &&
+	    cublasLtCreate(&blas_handles[dev]) != CUBLAS_STATUS_SUCCESS) {
+		blas_handles[dev] = NULL;
+		rc = -EIO;
+	}
+	*out = blas_handles[dev];
+	pthread_mutex_unlock(&blas_lock);
+	return rc;
+}
+
+static void blas_plan_free(struct blas_plan *p)
+{
+	if (!p->valid)
+		return;
+	cublasLtMatrixLayoutDestroy(p->la);
+	cublasLtMatrixLayoutDestroy(p->lb);
+	cublasLtMatrixLayoutDestroy(p->lc);
+	cublasLtMatmulDescDestroy(p->desc);
+	p->valid = 0;
+}
+
+/* Descriptors, layouts and the heuristic's first algorithm for the plan's key. 0 or -errno. */
+static int blas_plan_make(cublasLtHandle_t lt, struct blas_plan *p)
+{
+	const cublasOperation_t ta = p->key.b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+	const cudaDataType_t ab = (cudaDataType_t)p->key.x0, ct = (cudaDataType_t)p->key.x1;
+	const int m = p->key.m, n = p->key.n, k = p->key.k, b_nk = p->key.b_nk;
+	/* fp32 all the way, as the engine: split-K partials may only be added in the compute type
+	 * (not in place in the output, nor in the output type). */
+	const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0, rc = -ENOSYS;
+
+	if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
+	    CUBLAS_STATUS_SUCCESS)
+		return -EIO;
+	p->la = p->lb = p->lc = NULL;
+	if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) ||
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) ||
+	    cublasLtMatrixLayoutCreate(&p->la, ab, b_nk ? k : n, b_nk ? n : k, b_nk ? k : n) ||
+	    cublasLtMatrixLayoutCreate(&p->lb, ab, k, m, k) ||
+	    cublasLtMatrixLayoutCreate(&p->lc, ct, n, m, n) ||
+	    cublasLtMatmulPreferenceCreate(&pref) ||
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+						 &p->ws_cap, sizeof(p->ws_cap)) ||
+	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+						 &schemes, sizeof(schemes))) {
+		rc = -EIO;
+		goto undo;
+	}
+	if (cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+					   &found) == CUBLAS_STATUS_SUCCESS &&
+	    found > 0) {
+		p->algo = res.algo;
+		p->ws_need = res.workspaceSize;
+		cublasLtMatmulPreferenceDestroy(pref);
+		p->valid = 1;
+		return 0;
+	}
+undo:
+	if (pref != NULL)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (p->la != NULL)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->lb != NULL)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->lc != NULL)
+		cublasLtMatrixLayoutDestroy(p->lc);
+	cublasLtMatmulDescDestroy(p->desc);
+	return rc;
+}
+
+int mk_gemm_blaslt(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		   cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
+		   cudaStream_t stream)
+{
+	const float one = 1.0f, zero = 0.0f;
+	struct mk_gemm_key key = { 0, m, n, k, b_nk, (int)ab_type, (int)c_type };
+	cublasLtHandle_t lt;
+	struct blas_plan *p;
+	cublasStatus_t st;
+	int rc;
+
+	if (cudaGetDevice(&key.dev) != cudaSuccess || key.dev < 0 || key.dev >= BLAS_MAX_DEVICES)
+		return -ENODEV;
+	if (ws == NULL)
+		ws_bytes = 0;
+	p = &blas_cache[mk_gemm_key_slot(&key, BLAS_CACHE)];
+	if (!p->valid || !mk_gemm_key_eq(&p->key, &key) || p->ws_cap != ws_bytes) {
+		rc = blas_handle(key.dev, &lt);
+		if (rc)
+			return rc;
+		blas_plan_free(p);
+		p->key = key;
+		p->ws_cap = ws_bytes;
+		rc = blas_plan_make(lt, p);
+		if (rc)
+			return rc;
+	} else {
+		lt = blas_handles[key.dev]; /* set once before any plan of this device */
+	}
+	st = cublasLtMatmul(lt, p->desc, &one, b, p->la, a, p->lb, &zero, c, p->lc, c, p->lc,
+			    &p->algo, p->ws_need ? ws : NULL, p->ws_need, stream);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		MK_WARN("cublasLtMatmul(m %d, n %d, k %d) failed: %s", m, n, k,
+			cublasGetStatusString(st));
+		return -EIO;
+	}
+	return 0;
 }

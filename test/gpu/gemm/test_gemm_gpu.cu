@@ -13,20 +13,33 @@
  *
  * Cases: shapes (square, tall, wide, tails in M, N and K, K = 1 and K = 8, tiny M) x both B
  * layouts through mkGemm and, where the engine's alignment rules hold, through the engine
- * directly; tile order and CTA subset hooks (bitwise identical results for any order, any subset,
- * a dynamic ticket counter and an SM budget changed by a concurrent controller kernel); ready
- * flags (raised exactly once per tile, and a concurrent consumer kernel that acquires each flag
- * finds the whole tile already correct); epilogue modes (accumulate, atomic add, two outputs).
+ * directly; every engine variant (64 and 128-row, 128 and 256-column tiles, 1 to 16 k-splits)
+ * on decode and tail shapes through mkGemm's dispatch with the variant forced, asserting through
+ * the dispatch's record that the variant ran; split-K properties (deterministic, counters reset
+ * between launches, ready flags once per tile, dynamic tickets); the dispatch's own choice, its
+ * knob and graph capture; tile order and CTA subset hooks (bitwise identical results for any
+ * order, any subset, a dynamic ticket counter and an SM budget changed by a concurrent controller
+ * kernel); ready flags (raised exactly once per tile, and a concurrent consumer kernel that
+ * acquires each flag finds the whole tile already correct); epilogue modes (accumulate, atomic
+ * add, two outputs).
+ *
+ * One run says as much as it can: a failed check prints the first wrong element (row, column,
+ * value, reference) and the run goes on; every launch is waited for with a host-side bound
+ * (T_HANG_S), and a hang prints the case and exits at once (a hung kernel cannot be recovered),
+ * as does a process-wide alarm.
  *
  * Usage: test-gemm-gpu [--quick]   (--quick: small shapes only, for compute-sanitizer)
- * Exit: 0 pass, 1 fail, 77 no CUDA device.
+ * Exit: 0 pass, 1 fail, 2 hang, 77 no CUDA device.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -35,11 +48,54 @@
 #include "mkernel.h"
 #include "fused/bench/fill.cuh"
 #include "fused/gemm/gemm.h"
+#include "fused/ops/gemm_dispatch.h"
+#include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm_engine.cuh"
+extern "C" {
+#include "mk/param.h"
+}
+
+#define T_HANG_S  20  /* one launch may take this long before the run is declared hung */
+#define T_ALARM_S 540 /* the whole run */
 
 static int t_failed, t_passed, t_quick;
 static cublasHandle_t t_blas;
 static cudaStream_t t_st;
+static char t_case[200] = "start"; /* what runs now, for hang reports */
+
+static void t_alarm(int sig)
+{
+	static const char msg[] = "HANG: the whole run exceeded its time; case: ";
+
+	(void)sig;
+	(void)!write(2, msg, sizeof(msg) - 1);
+	(void)!write(2, t_case, strnlen(t_case, sizeof(t_case)));
+	(void)!write(2, "\n", 1);
+	_exit(2);
+}
+
+/* Wait for the stream with a bound: a kernel that never ends is reported, then the process ends
+ * (nothing else can run on a device with a hung kernel). */
+static void t_sync(cudaStream_t st)
+{
+	struct timespec t0, now;
+	cudaError_t e;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while ((e = cudaStreamQuery(st)) == cudaErrorNotReady) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec > T_HANG_S) {
+			fprintf(stderr, "HANG: %s did not finish in %d s\n", t_case, T_HANG_S);
+			fflush(stdout);
+			_exit(2);
+		}
+		usleep(100);
+	}
+	if (e != cudaSuccess) {
+		fprintf(stderr, "CUDA error after %s: %s\n", t_case, cudaGetErrorString(e));
+		exit(1);
+	}
+}
 
 #define T_CHECK_CUDA(x)                                                                         \
 	do {                                                                                    \
@@ -112,9 +168,10 @@ static void t_reference(struct t_buf *t)
 	}
 }
 
-/* Count elements outside the bound: |c - (scale * ref + base)| <= rtol |expect| + atol. */
+/* Count elements outside the bound: |c - (scale * ref + base)| <= rtol |expect| + atol; keep
+ * the first (lowest index) one. st[0] = count, st[1] = first index. */
 __global__ void t_compare(const __nv_bfloat16 *c, const float *ref, const __nv_bfloat16 *base,
-			  float scale, size_t n, float rtol, float atol, unsigned long long *bad,
+			  float scale, size_t n, float rtol, float atol, unsigned long long *st,
 			  float *worst)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -124,7 +181,8 @@ __global__ void t_compare(const __nv_bfloat16 *c, const float *ref, const __nv_b
 		float err = fabsf(got - expect);
 
 		if (!(err <= rtol * fabsf(expect) + atol)) {
-			atomicAdd(bad, 1ull);
+			atomicAdd(&st[0], 1ull);
+			atomicMin(&st[1], (unsigned long long)i);
 			atomicMax((int *)worst, __float_as_int(isnan(err) ? 1e30f : err));
 		}
 	}
@@ -133,22 +191,36 @@ __global__ void t_compare(const __nv_bfloat16 *c, const float *ref, const __nv_b
 static unsigned long long t_check(const struct t_buf *t, const __nv_bfloat16 *c,
 				  const __nv_bfloat16 *base, float scale, float rtol, float *worst)
 {
-	unsigned long long *d, bad = 0;
+	unsigned long long *d, h[2] = { 0, ~0ull };
 	float *w, hw = 0;
 
-	T_CHECK_CUDA(cudaMalloc((void **)&d, sizeof(*d)));
+	T_CHECK_CUDA(cudaMalloc((void **)&d, sizeof(h)));
 	T_CHECK_CUDA(cudaMalloc((void **)&w, sizeof(*w)));
-	T_CHECK_CUDA(cudaMemsetAsync(d, 0, sizeof(*d), t_st));
+	T_CHECK_CUDA(cudaMemcpyAsync(d, h, sizeof(h), cudaMemcpyHostToDevice, t_st));
 	T_CHECK_CUDA(cudaMemsetAsync(w, 0, sizeof(*w), t_st));
 	t_compare<<<512, 256, 0, t_st>>>(c, t->ref, base, scale, (size_t)t->m * t->n, rtol,
 					 1e-5f * t->k, d, w);
-	T_CHECK_CUDA(cudaMemcpyAsync(&bad, d, sizeof(bad), cudaMemcpyDeviceToHost, t_st));
+	T_CHECK_CUDA(cudaMemcpyAsync(h, d, sizeof(h), cudaMemcpyDeviceToHost, t_st));
 	T_CHECK_CUDA(cudaMemcpyAsync(&hw, w, sizeof(hw), cudaMemcpyDeviceToHost, t_st));
-	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	t_sync(t_st);
+	if (h[0] != 0) {
+		/* the first wrong element, with what it should be */
+		const size_t i = h[1];
+		__nv_bfloat16 got, bv = __float2bfloat16(0.0f);
+		float want;
+
+		T_CHECK_CUDA(cudaMemcpy(&got, c + i, 2, cudaMemcpyDeviceToHost));
+		T_CHECK_CUDA(cudaMemcpy(&want, t->ref + i, 4, cudaMemcpyDeviceToHost));
+		if (base != NULL)
+			T_CHECK_CUDA(cudaMemcpy(&bv, base + i, 2, cudaMemcpyDeviceToHost));
+		printf("     first wrong element: row %zu col %zu: %g, expected %g (%s)\n",
+		       i / (size_t)t->n, i % (size_t)t->n, (double)__bfloat162float(got),
+		       (double)(scale * want + __bfloat162float(bv)), t_case);
+	}
 	cudaFree(d);
 	cudaFree(w);
 	*worst = hw;
-	return bad;
+	return h[0];
 }
 
 static void t_poison(void *p, size_t bytes)
@@ -190,7 +262,7 @@ static void t_shape(int m, int n, int k, int b_nk, int engine_ok)
 	t_poison(t.c, (size_t)m * n * 2);
 	r = mkGemm(t.a, t.b, t.c, m, n, k, ncclBfloat16,
 		   b_nk ? mkLayoutRowMajorNK : mkLayoutRowMajorKN, t_st);
-	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	t_sync(t_st);
 	bad = r == ncclSuccess ? t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
 	t_report(r == ncclSuccess && bad == 0,
 		 "mkGemm %5d x %5d x %5d B=%s path=%s: %llu bad, worst err %.3g", m, n, k,
@@ -200,7 +272,7 @@ static void t_shape(int m, int n, int k, int b_nk, int engine_ok)
 		t_poison(t.c, (size_t)m * n * 2);
 		int rc = t_engine(&t, NULL, t.c);
 
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_sync(t_st);
 		bad = rc == 0 ? t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
 		t_report(rc == 0 && bad == 0, "engine %5d x %5d x %5d B=%s: %llu bad, worst err %.3g",
 			 m, n, k, b_nk ? "NK" : "KN", bad, worst);
@@ -374,7 +446,7 @@ static void t_hooks(int sms)
 	float worst;
 	unsigned long long bad;
 
-	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	t_sync(t_st);
 	bad = rc == 0 ? t_check(&t, c0, NULL, 1.0f, 1.0f / 256, &worst) : 1;
 	t_report(rc == 0 && bad == 0, "hooks base %dx%dx%d (%d tiles): %llu bad", m, n, k, tiles,
 		 bad);
@@ -424,7 +496,7 @@ static void t_hooks(int sms)
 				}
 				t_poison(c1, cbytes);
 				rc = t_engine(&t, &v, c1);
-				T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+				t_sync(t_st);
 				t_report(rc == 0 && t_bitwise_equal(c0, c1, cbytes),
 					 "order %-11s ctas %3d %s tickets: bitwise equal",
 					 order_names[o], subsets[s], dyn ? "dynamic" : "static ");
@@ -443,7 +515,7 @@ static void t_hooks(int sms)
 		T_CHECK_CUDA(cudaMemsetAsync(ready, 0, tiles * 4, t_st));
 		T_CHECK_CUDA(cudaMemcpyAsync(active, &full, 4, cudaMemcpyHostToDevice, t_st));
 		t_poison(c1, cbytes);
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_sync(t_st);
 		t_controller<<<1, 1, 0, side>>>(ready, tiles, active, full, first_seen);
 		v.ctas = full;
 		v.args.sched.counter = counter;
@@ -452,8 +524,8 @@ static void t_hooks(int sms)
 		v.args.epi.out[0] = c1;
 		v.args.epi.ready = ready;
 		rc = t_engine(&t, &v, c1);
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
-		T_CHECK_CUDA(cudaStreamSynchronize(side));
+		t_sync(t_st);
+		t_sync(side);
 		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
 		T_CHECK_CUDA(cudaMemcpy(&h_first, first_seen, 4, cudaMemcpyDeviceToHost));
 		int once = 1;
@@ -489,8 +561,8 @@ static void t_hooks(int sms)
 		v.args.epi.out[0] = c1;
 		v.args.epi.ready = ready;
 		rc = t_engine(&t, &v, c1);
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
-		T_CHECK_CUDA(cudaStreamSynchronize(side));
+		t_sync(t_st);
+		t_sync(side);
 		T_CHECK_CUDA(cudaMemcpy(&h_wrong, wrong, sizeof(h_wrong), cudaMemcpyDeviceToHost));
 		T_CHECK_CUDA(cudaMemcpy(h_stats, stats, sizeof(h_stats), cudaMemcpyDeviceToHost));
 		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
@@ -530,7 +602,7 @@ static void t_hooks(int sms)
 			t_two_role_kernel<<<sms, MK_GEMM_THREADS, MK_GEMM_SMEM_BYTES, t_st>>>(
 				maps, args, late, joined);
 		T_CHECK_CUDA(cudaGetLastError());
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_sync(t_st);
 		T_CHECK_CUDA(cudaMemcpy(&h_joined, joined, 4, cudaMemcpyDeviceToHost));
 		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
 		int once = 1;
@@ -555,7 +627,7 @@ static void t_hooks(int sms)
 		v.args.epi.out[0] = c1;
 		v.args.epi.mode[0] = MK_GEMM_EPI_ACCUMULATE;
 		rc = t_engine(&t, &v, c1);
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_sync(t_st);
 		bad = rc == 0 ? t_check(&t, c1, base, 1.0f, 1.0f / 128, &worst) : 1;
 		t_report(rc == 0 && bad == 0, "epilogue accumulate: out + A@B, %llu bad", bad);
 
@@ -566,7 +638,7 @@ static void t_hooks(int sms)
 		T_CHECK_CUDA(cudaMemsetAsync(ready, 0, tiles * 4, t_st));
 		rc = t_engine(&t, &v, c1);
 		rc |= t_engine(&t, &v, c1);
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_sync(t_st);
 		T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
 		int twice = 1;
 
@@ -584,7 +656,7 @@ static void t_hooks(int sms)
 		v.args.epi.out[1] = base;
 		v.args.epi.ld[1] = n;
 		rc = t_engine(&t, &v, c1);
-		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		t_sync(t_st);
 		t_report(rc == 0 && t_bitwise_equal(c0, c1, cbytes) &&
 				 t_bitwise_equal(c0, base, cbytes),
 			 "epilogue two outputs: both bitwise equal to the plain run");
@@ -600,6 +672,327 @@ static void t_hooks(int sms)
 	cudaFree(first_seen);
 	free(h_order);
 	free(h_ready);
+	t_free(&t);
+}
+
+/* ---- engine variants through mkGemm's dispatch ---- */
+
+static int t_same_pick(const struct mk_gemm_pick *x, const struct mk_gemm_pick *y)
+{
+	return x->path == y->path &&
+	       (x->path != MK_GEMM_PATH_ENGINE || (x->tile == y->tile && x->splits == y->splits));
+}
+
+/* Whether the engine can run variant p on t (its rules, with a workspace). */
+static int t_variant_runs(const struct t_buf *t, const struct mk_gemm_pick *p)
+{
+	static char ws[16] __attribute__((aligned(16)));
+	struct mk_gemm_args args;
+
+	mk_gemm_args_init(&args, t->m, t->n, t->k, t->b_nk ? MK_GEMM_B_NK : MK_GEMM_B_KN, t->c);
+	mk_gemm_args_variant(&args, p->tile, p->splits);
+	if (p->splits > 1) {
+		if (mk_gemm_split_ws_bytes(&args) > (size_t)(32 << 20))
+			return 0;
+		mk_gemm_args_split_ws(&args, ws);
+	}
+	return mk_gemm_check(t->a, t->b, &args, NULL) == 0;
+}
+
+/* Run `name` through the dispatch (forced) into t->c, poisoned first; check the result and
+ * that the variant ran (or, where the engine cannot run it, that cuBLAS did). */
+static void t_pick_case(struct t_buf *t, const char *name)
+{
+	struct mk_gemm_pick want;
+	struct mk_gemm_ran ran, last;
+	unsigned long long bad;
+	float worst = 0;
+	int rc, runs, ok_path;
+	char got[32];
+
+	if (mk_gemm_pick_parse(name, &want) != 0) {
+		t_report(0, "bad variant name %s", name);
+		return;
+	}
+	runs = t_variant_runs(t, &want);
+	snprintf(t_case, sizeof(t_case), "variant %s on %d x %d x %d B=%s", name, t->m, t->n, t->k,
+		 t->b_nk ? "NK" : "KN");
+	t_poison(t->c, (size_t)t->m * t->n * 2);
+	rc = mk_gemm_dispatch(t->a, t->b, t->c, t->m, t->n, t->k, t->b_nk, t_st, &want, &ran);
+	t_sync(t_st);
+	mk_gemm_dispatch_last(&last);
+	bad = rc == 0 ? t_check(t, t->c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
+	ok_path = runs ? t_same_pick(&ran.pick, &want) : ran.pick.path != MK_GEMM_PATH_ENGINE;
+	ok_path &= t_same_pick(&last.pick, &ran.pick) && ran.why != NULL;
+	t_report(rc == 0 && bad == 0 && ok_path,
+		 "%-60s ran %-9s (%s): %llu bad, worst err %.3g", t_case,
+		 mk_gemm_pick_name(&ran.pick, got, sizeof(got)),
+		 runs ? "asked for" : "engine cannot: cuBLAS expected", bad, worst);
+}
+
+static void t_variants(void)
+{
+	static const int shapes[][3] = {
+		{ 1, 4096, 4096 },  /* decode: one row */
+		{ 16, 1000, 1032 }, /* N and K tails */
+		{ 64, 520, 2048 },  /* exactly one 64-row tile */
+		{ 65, 304, 520 },   /* one row past it */
+		{ 129, 264, 136 },  /* one past the 128-row tile, K tail */
+		{ 200, 4104, 64 },  /* one k-block: splits > 1 cannot run */
+		{ 256, 1536, 8192 },
+	};
+	static const char *const tiles[] = { "128x256", "64x256", "128x128", "64x128" };
+	static const int splits[] = { 1, 2, 3, 7, 16 };
+	const size_t nshapes = t_quick ? 3 : sizeof(shapes) / sizeof(shapes[0]);
+
+	for (size_t i = 0; i < nshapes; i++) {
+		for (int b_nk = 0; b_nk < 2; b_nk++) {
+			struct t_buf t;
+
+			t_alloc(&t, shapes[i][0], shapes[i][1], shapes[i][2], b_nk,
+				(uint32_t)(i * 977 + b_nk));
+			t_reference(&t);
+			for (int v = 0; v < 4; v++) {
+				for (size_t sp = 0; sp < sizeof(splits) / sizeof(splits[0]); sp++) {
+					char name[32];
+
+					if (t_quick && sp % 2)
+						continue;
+					snprintf(name, sizeof(name), "e%ss%d", tiles[v], splits[sp]);
+					t_pick_case(&t, name);
+				}
+			}
+			t_free(&t);
+		}
+	}
+}
+
+/* Split-K: deterministic, counters back at zero after every launch, ready flags once per tile,
+ * any ticket source and CTA count giving the same bits. */
+static void t_split_properties(int sms)
+{
+	const int m = 100, n = 1000, k = 2048;
+	struct t_buf t;
+	struct mk_gemm_launch l;
+	struct mk_gemm_pick p;
+	__nv_bfloat16 *c1, *c2;
+	unsigned int *ready, *h_ready, *counter;
+	size_t cbytes = (size_t)m * n * 2, ws_bytes = 0;
+	void *ws = NULL;
+	unsigned long long bad;
+	float worst;
+	int rc, tiles, once;
+
+	t_alloc(&t, m, n, k, 1, 31337);
+	t_reference(&t);
+	T_CHECK_CUDA(cudaMalloc((void **)&c1, cbytes));
+	T_CHECK_CUDA(cudaMalloc((void **)&c2, cbytes));
+	T_CHECK_CUDA(cudaMalloc((void **)&counter, 4));
+
+	/* three launches of one split variant: bitwise equal, all right */
+	snprintf(t_case, sizeof(t_case), "split-K e64x256s8 three launches");
+	mk_gemm_pick_parse("e64x256s8", &p);
+	t_poison(c1, cbytes);
+	rc = mk_gemm_dispatch(t.a, t.b, c1, m, n, k, 1, t_st, &p, NULL);
+	bad = 0;
+	for (int r = 0; r < 2 && rc == 0; r++) {
+		t_poison(c2, cbytes);
+		rc = mk_gemm_dispatch(t.a, t.b, c2, m, n, k, 1, t_st, &p, NULL);
+		t_sync(t_st);
+		bad += !t_bitwise_equal(c1, c2, cbytes);
+	}
+	t_sync(t_st);
+	t_report(rc == 0 && bad == 0 && t_check(&t, c1, NULL, 1.0f, 1.0f / 256, &worst) == 0,
+		 "%s: bitwise equal each time (deterministic, counters reset), right", t_case);
+
+	/* the engine directly: ready flags, CTA counts, dynamic tickets */
+	memset(&l, 0, sizeof(l));
+	l.a = t.a;
+	l.b = t.b;
+	mk_gemm_args_init(&l.args, m, n, k, MK_GEMM_B_NK, c2);
+	mk_gemm_args_variant(&l.args, MK_GEMM_TILE_64x128, 4);
+	tiles = l.args.tiles_m * l.args.tiles_n;
+	rc = mk_gemm_ws_get(t_st, &ws, &ws_bytes);
+	if (rc != 0 || mk_gemm_split_ws_bytes(&l.args) > ws_bytes) {
+		t_report(0, "split-K workspace: rc %d, %zu bytes", rc, ws_bytes);
+		goto out;
+	}
+	mk_gemm_args_split_ws(&l.args, ws);
+	T_CHECK_CUDA(cudaMalloc((void **)&ready, tiles * 4));
+	h_ready = (unsigned int *)malloc(tiles * 4);
+	T_CHECK_CUDA(cudaMemsetAsync(ready, 0, tiles * 4, t_st));
+	l.args.epi.ready = ready;
+	snprintf(t_case, sizeof(t_case), "split-K e64x128s4 with ready flags, twice");
+	t_poison(c1, cbytes);
+	l.args.epi.out[0] = c1;
+	rc = mk_gemm_run(&l, t_st);
+	rc |= mk_gemm_run(&l, t_st);
+	t_sync(t_st);
+	T_CHECK_CUDA(cudaMemcpy(h_ready, ready, tiles * 4, cudaMemcpyDeviceToHost));
+	once = 1;
+	for (int i = 0; i < tiles; i++)
+		once &= h_ready[i] == 2;
+	bad = rc == 0 ? t_check(&t, c1, NULL, 1.0f, 1.0f / 256, &worst) : 1;
+	t_report(rc == 0 && once && bad == 0, "%s: every flag == 2, %llu bad", t_case, bad);
+	l.args.epi.ready = NULL;
+
+	{
+		const int ctas[] = { 1, 5, 13, sms };
+
+		for (size_t i = 0; i < sizeof(ctas) / sizeof(ctas[0]); i++) {
+			for (int dyn = 0; dyn < 2; dyn++) {
+				struct mk_gemm_launch v = l;
+
+				snprintf(t_case, sizeof(t_case),
+					 "split-K e64x128s4 on %d CTAs, %s tickets", ctas[i],
+					 dyn ? "dynamic" : "static");
+				v.ctas = ctas[i];
+				v.args.epi.out[0] = c2;
+				if (dyn) {
+					T_CHECK_CUDA(cudaMemsetAsync(counter, 0, 4, t_st));
+					v.args.sched.counter = counter;
+				}
+				t_poison(c2, cbytes);
+				rc = mk_gemm_run(&v, t_st);
+				t_sync(t_st);
+				t_report(rc == 0 && t_bitwise_equal(c1, c2, cbytes), "%s: bitwise equal",
+					 t_case);
+			}
+		}
+	}
+	cudaFree(ready);
+	free(h_ready);
+out:
+	cudaFree(c1);
+	cudaFree(c2);
+	cudaFree(counter);
+	t_free(&t);
+}
+
+static void t_set_env(const char *name, const char *value)
+{
+	if (value == NULL)
+		unsetenv(name);
+	else
+		setenv(name, value, 1);
+	mk_param_reset_all();
+}
+
+/* The dispatch's own choice on the shapes users reported, its knobs, and its record. */
+static void t_dispatch(void)
+{
+	static const int shapes[][4] = {
+		{ 16, 4096, 4096, 1 }, { 128, 8192, 8192, 1 }, { 3000, 5000, 1000, 1 },
+		{ 1001, 1003, 1000, 0 }, /* K x N B with N % 8: the engine's rule sends it to cuBLAS */
+		{ 1, 14336, 4096, 1 },	 { 256, 4096, 14336, 0 },
+	};
+	const size_t nshapes = t_quick ? 2 : sizeof(shapes) / sizeof(shapes[0]);
+	struct mk_gemm_ran ran, last;
+	unsigned long long bad;
+	float worst;
+	char name[32];
+	int rc;
+
+	for (size_t i = 0; i < nshapes; i++) {
+		struct t_buf t;
+
+		t_alloc(&t, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+			(uint32_t)(i + 5));
+		t_reference(&t);
+		snprintf(t_case, sizeof(t_case), "dispatch auto %d x %d x %d B=%s", t.m, t.n, t.k,
+			 t.b_nk ? "NK" : "KN");
+		t_poison(t.c, (size_t)t.m * t.n * 2);
+		rc = mk_gemm_dispatch(t.a, t.b, t.c, t.m, t.n, t.k, t.b_nk, t_st, NULL, &ran);
+		t_sync(t_st);
+		mk_gemm_dispatch_last(&last);
+		bad = rc == 0 ? t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
+		t_report(rc == 0 && bad == 0 && ran.why != NULL && t_same_pick(&ran.pick, &last.pick) &&
+				 (t.b_nk || t.n % 8 == 0 || ran.pick.path != MK_GEMM_PATH_ENGINE),
+			 "%-45s ran %s (%s): %llu bad", t_case,
+			 mk_gemm_pick_name(&ran.pick, name, sizeof(name)), ran.why, bad);
+
+		/* the same call through the public API, with its knobs */
+		if (i == 0) {
+			struct mk_gemm_pick want;
+			ncclResult_t r;
+
+			mk_gemm_pick_parse("e64x128s2", &want);
+			t_set_env("MKERNEL_GEMM_PATH", "e64x128s2");
+			rc = mk_gemm_dispatch(t.a, t.b, t.c, t.m, t.n, t.k, t.b_nk, t_st, NULL, &ran);
+			t_sync(t_st);
+			t_report(rc == 0 && t_same_pick(&ran.pick, &want),
+				 "MKERNEL_GEMM_PATH=e64x128s2 runs it (%s)", ran.why);
+			t_set_env("MKERNEL_GEMM_PATH", "e99x1s1");
+			rc = mk_gemm_dispatch(t.a, t.b, t.c, t.m, t.n, t.k, t.b_nk, t_st, NULL, &ran);
+			t_sync(t_st);
+			t_report(rc == 0 && t_same_pick(&ran.pick, &last.pick),
+				 "MKERNEL_GEMM_PATH=e99x1s1 is ignored (auto: %s)",
+				 mk_gemm_pick_name(&ran.pick, name, sizeof(name)));
+			t_set_env("MKERNEL_GEMM_PATH", NULL);
+			t_set_env("MKERNEL_GEMM_FORCE_FALLBACK", "1");
+			t_poison(t.c, (size_t)t.m * t.n * 2);
+			r = mkGemm(t.a, t.b, t.c, t.m, t.n, t.k, ncclBfloat16, mkLayoutRowMajorNK,
+				   t_st);
+			t_sync(t_st);
+			rc = mk_gemm_dispatch(t.a, t.b, t.c, t.m, t.n, t.k, t.b_nk, t_st, NULL, &ran);
+			t_sync(t_st);
+			bad = r == ncclSuccess ? t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
+			t_report(rc == 0 && ran.pick.path == MK_GEMM_PATH_CUBLAS && bad == 0,
+				 "MKERNEL_GEMM_FORCE_FALLBACK=1: cublasGemmEx, mkGemm right");
+			t_set_env("MKERNEL_GEMM_FORCE_FALLBACK", NULL);
+		}
+		t_free(&t);
+	}
+}
+
+/* Graph capture: a split variant on a stream with no workspace yet takes cuBLASLt (nothing may be
+ * allocated in a capture); once the stream has its workspace the variant is captured too. Two
+ * replays each: counters reset between them. */
+static void t_capture(void)
+{
+	const int m = 16, n = 2048, k = 2048;
+	struct t_buf t;
+	struct mk_gemm_pick p;
+	struct mk_gemm_ran ran;
+	cudaStream_t s2;
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	unsigned long long bad;
+	float worst;
+	int rc;
+
+	t_alloc(&t, m, n, k, 1, 777);
+	t_reference(&t);
+	mk_gemm_pick_parse("e64x256s4", &p);
+	T_CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+	for (int round = 0; round < 2; round++) {
+		snprintf(t_case, sizeof(t_case), "graph capture of e64x256s4, %s", round ? "stream with a workspace" : "new stream");
+		if (round == 1) { /* one plain call gives the stream its workspace */
+			rc = mk_gemm_dispatch(t.a, t.b, t.c, m, n, k, 1, s2, &p, &ran);
+			t_sync(s2);
+		}
+		T_CHECK_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+		rc = mk_gemm_dispatch(t.a, t.b, t.c, m, n, k, 1, s2, &p, &ran);
+		T_CHECK_CUDA(cudaStreamEndCapture(s2, &g));
+		T_CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+		bad = 0;
+		for (int r = 0; r < 2 && rc == 0; r++) {
+			t_poison(t.c, (size_t)m * n * 2);
+			t_sync(t_st);
+			T_CHECK_CUDA(cudaGraphLaunch(ge, s2));
+			t_sync(s2);
+			bad += t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst);
+		}
+		t_report(rc == 0 && bad == 0 &&
+				 (round == 0 ? ran.pick.path == MK_GEMM_PATH_CUBLASLT
+					     : t_same_pick(&ran.pick, &p)),
+			 "%s: captured %s (%s), 2 replays, %llu bad", t_case,
+			 ran.pick.path == MK_GEMM_PATH_ENGINE ? "the variant" : "cuBLASLt", ran.why,
+			 bad);
+		cudaGraphExecDestroy(ge);
+		cudaGraphDestroy(g);
+	}
+	cudaStreamDestroy(s2);
 	t_free(&t);
 }
 
@@ -619,7 +1012,7 @@ static void t_api_errors(void)
 		 "mkGemm float32 -> ncclInvalidArgument");
 	t_report(mkGemm(p, p, p, 8, 8, 8, ncclBfloat16, (mkLayout_t)7, t_st) == ncclInvalidArgument,
 		 "mkGemm bad layout -> ncclInvalidArgument");
-	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	t_sync(t_st);
 	cudaFree(p);
 }
 
@@ -649,6 +1042,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--quick"))
 			t_quick = 1;
+	signal(SIGALRM, t_alarm);
+	alarm(T_ALARM_S);
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
 		printf("SKIP: no CUDA device\n");
 		return 77;
@@ -669,10 +1064,15 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < nshapes; i++)
 		for (int b_nk = 0; b_nk < 2; b_nk++)
 			t_shape(shapes[i][0], shapes[i][1], shapes[i][2], b_nk, engine_ok);
-	if (engine_ok)
+	if (engine_ok) {
+		t_variants();
+		t_split_properties(sms);
+		t_dispatch();
+		t_capture();
 		t_hooks(sms);
-	else
-		printf("# engine hooks not tested: device is not sm_90\n");
+	} else {
+		printf("# engine variants and hooks not tested: device is not sm_90\n");
+	}
 
 	cublasDestroy(t_blas);
 	cudaStreamDestroy(t_st);

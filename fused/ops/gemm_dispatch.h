@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The gemm op's paths and the choice between them (plain C host code): mkernel's engine in one
+ * of its variants (fused/gemm/gemm.h) or cuBLASLt, chosen per shape from measured data
+ * (tuner/calib.h), with the device memory both need (a workspace per stream, gemm_mem.c). mkGemm
+ * (gemm_api.c) and other ops' GEMMs call mk_gemm_dispatch(); tests and tools force a path and
+ * read which one ran. The cuBLAS paths are in gemm_fallback.h.
+ */
+#ifndef MK_FUSED_OPS_GEMM_DISPATCH_H
+#define MK_FUSED_OPS_GEMM_DISPATCH_H
+
+#include <stddef.h>
+
+#include <cuda_runtime.h>
+#include <library_types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Key of the per-thread caches of plans and decisions: device, shape and two more words. */
+struct mk_gemm_key {
+	int dev, m, n, k, b_nk, x0, x1;
+};
+
+static inline unsigned int mk_gemm_key_slot(const struct mk_gemm_key *key, unsigned int slots)
+{
+	const int *w = &key->dev;
+	unsigned long long h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < sizeof(*key) / sizeof(int); i++)
+		h = (h ^ (unsigned int)w[i]) * 1099511628211ull;
+	return (unsigned int)(h % slots);
+}
+
+static inline int mk_gemm_key_eq(const struct mk_gemm_key *x, const struct mk_gemm_key *y)
+{
+	return x->dev == y->dev && x->m == y->m && x->n == y->n && x->k == y->k &&
+	       x->b_nk == y->b_nk && x->x0 == y->x0 && x->x1 == y->x1;
+}
+
+enum mk_gemm_path {
+	MK_GEMM_PATH_AUTO = 0,	   /* the calibration decides (requests only) */
+	MK_GEMM_PATH_ENGINE = 1,   /* mkernel's engine, variant tile x splits */
+	MK_GEMM_PATH_CUBLASLT = 2, /* cublasLtMatmul with the heuristic's algorithm */
+	MK_GEMM_PATH_CUBLAS = 3,   /* cublasGemmEx (no workspace: under capture, other types) */
+};
+
+/* A path to run (requests) or the path that ran. */
+struct mk_gemm_pick {
+	int path;   /* enum mk_gemm_path */
+	int tile;   /* engine: enum mk_gemm_tile */
+	int splits; /* engine: k-splits (1 = none) */
+};
+
+/* What a dispatch did, for tests and logs. */
+struct mk_gemm_ran {
+	struct mk_gemm_pick pick;
+	const char *why; /* static text: why this path */
+};
+
+/*
+ * C (row-major m x n, bf16) = A (row-major m x k) @ B (k x n, or n x k when b_nk), fp32
+ * accumulation, on `stream`. `force` (NULL = auto) runs the given path when it can run this
+ * call, else the next one as auto would; `ran` (may be NULL) says what ran. 0, or -errno:
+ * -EIO when a launch failed. Sizes and pointers are the caller's to check (>= 1, not NULL).
+ */
+int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		     cudaStream_t stream, const struct mk_gemm_pick *force,
+		     struct mk_gemm_ran *ran);
+
+/* The last dispatch of this thread (what ran and why), for tests. */
+void mk_gemm_dispatch_last(struct mk_gemm_ran *ran);
+
+/*
+ * "cublas", "cublaslt", "engine" (the default variant) or "eBMxBNsS" into *out. 0 or -EINVAL.
+ * Names MKERNEL_GEMM_PATH and the tools' --path take.
+ */
+int mk_gemm_pick_parse(const char *s, struct mk_gemm_pick *out);
+
+/* "cublaslt", "e64x256s8", ... into buf. */
+const char *mk_gemm_pick_name(const struct mk_gemm_pick *p, char *buf, size_t len);
+
+/*
+ * The workspace of `stream` on the current device: MKERNEL_GEMM_WORKSPACE bytes, allocated and
+ * zeroed (ordered on the stream) at the first request, kept for the process. The first
+ * MK_GEMM_SPLIT_COUNT_BYTES hold split-K counters; the rest is shared by split-K partials and
+ * cuBLASLt (stream order keeps them apart). 0, -EBUSY (the stream is capturing and has no
+ * workspace yet: nothing may be allocated now), -ENOSPC (too many streams), -ENOMEM.
+ */
+int mk_gemm_ws_get(cudaStream_t stream, void **ws, size_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MK_FUSED_OPS_GEMM_DISPATCH_H */
