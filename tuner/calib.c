@@ -155,21 +155,97 @@ static int calib_link_record(const struct calib_line *l, struct mk_calib *c, con
 	return 0;
 }
 
+static int calib_op(const char *name)
+{
+	for (int op = 0; op < MK_FUSED_OP_COUNT && op < MK_CALIB_MAX_OPS; op++) {
+		if (strcmp(name, mk_policy_op_name(op)) == 0)
+			return op;
+	}
+	return -1;
+}
+
 static int calib_fused_record(const struct calib_line *l, struct mk_calib *c, const char **why)
 {
 	double us;
 
-	if (l->n == 3 && calib_num(l->tok[2], 0, 0, &us) == 0) {
-		for (int op = 0; op < MK_FUSED_OP_COUNT && op < MK_CALIB_MAX_OPS; op++) {
-			if (strcmp(l->tok[1], mk_policy_op_name(op)) == 0) {
-				c->overhead_us[op] = us;
-				c->overhead_set[op] = 1;
-				return 0;
-			}
-		}
+	int op;
+
+	if (l->n == 3 && calib_num(l->tok[2], 0, 0, &us) == 0 && (op = calib_op(l->tok[1])) >= 0) {
+		c->overhead_us[op] = us;
+		c->overhead_set[op] = 1;
+		return 0;
 	}
 	*why = "fused record: expected 'fused OP OVERHEAD_US' with a known op";
 	return -EINVAL;
+}
+
+static int calib_coll_record(const struct calib_line *l, struct mk_calib *c, const char **why)
+{
+	struct mk_calib_coll cl, *v;
+	uint64_t x[3];
+
+	*why = "coll record: expected 'coll KIND nccl|oneshot NODES LOCAL BYTES US' with a known "
+	       "collective, NODES, LOCAL, BYTES >= 1 and US > 0";
+	if (l->n != 7)
+		return -EINVAL;
+	cl.kind = -1;
+	for (int k = 0; k < MK_COLL_COUNT; k++) {
+		if (strcmp(l->tok[1], mk_policy_coll_name(k)) == 0)
+			cl.kind = k;
+	}
+	cl.impl = strcmp(l->tok[2], "nccl") == 0      ? MK_CALIB_NCCL
+		  : strcmp(l->tok[2], "oneshot") == 0 ? MK_CALIB_ONESHOT
+						      : -1;
+	if (cl.kind < 0 || cl.impl < 0 || calib_uint(l->tok[3], 1, 65536, &x[0]) ||
+	    calib_uint(l->tok[4], 1, 65536, &x[1]) || calib_uint(l->tok[5], 1, UINT64_MAX, &x[2]) ||
+	    calib_num(l->tok[6], 0, 1, &cl.us))
+		return -EINVAL;
+	if (c->ncoll == MK_CALIB_MAX_COLLS) {
+		*why = "more than 4096 coll records";
+		return -EINVAL;
+	}
+	v = realloc(c->coll, (c->ncoll + 1) * sizeof(*v));
+	if (v == NULL)
+		return -ENOMEM;
+	c->coll = v;
+	cl.nodes = (int)x[0];
+	cl.local = (int)x[1];
+	cl.bytes = x[2];
+	c->coll[c->ncoll++] = cl;
+	return 0;
+}
+
+static int calib_split_record(const struct calib_line *l, struct mk_calib *c, const char **why)
+{
+	struct mk_calib_split *v, sp;
+	uint64_t x[7];
+
+	*why = "split record: expected 'split OP NODES LOCAL M SHARE INTRA SEND REDUCE' with a "
+	       "known op, NODES, LOCAL, M >= 1, SHARE 8 .. 4096 and the roles' CTAs below SHARE";
+	if (l->n != 9 || (sp.op = calib_op(l->tok[1])) < 0)
+		return -EINVAL;
+	for (int i = 0; i < 7; i++) {
+		if (calib_uint(l->tok[2 + i], i < 3 ? 1 : 0, INT32_MAX, &x[i]))
+			return -EINVAL;
+	}
+	if (x[3] < 8 || x[3] > 4096 || x[4] + x[5] + x[6] >= x[3])
+		return -EINVAL;
+	if (c->nsplit == MK_CALIB_MAX_SPLITS) {
+		*why = "more than 1024 split records";
+		return -EINVAL;
+	}
+	v = realloc(c->split, (c->nsplit + 1) * sizeof(*v));
+	if (v == NULL)
+		return -ENOMEM;
+	c->split = v;
+	sp.nodes = (int)x[0];
+	sp.local = (int)x[1];
+	sp.m = (uint32_t)x[2];
+	sp.share = (int)x[3];
+	for (int r = 0; r < 3; r++)
+		sp.comm[r] = (int)x[4 + r];
+	c->split[c->nsplit++] = sp;
+	return 0;
 }
 
 static int calib_device_record(const struct calib_line *l, struct mk_calib *c, const char **why)
@@ -246,7 +322,11 @@ static int calib_record(const struct calib_line *l, struct mk_calib *c, size_t *
 		return calib_fused_record(l, c, why);
 	if (strcmp(kw, "device") == 0)
 		return calib_device_record(l, c, why);
-	*why = "unknown record (expected gemm, link, fused or device)";
+	if (strcmp(kw, "split") == 0)
+		return calib_split_record(l, c, why);
+	if (strcmp(kw, "coll") == 0)
+		return calib_coll_record(l, c, why);
+	*why = "unknown record (expected gemm, link, fused, split, coll or device)";
 	return -EINVAL;
 }
 
@@ -305,6 +385,8 @@ int mk_calib_parse(const char *text, size_t len, struct mk_calib *out, int *line
 void mk_calib_free(struct mk_calib *c)
 {
 	free(c->gemm);
+	free(c->split);
+	free(c->coll);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -494,4 +576,64 @@ double mk_calib_gemm_us(const struct mk_calib *c, uint64_t m, uint64_t n, uint64
 	if (m > ch.m)
 		t *= (double)m / (double)ch.m;
 	return t;
+}
+
+int mk_calib_split_get(const struct mk_calib *c, int op, int nodes, int local, uint64_t m, int sms,
+		       int comm[3])
+{
+	const struct mk_calib_split *best = NULL;
+	double best_d = 0;
+
+	for (size_t i = 0; i < c->nsplit; i++) {
+		const struct mk_calib_split *s = &c->split[i];
+		double d;
+
+		if (s->op != op || s->nodes != nodes || s->local != local)
+			continue;
+		d = fabs(log2((double)m / s->m));
+		if (best == NULL || d < best_d) {
+			best = s;
+			best_d = d;
+		}
+	}
+	if (best == NULL)
+		return -ENOENT;
+	for (int r = 0; r < 3; r++) {
+		comm[r] = (int)(((long long)best->comm[r] * sms + best->share / 2) / best->share);
+		if (best->comm[r] > 0 && comm[r] < 1)
+			comm[r] = 1;
+	}
+	return 0;
+}
+
+double mk_calib_coll_us(const struct mk_calib *c, int kind, int impl, int nodes, int local,
+			uint64_t bytes)
+{
+	const struct mk_calib_coll *lo = NULL, *hi = NULL, *min = NULL, *max = NULL;
+	double f;
+
+	for (size_t i = 0; i < c->ncoll; i++) {
+		const struct mk_calib_coll *x = &c->coll[i];
+
+		if (x->kind != kind || x->impl != impl || x->nodes != nodes || x->local != local)
+			continue;
+		if (x->bytes <= bytes && (lo == NULL || x->bytes > lo->bytes))
+			lo = x;
+		if (x->bytes >= bytes && (hi == NULL || x->bytes < hi->bytes))
+			hi = x;
+		if (min == NULL || x->bytes < min->bytes)
+			min = x;
+		if (max == NULL || x->bytes > max->bytes)
+			max = x;
+	}
+	if (min == NULL)
+		return -1;
+	if (lo == NULL) /* below every size: the latency of the smallest */
+		return min->us;
+	if (hi == NULL) /* above every size: bandwidth-bound */
+		return max->us * (double)bytes / (double)max->bytes;
+	if (hi->bytes == lo->bytes)
+		return lo->us;
+	f = log2((double)bytes / lo->bytes) / log2((double)hi->bytes / lo->bytes);
+	return lo->us + f * (hi->us - lo->us);
 }

@@ -12,6 +12,14 @@
  *	gemm M N K nk|kn PATH US                   median time of C = A @ B on one path, in us
  *	link nvl|net LAT_US GBPS                   a link's latency and bandwidth per direction
  *	fused OP OVERHEAD_US                       a fused op's fixed cost over its parts, in us
+ *	coll KIND IMPL NODES LOCAL BYTES US        a collective's median time on NODES nodes of
+ *	                                           LOCAL ranks: KIND allreduce, ..., IMPL nccl
+ *	                                           (the unfused path's) or oneshot (mkernel's
+ *	                                           exchange after the GEMM)
+ *	split OP NODES LOCAL M SHARE INTRA SEND REDUCE
+ *	                                           the best static split measured for OP on NODES
+ *	                                           nodes of LOCAL ranks at M rows, on SHARE SMs:
+ *	                                           CTAs of each communication role
  *
  * PATH is `cublas` (cuBLASLt, the heuristic's algorithm) or `eBMxBNsS`, mkernel's engine with
  * BM x BN tiles and S k-splits (e128x256s1, e64x128s4, ...). OP is a policy op name
@@ -55,9 +63,35 @@ struct mk_calib_gemm {
 	float us;
 };
 
+/* One measured best static split. */
+struct mk_calib_split {
+	int op, nodes, local, share;
+	uint32_t m;
+	int comm[3]; /* intra, send, reduce CTAs */
+};
+
+#define MK_CALIB_MAX_SPLITS 1024
+#define MK_CALIB_MAX_COLLS  4096
+
+enum mk_calib_impl {
+	MK_CALIB_NCCL = 0,
+	MK_CALIB_ONESHOT = 1,
+};
+
+/* One measured collective. */
+struct mk_calib_coll {
+	int kind, impl, nodes, local;
+	uint64_t bytes;
+	double us;
+};
+
 struct mk_calib {
 	struct mk_calib_gemm *gemm; /* sorted by (b_nk, m, n, k, us) */
 	size_t ngemm;
+	struct mk_calib_split *split;
+	size_t nsplit;
+	struct mk_calib_coll *coll;
+	size_t ncoll;
 	double lat_us[MK_CALIB_LINKS], gbps[MK_CALIB_LINKS];
 	int link_set[MK_CALIB_LINKS];
 	double overhead_us[MK_CALIB_MAX_OPS]; /* by enum mk_fused_op */
@@ -112,5 +146,22 @@ int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint6
  * N K / (N_c K_c) and by M / M_c above the largest measured M. Negative when there is no class.
  */
 double mk_calib_gemm_us(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk);
+
+/*
+ * The measured static split for (op, nodes, local ranks) nearest to m rows (log2), scaled from
+ * its SM share to `sms`: CTAs of the intra, send and reduce roles in comm[] (a role measured
+ * with CTAs keeps at least one). 0, or -ENOENT when that op and layout were not measured.
+ */
+int mk_calib_split_get(const struct mk_calib *c, int op, int nodes, int local, uint64_t m, int sms,
+		       int comm[3]);
+
+/*
+ * Time in us of collective `kind` (enum mk_coll) by `impl` on (nodes, local) for `bytes`, from
+ * the measurements of that collective, implementation and layout: interpolated in log2(bytes)
+ * between the two nearest sizes, the smallest size's time below it (latency), scaled by the
+ * bytes above the largest (bandwidth). Negative when nothing was measured.
+ */
+double mk_calib_coll_us(const struct mk_calib *c, int kind, int impl, int nodes, int local,
+			uint64_t bytes);
 
 #endif /* MK_TUNER_CALIB_H */

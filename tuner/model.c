@@ -3,11 +3,13 @@
  * The built-in cost model. Collectives: ring and tree time per protocol from a per-step latency
  * (link latency per hop plus the protocol's own synchronisation cost) and a data term (bytes
  * each rank moves over the slowest link divided by the protocol's usable share of its
- * bandwidth). Fused ops: the static per-op split table and the controller bounds around it.
- * Pure functions, no state, no logging.
+ * bandwidth). Fused ops: the static per-op split table and the controller bounds around it, and
+ * per op (a table of rows) the estimate of each path from measured inputs. Pure functions, no
+ * state, no logging.
  */
 #include <errno.h>
 #include <math.h>
+#include <string.h>
 
 #include "model.h"
 
@@ -138,46 +140,6 @@ int mk_model_sm_split(int op, int sms, int nnodes, int ranks_per_node,
 	return 0;
 }
 
-int mk_model_gemm_coll_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
-			  int op, uint64_t m, uint64_t n, uint64_t k, int dtype_bytes, int sms,
-			  int compute_sms, double tflops, double overhead_us, double *fused_us,
-			  double *unfused_us)
-{
-	const double gemm_us = 2.0 * (double)m * (double)n * (double)k / (tflops * 1e6);
-	double coll_us = 0, gemm_fused_us;
-	int coll;
-	uint64_t bytes;
-
-	/* The collective the fused op hides: all-reduce and reduce-scatter of the product,
-	 * all-gather of A (bytes of the whole buffer, as NCCL's tuner sees them). */
-	switch (op) {
-	case MK_FUSED_GEMM_ALLREDUCE:
-		coll = MK_COLL_ALLREDUCE;
-		bytes = m * n;
-		break;
-	case MK_FUSED_GEMM_REDUCESCATTER:
-		coll = MK_COLL_REDUCESCATTER;
-		bytes = m * n;
-		break;
-	case MK_FUSED_ALLGATHER_GEMM:
-		coll = MK_COLL_ALLGATHER;
-		bytes = m * k;
-		break;
-	default:
-		return -1;
-	}
-	if (topo->nranks > 1) {
-		coll_us = mk_model_coll_us(topo, links, coll, MK_ALGO_RING, MK_PROTO_SIMPLE,
-					   bytes * (uint64_t)dtype_bytes);
-		if (coll_us < 0)
-			coll_us = 0;
-	}
-	gemm_fused_us = compute_sms > 0 ? gemm_us * sms / compute_sms : gemm_us;
-	*unfused_us = gemm_us + coll_us;
-	*fused_us = (gemm_fused_us > coll_us ? gemm_fused_us : coll_us) + overhead_us;
-	return 0;
-}
-
 void mk_model_moe_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
 		     uint64_t pairs, uint64_t hidden, uint64_t inter, int dtype_bytes, int sms,
 		     int compute_sms, double tflops, double overhead_us, double host_us,
@@ -227,4 +189,233 @@ void mk_model_controller(int sms, struct mk_policy_sm_split *out)
 	/* The work-balance controller's cadence: window max(N/16, 2), step max(N/4, 4). */
 	out->window = sms / 16 > 2 ? sms / 16 : 2;
 	out->max_step = sms / 4 > 4 ? sms / 4 : 4;
+}
+
+void mk_model_links_calibrated(const struct mk_model_links *knobs, const struct mk_calib *c,
+			       struct mk_model_links *out)
+{
+	*out = *knobs;
+	if (c == NULL)
+		return;
+	if (c->link_set[MK_CALIB_NVL]) {
+		out->nvl_gbps = c->gbps[MK_CALIB_NVL];
+		out->nvl_lat_us = c->lat_us[MK_CALIB_NVL];
+	}
+	if (c->link_set[MK_CALIB_NET]) {
+		out->net_gbps = c->gbps[MK_CALIB_NET];
+		out->net_lat_us = c->lat_us[MK_CALIB_NET];
+	}
+}
+
+/* ---- rows: shapes ---- */
+
+static int model_bytes_of(const struct mk_policy_op_query *q)
+{
+	return q->dtype_bytes > 0 ? q->dtype_bytes : 2;
+}
+
+/* GEMM + all-reduce / reduce-scatter: the local M x N x K GEMM, then M x N over the ranks. */
+static void model_shape_gemm_out(const struct mk_policy_op_query *q, uint64_t mnk[3],
+				 uint64_t *bytes)
+{
+	mnk[0] = q->m;
+	mnk[1] = q->n;
+	mnk[2] = q->k;
+	*bytes = q->m * q->n * (uint64_t)model_bytes_of(q);
+}
+
+/* All-gather + GEMM: the gathered A (M x K) travels, then the M x N x K GEMM. */
+static void model_shape_gather_a(const struct mk_policy_op_query *q, uint64_t mnk[3],
+				 uint64_t *bytes)
+{
+	mnk[0] = q->m;
+	mnk[1] = q->n;
+	mnk[2] = q->k;
+	*bytes = q->m * q->k * (uint64_t)model_bytes_of(q);
+}
+
+/* Ring attention (m = tokens per rank, n = heads x head dim, k = batch): this rank's queries
+ * against every rank's keys, 4 m (P m) n k flops, written as a GEMM of (k m) x (P m) x 2n; the
+ * unfused path gathers K and V of every rank first. */
+static void model_shape_attention(const struct mk_policy_op_query *q, uint64_t mnk[3],
+				  uint64_t *bytes)
+{
+	const uint64_t p = (uint64_t)(q->nranks > 0 ? q->nranks : 1);
+
+	mnk[0] = q->k * q->m;
+	mnk[1] = p * q->m;
+	mnk[2] = 2 * q->n;
+	*bytes = 2 * q->k * p * q->m * q->n * (uint64_t)model_bytes_of(q);
+}
+
+/* ---- rows: communication ---- */
+
+static double model_bw(double gbps)
+{
+	return gbps > 0 ? 1e3 * gbps : 1e-9; /* GB/s -> bytes per us */
+}
+
+/*
+ * The fused GEMM + all-reduce kernel's hierarchy (fused.md section 14): the node's partials
+ * reduced and gathered over NVLink (2 (G-1)/G S), each rank's 1/G slice exchanged across nodes
+ * (2 (n-1)/n S/G), the two pipelined: the slower one sets the pace.
+ */
+static double model_fused_allreduce(const struct mk_policy_topo *t, const struct mk_model_links *l,
+				    uint64_t bytes)
+{
+	const double g = t->ranks_per_node > 0 ? t->ranks_per_node : 1, n = t->nnodes;
+	const double s = (double)bytes;
+	double intra = 0, inter = 0;
+
+	if (g > 1)
+		intra = l->nvl_lat_us + 2 * (g - 1) / g * s / model_bw(l->nvl_gbps);
+	if (n > 1)
+		inter = l->net_lat_us + 2 * (n - 1) / n * (s / g) / model_bw(l->net_gbps);
+	return intra > inter ? intra : inter;
+}
+
+/*
+ * The one-shot all-reduce after the GEMM (the decode path): every rank pushes its partial to its
+ * G - 1 node peers with flags packed in the data (LL: two bytes moved per byte) and sums what it
+ * received: one link latency and 2 (G-1) S bytes out of each GPU. Across n nodes each rank then
+ * puts its 1/G slice of the node sum to its peer on every other node (one put per node, at the
+ * network's latency and bandwidth) and gathers the final slices in the node the same one-shot
+ * way.
+ */
+static double model_oneshot_allreduce(const struct mk_policy_topo *t,
+				      const struct mk_model_links *l, uint64_t bytes)
+{
+	const double g = t->ranks_per_node > 0 ? t->ranks_per_node : 1, n = t->nnodes;
+	const double s = (double)bytes, nvl = model_bw(l->nvl_gbps);
+	double us = 0;
+
+	if (g > 1)
+		us += l->nvl_lat_us + 2 * (g - 1) * s / nvl;
+	if (n > 1) {
+		us += l->net_lat_us + (n - 1) * (s / g) / model_bw(l->net_gbps);
+		if (g > 1)
+			us += l->nvl_lat_us + 2 * (g - 1) * (s / g) / nvl;
+	}
+	return us;
+}
+
+/* The ring collective of the op's kind at the protocol NCCL would use for that size. */
+static double model_coll_best(const struct mk_policy_topo *t, const struct mk_model_links *l,
+			      int coll, uint64_t bytes)
+{
+	double best = -1;
+
+	for (int algo = MK_ALGO_TREE; algo <= MK_ALGO_RING; algo++) {
+		for (int proto = 0; proto < MK_PROTO_COUNT; proto++) {
+			double us = mk_model_coll_us(t, l, coll, algo, proto, bytes);
+
+			if (us >= 0 && (best < 0 || us < best))
+				best = us;
+		}
+	}
+	return best;
+}
+
+static double model_fused_reducescatter(const struct mk_policy_topo *t,
+					const struct mk_model_links *l, uint64_t bytes)
+{
+	return model_coll_best(t, l, MK_COLL_REDUCESCATTER, bytes);
+}
+
+static double model_fused_allgather(const struct mk_policy_topo *t, const struct mk_model_links *l,
+				    uint64_t bytes)
+{
+	return model_coll_best(t, l, MK_COLL_ALLGATHER, bytes);
+}
+
+/* Fused ops with a model; other engineers' ops add a row here. */
+static const struct mk_model_op model_ops[MK_FUSED_OP_COUNT] = {
+	[MK_FUSED_GEMM_ALLREDUCE] = { MK_COLL_ALLREDUCE, 1, model_shape_gemm_out,
+				      model_fused_allreduce, model_oneshot_allreduce },
+	[MK_FUSED_GEMM_REDUCESCATTER] = { MK_COLL_REDUCESCATTER, 1, model_shape_gemm_out,
+					  model_fused_reducescatter, NULL },
+	[MK_FUSED_ALLGATHER_GEMM] = { MK_COLL_ALLGATHER, 1, model_shape_gather_a,
+				      model_fused_allgather, NULL },
+	[MK_FUSED_RING_ATTENTION] = { MK_COLL_ALLGATHER, 0, model_shape_attention,
+				      model_fused_allgather, NULL },
+};
+
+const struct mk_model_op *mk_model_op_row(int op)
+{
+	if (op < 0 || op >= MK_FUSED_OP_COUNT || model_ops[op].shape == NULL)
+		return NULL;
+	return &model_ops[op];
+}
+
+/* The compute on the whole GPU: the calibration's class (either B layout) or the knob's rate. */
+static double model_compute_us(const struct mk_model_op *row, const struct mk_model_env *env,
+			       const uint64_t mnk[3])
+{
+	double us = -1;
+
+	if (row->gemm && env->calib != NULL) {
+		us = mk_calib_gemm_us(env->calib, mnk[0], mnk[1], mnk[2], 1);
+		if (us < 0)
+			us = mk_calib_gemm_us(env->calib, mnk[0], mnk[1], mnk[2], 0);
+	}
+	if (us < 0)
+		us = 2.0 * (double)mnk[0] * (double)mnk[1] * (double)mnk[2] /
+		     ((env->tflops > 0 ? env->tflops : 1) * 1e6);
+	return us;
+}
+
+int mk_model_fused_estimate(const struct mk_policy_op_query *q, const struct mk_model_env *env,
+			    int compute_sms, int sms, struct mk_model_estimate *out)
+{
+	const struct mk_model_op *row = mk_model_op_row(q->op);
+	const int nodes = q->nnodes > 0 ? q->nnodes : 1;
+	const struct mk_policy_topo t = { q->nranks, nodes,
+					  q->ranks_per_node > 0 ? q->ranks_per_node
+								: (q->nranks + nodes - 1) / nodes };
+	uint64_t mnk[3], bytes;
+
+	memset(out, 0, sizeof(*out));
+	out->oneshot_us = -1;
+	out->path = MK_PATH_UNFUSED;
+	if (row == NULL || q->m == 0 || q->n == 0 || q->k == 0 || q->nranks < 1)
+		return -ENOENT;
+	row->shape(q, mnk, &bytes);
+	out->compute_us = model_compute_us(row, env, mnk);
+	if (q->nranks > 1) {
+		/* NCCL's time as measured on this layout, else the link model's */
+		out->coll_us = env->calib != NULL
+				       ? mk_calib_coll_us(env->calib, row->coll, MK_CALIB_NCCL,
+							  t.nnodes, t.ranks_per_node, bytes)
+				       : -1;
+		if (out->coll_us < 0)
+			out->coll_us = model_coll_best(&t, &env->links, row->coll, bytes);
+		if (out->coll_us < 0)
+			out->coll_us = 0;
+	}
+	out->unfused_us = out->compute_us + out->coll_us;
+	{
+		const double compute = compute_sms > 0 && compute_sms < sms
+					       ? out->compute_us * sms / compute_sms
+					       : out->compute_us;
+		const double comm = q->nranks > 1 ? row->fused_comm_us(&t, &env->links, bytes) : 0;
+
+		out->fused_us = (compute > comm ? compute : comm) + env->overhead_us;
+	}
+	if (row->oneshot_comm_us != NULL && q->nranks > 1 && bytes <= env->oneshot_max_bytes) {
+		double x = env->calib != NULL
+				   ? mk_calib_coll_us(env->calib, row->coll, MK_CALIB_ONESHOT,
+						      t.nnodes, t.ranks_per_node, bytes)
+				   : -1;
+
+		if (x < 0)
+			x = row->oneshot_comm_us(&t, &env->links, bytes);
+		out->oneshot_us = out->compute_us + x;
+	}
+	/* One rank: nothing to exchange, nothing to overlap: the compute alone. */
+	if (q->nranks > 1 && out->fused_us < out->unfused_us)
+		out->path = MK_PATH_FUSED;
+	if (out->oneshot_us >= 0 &&
+	    out->oneshot_us < (out->path == MK_PATH_FUSED ? out->fused_us : out->unfused_us))
+		out->path = MK_PATH_ONESHOT;
+	return 0;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib.h"
 #include "mk/log.h"
 #include "model.h"
 #include "policy.h"
@@ -214,6 +215,7 @@ void mk_policy_reload(void)
 	old = inputs_cur;
 	inputs_cur = NULL;
 	mk_param_reset_all();
+	mk_calib_reload();
 	pthread_mutex_unlock(&inputs_lock);
 	inputs_put(old);
 }
@@ -515,6 +517,49 @@ static int policy_overlay(const struct mk_rule *r, int sms, struct mk_policy_sm_
 	return 1;
 }
 
+/* A best static split measured for this op and layout (calib.h) replaces the table's. */
+static void policy_calibrated_split(const struct mk_policy_op_query *q, int sms, int rpn,
+				    struct mk_policy_sm_split *s)
+{
+	int comm[3], sum = 0;
+
+	if (mk_calib_split_get(mk_calib_get(), q->op, q->nnodes, rpn, q->m, sms, comm) != 0)
+		return;
+	for (int r = 0; r < 3; r++)
+		sum += comm[r];
+	if (sum >= sms)
+		return;
+	for (int r = 0; r < 3; r++)
+		s->sms[MK_ROLE_INTRA + r] = comm[r];
+	s->sms[MK_ROLE_COMPUTE] = sms - sum;
+}
+
+/* The cost model's paths for ops it covers (model.h), from the calibration and the knobs. */
+static void policy_estimate(const struct policy_inputs *in, const struct mk_policy_op_query *q,
+			    int sms, struct mk_policy_sm_split *s)
+{
+	const struct mk_calib *cal = mk_calib_get();
+	struct mk_model_estimate e;
+	struct mk_model_env env;
+
+	s->path = MK_PATH_UNFUSED;
+	s->oneshot_us = -1;
+	mk_model_links_calibrated(&in->links, cal, &env.links);
+	env.calib = cal;
+	env.tflops = in->gemm_tflops;
+	env.overhead_us = (int)q->op < MK_CALIB_MAX_OPS && cal->overhead_set[q->op]
+				  ? cal->overhead_us[q->op]
+				  : in->fused_overhead_us;
+	env.oneshot_max_bytes = MK_MODEL_ONESHOT_MAX_BYTES;
+	if (mk_model_fused_estimate(q, &env, s->sms[MK_ROLE_COMPUTE], sms, &e) != 0)
+		return;
+	s->fused_us = e.fused_us;
+	s->unfused_us = e.unfused_us;
+	s->oneshot_us = e.oneshot_us;
+	s->path = e.path;
+	s->fuse = e.path == MK_PATH_FUSED;
+}
+
 int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_split *out)
 {
 	struct policy_inputs *in;
@@ -535,6 +580,7 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 						 : -EINVAL;
 	if (rc)
 		goto out;
+	policy_calibrated_split(q, sms, rpn, &s);
 	s.src = MK_POLICY_SRC_MODEL;
 	s.adaptive = 0;
 	rule = policy_match_fused(in, q);
@@ -562,15 +608,7 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 				sms);
 	}
 	mk_model_controller(sms, &s);
-	if (q->m > 0 && q->n > 0 && q->k > 0) {
-		const struct mk_policy_topo topo = { q->nranks, q->nnodes, rpn };
-
-		if (mk_model_gemm_coll_us(&topo, &in->links, q->op, q->m, q->n, q->k,
-					  q->dtype_bytes > 0 ? q->dtype_bytes : 2, sms,
-					  s.sms[MK_ROLE_COMPUTE], in->gemm_tflops,
-					  in->fused_overhead_us, &s.fused_us, &s.unfused_us) == 0)
-			s.fuse = q->nranks > 1 && s.fused_us < s.unfused_us;
-	}
+	policy_estimate(in, q, sms, &s);
 	if ((q->op == MK_FUSED_MOE_DISPATCH || q->op == MK_FUSED_MOE_COMBINE) && q->m > 0 &&
 	    q->n > 0 && q->k > 0) {
 		const struct mk_policy_topo topo = { q->nranks, q->nnodes, rpn };
@@ -581,6 +619,7 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 				s.sms[MK_ROLE_COMPUTE], in->gemm_tflops, in->fused_overhead_us,
 				2 * in->fused_overhead_us, &s.fused_us, &s.unfused_us);
 		s.fuse = s.fused_us < s.unfused_us;
+		s.path = s.fuse ? MK_PATH_FUSED : MK_PATH_UNFUSED;
 	}
 	if (rule != NULL && rule->window > 0)
 		s.window = rule->window;

@@ -134,6 +134,13 @@ struct mk_policy_op_query {
 	int sms;	    /* SMs of the GPU the kernel runs on; 0 = MKERNEL_TUNER_GPU_SMS */
 };
 
+/* How a fused op should run a call (the cost model's cheapest estimate). */
+enum mk_policy_path {
+	MK_PATH_UNFUSED = 0, /* compute, then the NCCL collective (nothing with one rank) */
+	MK_PATH_FUSED = 1,   /* the persistent fused kernel */
+	MK_PATH_ONESHOT = 2, /* compute, then a one-shot exchange through peers' memory */
+};
+
 /* The answer: initial split plus the controller's bounds and cadence. */
 struct mk_policy_sm_split {
 	int sms[MK_ROLE_COUNT];	    /* initial CTAs per role; sum <= query sms */
@@ -145,13 +152,17 @@ struct mk_policy_sm_split {
 	enum mk_policy_src src;	    /* who decided sms[] */
 	int rule_line;		    /* line of the rule that matched, 0 if none */
 	/*
-	 * GEMM ops with m, n, k given: whether the fused kernel should win over the GEMM followed
-	 * by the collective (cost model: GEMM time on the compute SMs, collective time from the
-	 * link model, the fused call's measured fixed cost), and both estimates in us. MoE ops:
-	 * the fused kernel against the exchange read on the host, then the expert GEMMs.
+	 * Ops the cost model covers, with m, n, k given: the cheapest path (calibrated GEMM times
+	 * per shape class, collective times from the link model, the fused call's measured fixed
+	 * cost; model.h), fuse = (path == MK_PATH_FUSED), and the estimates in us (oneshot_us < 0:
+	 * the op has no one-shot path or the output is too large for it). Other ops: path
+	 * MK_PATH_UNFUSED, fuse 0, estimates 0. MoE ops: the fused kernel against the exchange
+	 * read on the host, then the expert GEMMs (fuse, fused_us, unfused_us).
 	 */
 	int fuse;
 	double fused_us, unfused_us;
+	int path;
+	double oneshot_us;
 };
 
 /* Answer the fused op's question. 0, or -EINVAL for a bad query (unknown op, sms < 8, ...). */

@@ -113,6 +113,16 @@ static void test_parse_rejects_malformed_records(void **state)
 	reject(HEADER "fused gemm_allgather 3\n", 2, "known op");
 	reject(HEADER "fused gemm_allreduce\n", 2, "known op");
 	reject(HEADER "device x NVIDIA\n", 2, "device record");
+	reject(HEADER "coll allreduce nccl 1 2 8192\n", 2, "coll record");
+	reject(HEADER "coll alltoall nccl 1 2 8192 5\n", 2, "coll record");
+	reject(HEADER "coll allreduce mpi 1 2 8192 5\n", 2, "coll record");
+	reject(HEADER "coll allreduce nccl 1 2 0 5\n", 2, "coll record");
+	reject(HEADER "coll allreduce nccl 1 2 8192 0\n", 2, "coll record");
+	reject(HEADER "split gemm_allreduce 1 2 2048 66 4 0\n", 2, "split record");
+	reject(HEADER "split gemm_allgather 1 2 2048 66 4 0 0\n", 2, "split record");
+	reject(HEADER "split gemm_allreduce 0 2 2048 66 4 0 0\n", 2, "split record");
+	reject(HEADER "split gemm_allreduce 1 2 2048 4 1 0 0\n", 2, "split record");
+	reject(HEADER "split gemm_allreduce 1 2 2048 66 30 30 6\n", 2, "split record");
 	reject(HEADER "gemms 1 1 1 nk cublas 1\n", 2, "unknown record");
 	reject(HEADER "a b c d e f g h i j k l m n o p q\n", 2, "16 fields");
 	/* the same measurement twice: the file cannot say which one holds */
@@ -393,6 +403,62 @@ static void test_lookup_skips_paths_the_caller_cannot_run(void **state)
 	assert_int_equal(ch.bn, 256);
 }
 
+/* Measured static splits: the nearest M of the same op and layout, scaled to the SM share. */
+static void test_split_records(void **state)
+{
+	struct mk_calib c;
+	const char *why;
+	int line, comm[3];
+
+	(void)state;
+	assert_int_equal(parse(HEADER "split gemm_allreduce 1 2 2048 66 4 0 0\n"
+				      "split gemm_allreduce 1 2 16384 66 2 0 0\n"
+				      "split gemm_allreduce 2 2 2048 33 0 1 1\n",
+			       &c, &line, &why),
+			 0);
+	assert_int_equal(c.nsplit, 3);
+	assert_int_equal(mk_calib_split_get(&c, 0, 1, 2, 3000, 66, comm), 0);
+	assert_int_equal(comm[0], 4); /* 3000 is nearer 2048 than 16384 */
+	assert_int_equal(comm[1], 0);
+	assert_int_equal(mk_calib_split_get(&c, 0, 1, 2, 12000, 132, comm), 0);
+	assert_int_equal(comm[0], 4); /* 2 of 66, on 132 SMs */
+	assert_int_equal(mk_calib_split_get(&c, 0, 2, 2, 1, 8, comm), 0);
+	assert_int_equal(comm[1], 1); /* 0.24 rounds to 0: a measured role keeps one CTA */
+	assert_int_equal(comm[2], 1);
+	assert_int_equal(comm[0], 0);
+	/* another layout or op was not measured */
+	assert_int_equal(mk_calib_split_get(&c, 0, 2, 1, 2048, 66, comm), -ENOENT);
+	assert_int_equal(mk_calib_split_get(&c, 1, 1, 2, 2048, 66, comm), -ENOENT);
+	mk_calib_free(&c);
+}
+
+/* Measured collectives: interpolated in log2(bytes), floors and bandwidth beyond the ends. */
+static void test_coll_records(void **state)
+{
+	struct mk_calib c;
+	const char *why;
+	int line;
+
+	(void)state;
+	assert_int_equal(parse(HEADER "coll allreduce nccl 1 2 1024 10\n"
+				      "coll allreduce nccl 1 2 4096 30\n"
+				      "coll allreduce nccl 1 2 1048576 100\n"
+				      "coll allreduce oneshot 1 2 1024 4\n",
+			       &c, &line, &why),
+			 0);
+	assert_int_equal(c.ncoll, 4);
+	/* exact, between (2048: halfway in log2 from 1024 to 4096), below, above */
+	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_NCCL, 1, 2, 4096) - 30) < 1e-9);
+	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_NCCL, 1, 2, 2048) - 20) < 1e-9);
+	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_NCCL, 1, 2, 16) - 10) < 1e-9);
+	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_NCCL, 1, 2, 2097152) - 200) < 1e-9);
+	/* the other implementation and other layouts are apart */
+	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_ONESHOT, 1, 2, 4096) - 16) < 1e-9);
+	assert_true(mk_calib_coll_us(&c, 4, MK_CALIB_NCCL, 2, 2, 4096) < 0);
+	assert_true(mk_calib_coll_us(&c, 2, MK_CALIB_NCCL, 1, 2, 4096) < 0);
+	mk_calib_free(&c);
+}
+
 static void test_time_estimate_scales_from_the_class(void **state)
 {
 	(void)state;
@@ -412,6 +478,8 @@ int main(void)
 		cmocka_unit_test(test_parse_every_record),
 		cmocka_unit_test(test_parse_rejects_malformed_records),
 		cmocka_unit_test(test_builtin_table_is_valid),
+		cmocka_unit_test(test_split_records),
+		cmocka_unit_test(test_coll_records),
 		cmocka_unit_test_setup_teardown(test_env_file_used_when_valid, setup_env,
 						teardown_env),
 		cmocka_unit_test_setup_teardown(test_env_corrupt_file_warns_and_uses_builtin,
