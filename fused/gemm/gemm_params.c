@@ -10,6 +10,7 @@ MK_PARAM_DECLARE_INT(gemm_no_tma_store);
 MK_PARAM_DECLARE_INT(gemm_force_fallback);
 MK_PARAM_DECLARE_STR(gemm_path);
 MK_PARAM_DECLARE_INT(gemm_workspace);
+MK_PARAM_DECLARE_STR(gemm_ar_path);
 
 MK_PARAM_INT(gemm_no_tma_store, "fused", "MKERNEL_GEMM_NO_TMA_STORE", 0,
 	     "1 = the GEMM epilogue writes every output with per-thread stores instead of TMA");
@@ -24,3 +25,9 @@ MK_PARAM_STR(gemm_path, "fused", "MKERNEL_GEMM_PATH", "",
 MK_PARAM_INT(gemm_workspace, "fused", "MKERNEL_GEMM_WORKSPACE", 32 << 20,
 	     "bytes of device memory per stream for split-K partials and cuBLASLt (allocated at "
 	     "the first call that needs it)");
+
+MK_PARAM_STR(
+	gemm_ar_path, "fused", "MKERNEL_GEMM_AR_PATH", "",
+	"mkGemmAllReduce's path: unfused (GEMM + ncclAllReduce), fused (the persistent "
+	"kernel) or oneshot (GEMM, then a one-shot exchange: decode sizes); empty = the "
+	"calibrated cost model's cheapest that can run (MKERNEL_GEMM_AR_FUSED=0/1 also forces)");

@@ -22,6 +22,16 @@
  * CUDA-graph replays stay in step; signals across nodes are compared with what earlier calls
  * consumed (`seen`). A call starts only after every node peer and every same-local-rank peer on
  * the other nodes finished the previous one.
+ *
+ * The one-shot path (gemm_allreduce_oneshot.cu, decode sizes): the GEMM by the gemm op's path
+ * choice into my partial, then one kernel that exchanges partials with flags packed in the data
+ * (LL lines of 16 bytes: 8 of data, the call's epoch twice), so a step costs one write and one
+ * poll: every rank writes its partial as LL lines into its own heap and reads its node peers'
+ * through the mapped heaps, summing in fp32. One node: every rank sums every line into C. Several
+ * nodes: every rank sums its 1/G slice of lines, puts it to its local rank on every other node
+ * (one put per node), adds what the other nodes put, and the node's final slices are gathered
+ * the same one-shot way. Buffers of consecutive calls alternate (parity of the epoch): a rank
+ * can only be one call ahead of a peer, since a call needs every peer's contribution of it.
  */
 #ifndef MK_FUSED_OPS_GEMM_ALLREDUCE_H
 #define MK_FUSED_OPS_GEMM_ALLREDUCE_H
@@ -87,6 +97,43 @@ struct mk_gar_launch {
 	struct mk_dev_comm dc; /* puts and signals to other nodes */
 };
 
+/* ---- the one-shot path ---- */
+
+#define MK_GAR1_THREADS 256
+
+/* Where the one-shot kernel finds its buffers (heap pointers and offsets; gemm_allreduce_mem.c). */
+struct mk_gar1_ws_dev {
+	const uint16_t *part; /* my bf16 partial, `lines` x 4 elements (the GEMM's output) */
+	/* node peers' LL copies of their partial, [2 parities][lines] (mine at my local rank) */
+	uint4 *ll[MK_MAX_LOCAL];
+	/* node peers' LL copies of their final slice, [2][slice_lines] (several nodes) */
+	uint4 *llf[MK_MAX_LOCAL];
+	uint16_t *nsum;	      /* my slice summed over my node, [2][slice_lines x 4] (put source) */
+	uint64_t nsum_off;    /* its heap offset */
+	uint64_t land_off;    /* heap offset of [2][nnodes - 1][slice_lines x 4]: what arrives */
+	unsigned int *calls;  /* my completed calls (the epoch of the next is calls + 1) */
+	unsigned int *arrive; /* CTAs that wrote their part of my node-sum slice */
+	unsigned int *exits;  /* CTAs that left the current call */
+	const int *remote;    /* device [nnodes]: rank of my local rank on node n */
+	unsigned long long *seen; /* arrivals consumed per signal word (the comm's) */
+	uint32_t sig_base;	  /* node n's put to me raises signal sig_base + n */
+	int *error;
+	uint64_t timeout_ns;
+};
+
+struct mk_gar1_launch {
+	void *c;	 /* the result, bf16, M x N row-major */
+	long long elems; /* M x N */
+	int lines;	 /* ceil(elems / 4) */
+	int slice_lines; /* the largest slice: ceil(lines / nlocal) */
+	int local_rank, nlocal, node, nnodes;
+	struct mk_gar1_ws_dev ws;
+	struct mk_dev_comm dc; /* puts and signals to other nodes */
+};
+
+/* Enqueue the one-shot kernel (cooperative, `grid` CTAs of MK_GAR1_THREADS). 0 or -EIO. */
+int mk_gar1_launch(const struct mk_gar1_launch *l, int grid, cudaStream_t stream);
+
 struct mk_comm;
 struct mk_comm_op;
 
@@ -110,9 +157,26 @@ int mk_gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int 
 /* 1 when the memory of output shape m x n is set up (a call needs no collective set-up). */
 int mk_gar_shape_ready(const struct mk_comm *c, int m, int n);
 
-/* gemm_allreduce_fallback.c: cuBLAS, then ncclAllReduce in place on the stream. 0 or -errno. */
+/*
+ * gemm_allreduce_mem.c: the one-shot path: the GEMM (gemm op's choice) into my partial, then the
+ * exchange kernel. The first call of an output shape sets up its memory (collective,
+ * host-synchronising). 0, -ENOMEM (heap too small: WARNed) or -errno.
+ */
+int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
+		   int b_layout, cudaStream_t stream);
+/* 1 when the one-shot memory of output shape m x n is set up. */
+int mk_gar_oneshot_ready(const struct mk_comm *c, int m, int n);
+
+/*
+ * gemm_allreduce_fallback.c: the GEMM (the gemm op's path choice for bf16), then ncclAllReduce
+ * in place on the stream; with one rank the GEMM alone. 0 or -errno.
+ */
 int mk_gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
 		   int b_layout, ncclDataType_t type, cudaStream_t stream);
+
+/* The path the last mkGemmAllReduce of this thread took (enum mk_policy_path, -1 before any)
+ * and why (tests and benchmarks). */
+int mk_gar_last_path(const char **why);
 
 /* Raise the kernel's shared-memory limit and load it (call once per device). 0 or -EIO. */
 int mk_gar_prepare(void);

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * mkGemmAllReduce: argument checks and the choice of path, the fused kernel (its memory and
- * launch: gemm_allreduce_mem.c) or the unfused path (gemm_allreduce_fallback.c), with the SM
- * split from the policy engine and the plan (gemm_allreduce_plan.c). Every reason not to fuse is
- * said at INFO; errors are WARNed and converted once (mk_result_api).
+ * mkGemmAllReduce: argument checks and the choice of path: the fused kernel (its memory and
+ * launch: gemm_allreduce_mem.c), the one-shot exchange after the GEMM (decode sizes:
+ * gemm_allreduce_oneshot.cu) or the unfused path (gemm_allreduce_fallback.c), the cheapest by
+ * the policy engine's calibrated cost model that can run the call, with the SM split from the
+ * policy engine and the plan (gemm_allreduce_plan.c). The path and why are said at INFO; errors
+ * are WARNed and converted once (mk_result_api).
  */
 #define MK_LOG_PREFIX "mkernel"
 
@@ -20,47 +22,122 @@
 #include "mk/err.h"
 #include "mk/log.h"
 #include "mk/result.h"
+#include "tuner/model.h"
 #include "tuner/policy.h"
 
-/*
- * Why the fused kernel cannot or should not run this call, or NULL when it runs (*sp and
- * *adaptive set).
- */
-static const char *gar_why_not(const struct mk_comm *c, const void *a, const void *b, void *cc,
-			       int m, int n, int k, int b_layout, ncclDataType_t type,
-			       struct mk_gar_split *sp, int *adaptive)
+MK_PARAM_DECLARE_STR(gemm_ar_path); /* fused/gemm/gemm_params.c */
+
+/* Why the fused kernel cannot run this call, or NULL (its split and adaptive setting set). */
+static const char *gar_fused_no(const struct mk_comm *c, const void *a, const void *b, void *cc,
+				int m, int n, int k, int b_layout,
+				const struct mk_policy_sm_split *ps, struct mk_gar_split *sp,
+				int *adaptive)
 {
 	static __thread char why[200];
-	const int force = (int)mk_param_gemm_ar_fused(), share = mk_gar_share(c->sms, c->gpu_share);
+	const int share = mk_gar_share(c->sms, c->gpu_share);
 	const int tiles_m = (m + MK_GEMM_BM - 1) / MK_GEMM_BM;
 	const int alone = c->nranks == 1;
-	struct mk_policy_op_query q;
-	struct mk_policy_sm_split ps;
 	struct mk_gemm_args g;
 	const char *rule = NULL;
 	uint64_t words;
 
-	if (force == 0)
-		return "MKERNEL_GEMM_AR_FUSED=0";
-	if (type != ncclBfloat16)
-		return "the fused kernel is bf16 only";
-	if (!mk_gemm_device_ok())
-		return "the device is not sm_90";
-	if (c->topo.nlocal > MK_MAX_LOCAL)
-		return "more ranks per node than the fused kernel maps (8)";
-	/* the same local rank must own the same slice on every node */
-	if (!c->topo.uniform)
-		return "nodes have different numbers of ranks";
+	/* the comm's last nnodes signal words are the one-shot path's */
 	words = 2ull * (uint64_t)c->nranks + (uint64_t)c->topo.nnodes +
 		(uint64_t)c->topo.nnodes *
 			(uint64_t)mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);
-	if (c->topo.nnodes > 1 && words > c->nsignals)
+	if (c->topo.nnodes > 1 && words + (uint64_t)c->topo.nnodes > c->nsignals)
 		return "more tile rows x nodes than the comm has signal words";
 	/* The kernel stores into W in the heap (256-byte aligned), or into C when alone. */
 	mk_gemm_args_init(&g, m, n, k, b_layout, alone ? cc : (void *)c->heap);
 	if (mk_gemm_check(a, b, &g, &rule) != 0) {
 		snprintf(why, sizeof(why), "the GEMM engine cannot run it: %s", rule);
 		return why;
+	}
+	if (mk_gar_split_plan(ps->sms, ps->min_sms, ps->max_sms, ps->max_step, share,
+			      c->topo.nnodes, c->topo.nlocal, mk_param_role_split(), sp) != 0)
+		return "MKERNEL_ROLE_SPLIT leaves no CTA for compute";
+	*adaptive = mk_roles_adaptive(ps->adaptive);
+	return NULL;
+}
+
+/* Why the one-shot exchange cannot run this call, or NULL. */
+static const char *gar_oneshot_no(const struct mk_comm *c, int m, int n)
+{
+	if (c->nranks == 1)
+		return "one rank: nothing to exchange";
+	if ((uint64_t)m * (uint64_t)n * 2 > MK_MODEL_ONESHOT_MAX_BYTES)
+		return "the output is larger than the one-shot buffers "
+		       "(MK_MODEL_ONESHOT_MAX_BYTES)";
+	return NULL;
+}
+
+/* The path a knob forces (MKERNEL_GEMM_AR_PATH, else MKERNEL_GEMM_AR_FUSED), or -1. */
+static int gar_forced(void)
+{
+	const char *v = mk_param_gemm_ar_path();
+	const int fused = (int)mk_param_gemm_ar_fused();
+
+	if (v != NULL && v[0] != '\0') {
+		if (strcmp(v, "unfused") == 0)
+			return MK_PATH_UNFUSED;
+		if (strcmp(v, "fused") == 0)
+			return MK_PATH_FUSED;
+		if (strcmp(v, "oneshot") == 0)
+			return MK_PATH_ONESHOT;
+		MK_WARN_ONCE(
+			"MKERNEL_GEMM_AR_PATH=%s: expected unfused, fused or oneshot; the cost "
+			"model decides",
+			v);
+	}
+	return fused == 0 ? MK_PATH_UNFUSED : fused > 0 ? MK_PATH_FUSED : -1;
+}
+
+/* What ran last on this thread (tests and benchmarks read it). */
+static __thread int gar_last_path = -1;
+static __thread const char *gar_last_why;
+
+int mk_gar_last_path(const char **why)
+{
+	if (why != NULL)
+		*why = gar_last_why;
+	return gar_last_path;
+}
+
+/*
+ * The path for this call: a knob's, else the cost model's cheapest (calibrated: tuner/model.c),
+ * restricted to what can run it. *why says why (static or thread-local text).
+ */
+static int gar_choose(const struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n,
+		      int k, int b_layout, ncclDataType_t type, struct mk_gar_split *sp,
+		      int *adaptive, const char **why)
+{
+	static __thread char text[400];
+	const int forced = gar_forced(), share = mk_gar_share(c->sms, c->gpu_share);
+	const char *no_fused = NULL, *no_one = NULL;
+	struct mk_policy_op_query q;
+	struct mk_policy_sm_split ps;
+	int path;
+
+	if (forced == MK_PATH_UNFUSED) {
+		*why = "forced by MKERNEL_GEMM_AR_PATH or MKERNEL_GEMM_AR_FUSED=0";
+		return MK_PATH_UNFUSED;
+	}
+	if (type != ncclBfloat16) {
+		*why = "the fused paths are bf16 only";
+		return MK_PATH_UNFUSED;
+	}
+	if (!mk_gemm_device_ok()) {
+		*why = "the device is not sm_90";
+		return MK_PATH_UNFUSED;
+	}
+	if (c->topo.nlocal > MK_MAX_LOCAL) {
+		*why = "more ranks per node than the fused paths map (8)";
+		return MK_PATH_UNFUSED;
+	}
+	/* the same local rank must own the same slice on every node */
+	if (!c->topo.uniform) {
+		*why = "nodes have different numbers of ranks";
+		return MK_PATH_UNFUSED;
 	}
 	memset(&q, 0, sizeof(q));
 	q.op = MK_FUSED_GEMM_ALLREDUCE;
@@ -72,21 +149,39 @@ static const char *gar_why_not(const struct mk_comm *c, const void *a, const voi
 	q.nranks = c->nranks;
 	q.ranks_per_node = c->topo.nlocal;
 	q.sms = share;
-	if (mk_policy_sm_split(&q, &ps) != 0)
-		return "the policy engine has no split for this GPU share (fewer than 8 SMs)";
-	if (mk_gar_split_plan(ps.sms, ps.min_sms, ps.max_sms, ps.max_step, share, c->topo.nnodes,
-			      c->topo.nlocal, mk_param_role_split(), sp) != 0)
-		return "MKERNEL_ROLE_SPLIT leaves no CTA for compute";
-	*adaptive = mk_roles_adaptive(ps.adaptive);
-	if (force < 0 && !ps.fuse) {
-		snprintf(
-			why, sizeof(why),
-			"the policy engine's cost model expects it to win (%.0f us against %.0f us "
-			"fused; MKERNEL_GEMM_AR_FUSED=1 forces the fused kernel)",
-			ps.unfused_us, ps.fused_us);
-		return why;
+	if (mk_policy_sm_split(&q, &ps) != 0) {
+		*why = "the policy engine has no split for this GPU share (fewer than 8 SMs)";
+		return MK_PATH_UNFUSED;
 	}
-	return NULL;
+	no_fused = gar_fused_no(c, a, b, cc, m, n, k, b_layout, &ps, sp, adaptive);
+	no_one = gar_oneshot_no(c, m, n);
+	if (forced == MK_PATH_FUSED || forced == MK_PATH_ONESHOT) {
+		const char *no = forced == MK_PATH_FUSED ? no_fused : no_one;
+
+		if (no == NULL) {
+			*why = "forced by a knob";
+			return forced;
+		}
+		snprintf(text, sizeof(text), "the forced path cannot run: %s", no);
+		*why = text;
+		return MK_PATH_UNFUSED;
+	}
+	/* the model's cheapest path that can run */
+	path = ps.path;
+	if (path == MK_PATH_ONESHOT && no_one != NULL)
+		path = no_fused == NULL && ps.fused_us < ps.unfused_us ? MK_PATH_FUSED
+								       : MK_PATH_UNFUSED;
+	if (path == MK_PATH_FUSED && no_fused != NULL)
+		path = no_one == NULL && ps.oneshot_us >= 0 && ps.oneshot_us < ps.unfused_us
+			       ? MK_PATH_ONESHOT
+			       : MK_PATH_UNFUSED;
+	snprintf(text, sizeof(text),
+		 "cost model: unfused %.1f us, fused %.1f us%s%.160s, one-shot %.1f us%s%s",
+		 ps.unfused_us, ps.fused_us, no_fused != NULL ? " (cannot: " : "",
+		 no_fused != NULL ? no_fused : "", ps.oneshot_us,
+		 no_one != NULL && c->nranks > 1 ? " (cannot)" : "", no_fused != NULL ? ")" : "");
+	*why = text;
+	return path;
 }
 
 /*
@@ -94,11 +189,12 @@ static const char *gar_why_not(const struct mk_comm *c, const void *a, const voi
  * under CUDA-graph capture cannot do: that call takes the unfused path (capturable), the same
  * on every rank since they capture the same calls.
  */
-static const char *gar_why_not_now(const struct mk_comm *c, int m, int n, cudaStream_t stream)
+static const char *gar_why_not_now(const struct mk_comm *c, int path, int m, int n,
+				   cudaStream_t stream)
 {
 	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 
-	if (mk_gar_shape_ready(c, m, n))
+	if (path == MK_PATH_FUSED ? mk_gar_shape_ready(c, m, n) : mk_gar_oneshot_ready(c, m, n))
 		return NULL;
 	if (cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
 	    cap == cudaStreamCaptureStatusNone)
@@ -120,7 +216,7 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
 	const size_t esz = type == ncclFloat32 ? 4 : 2;
 	struct mk_gar_split sp;
 	const char *why;
-	int dev = -1, adaptive = 0, rc;
+	int dev = -1, adaptive = 0, rc, path;
 
 	if (comm == NULL || a == NULL || b == NULL || c == NULL)
 		return gar_invalid("NULL comm or buffer");
@@ -137,31 +233,51 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
 		return gar_invalid("A, B and C must be aligned to their element size");
 	if (cudaGetDevice(&dev) != cudaSuccess || dev != comm->cuda_dev)
 		return gar_invalid("the comm belongs to another CUDA device than the current one");
-	why = gar_why_not(comm, a, b, c, (int)m, (int)n, (int)k, bLayout, type, &sp, &adaptive);
-	if (why == NULL)
-		why = gar_why_not_now(comm, (int)m, (int)n, stream);
-	if (why == NULL) {
+	path = gar_choose(comm, a, b, c, (int)m, (int)n, (int)k, bLayout, type, &sp, &adaptive,
+			  &why);
+	if (path != MK_PATH_UNFUSED) {
+		const char *now = gar_why_not_now(comm, path, (int)m, (int)n, stream);
+
+		if (now != NULL) {
+			why = now;
+			path = MK_PATH_UNFUSED;
+		}
+	}
+	if (path == MK_PATH_FUSED) {
 		MK_INFO(MK_SUBSYS_INIT,
 			"mkGemmAllReduce(M %zu, N %zu, K %zu): fused kernel, %s split %d/%d/%d/%d "
-			"(compute/intra/send/reduce)",
+			"(compute/intra/send/reduce); %s",
 			m, n, k, adaptive ? "adaptive from" : "static", sp.sms[0], sp.sms[1],
-			sp.sms[2], sp.sms[3]);
+			sp.sms[2], sp.sms[3], why);
 		rc = mk_gar_fused(comm, a, b, c, (int)m, (int)n, (int)k, bLayout, &sp, adaptive,
 				  stream);
-		if (rc == 0)
-			return ncclSuccess;
-		if (rc != -ENOMEM) {
-			MK_WARN("mkGemmAllReduce: fused kernel failed (%s)", mk_strerror(rc));
-			return mk_result_api(rc);
-		}
-		why = "the symmetric heap is too small for this shape";
+	} else if (path == MK_PATH_ONESHOT) {
+		MK_INFO(MK_SUBSYS_INIT,
+			"mkGemmAllReduce(M %zu, N %zu, K %zu): one-shot exchange; %s", m, n, k,
+			why);
+		rc = mk_gar_oneshot(comm, a, b, c, (int)m, (int)n, (int)k, bLayout, stream);
+	} else {
+		rc = -EAGAIN; /* the unfused path below */
 	}
-	MK_INFO(MK_SUBSYS_INIT, "mkGemmAllReduce(M %zu, N %zu, K %zu): cuBLAS + ncclAllReduce: %s",
-		m, n, k, why);
+	if (rc == 0)
+		goto out;
+	if (rc != -EAGAIN && rc != -ENOMEM) {
+		MK_WARN("mkGemmAllReduce: %s path failed (%s)",
+			path == MK_PATH_FUSED ? "fused" : "one-shot", mk_strerror(rc));
+		return mk_result_api(rc);
+	}
+	if (rc == -ENOMEM)
+		why = "the symmetric heap is too small for this shape";
+	path = MK_PATH_UNFUSED;
+	MK_INFO(MK_SUBSYS_INIT, "mkGemmAllReduce(M %zu, N %zu, K %zu): GEMM + ncclAllReduce: %s", m,
+		n, k, why);
 	rc = mk_gar_unfused(comm, a, b, c, (int)m, (int)n, (int)k, bLayout, type, stream);
 	if (rc) {
 		MK_WARN("mkGemmAllReduce: unfused path failed (%s)", mk_strerror(rc));
 		return mk_result_api(rc);
 	}
+out:
+	gar_last_path = path;
+	gar_last_why = why;
 	return ncclSuccess;
 }

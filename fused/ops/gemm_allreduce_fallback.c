@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * mkGemmAllReduce's unfused path: cuBLAS (the gemm op's fallback), then ncclAllReduce in place
- * on the same stream. Any GPU, any shape and type the API accepts; capturable in a CUDA graph.
+ * mkGemmAllReduce's unfused path: the GEMM by the gemm op's path choice for bf16 (the faster of
+ * the engine and cuBLASLt for the shape, calibrated) or cublasGemmEx for other types, then
+ * ncclAllReduce in place on the same stream. One rank alone has nothing to reduce: the GEMM is
+ * all (no collective is launched). Any GPU, any shape and type the API accepts; capturable in a
+ * CUDA graph.
  */
 #include <errno.h>
 
 #include "fused/ops/gemm_allreduce.h"
+#include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
 #include "fused/runtime/comm.h"
 
@@ -15,9 +19,14 @@ int mk_gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	const cudaDataType_t ct = type == ncclBfloat16	? CUDA_R_16BF
 				  : type == ncclFloat16 ? CUDA_R_16F
 							: CUDA_R_32F;
-	int rc = mk_fallback_gemm(a, b, cc, m, n, k, b_layout, ct, ct, stream);
+	int rc;
 
-	if (rc)
+	if (type == ncclBfloat16)
+		rc = mk_gemm_dispatch(a, b, cc, m, n, k, b_layout == MK_GEMM_B_NK, stream, NULL,
+				      NULL);
+	else
+		rc = mk_fallback_gemm(a, b, cc, m, n, k, b_layout, ct, ct, stream);
+	if (rc || c->nranks == 1)
 		return rc;
 	if (ncclAllReduce(cc, cc, (size_t)m * n, type, ncclSum, c->nccl, stream) != ncclSuccess)
 		return -EIO;

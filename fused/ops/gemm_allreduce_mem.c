@@ -11,6 +11,12 @@
  * same offsets. A new shape replaces the shape's memory: the ranks allocate the same sizes in
  * the same order (collective, host-synchronising: warm up before graph capture), zero the flags
  * and pass a barrier before any kernel can read them.
+ *
+ * The one-shot path keeps its own shape, set up the same way: my partial, my LL lines of it
+ * (two parities), and with several nodes my node-sum slice (two parities: the put's source),
+ * the landing area (two parities x the other nodes) and the LL lines of my final slice, then
+ * three counters. Its signals are the comm's last `nnodes` words (one per source node), which
+ * the fused kernel leaves alone.
  */
 #define MK_LOG_PREFIX "mkernel"
 
@@ -19,6 +25,7 @@
 #include <string.h>
 
 #include "fused/ops/gemm_allreduce.h"
+#include "fused/ops/gemm_dispatch.h"
 #include "fused/runtime/comm.h"
 #include "mk/log.h"
 
@@ -28,12 +35,19 @@ struct mk_gar_shape {
 	int *order_d;		    /* compute order, my slice first */
 };
 
+/* The one-shot path's memory for one output shape (all in my heap). */
+struct mk_gar1_shape {
+	int m, n, lines, slice_lines;
+	void *part, *ll, *nsum, *land, *llf, *flags;
+};
+
 struct mk_gar_state {
 	unsigned long long *seen; /* device [nsignals], then the call total */
 	int *remote_d;		  /* device [nnodes] */
 	unsigned long long *trace;
 	int trace_on;
 	struct mk_gar_shape *shape;
+	struct mk_gar1_shape *one;
 };
 
 /* Flag words of a shape (u32 indices), then the controller's words (byte offsets). */
@@ -76,6 +90,21 @@ static void gar_shape_free(struct mk_comm *c, struct mk_gar_shape *s)
 	free(s);
 }
 
+static void gar1_shape_free(struct mk_comm *c, struct mk_gar1_shape *s)
+{
+	void *const pieces[] = { s != NULL ? s->part : NULL, s != NULL ? s->ll : NULL,
+				 s != NULL ? s->nsum : NULL, s != NULL ? s->land : NULL,
+				 s != NULL ? s->llf : NULL,  s != NULL ? s->flags : NULL };
+
+	if (s == NULL)
+		return;
+	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+		if (pieces[i] != NULL)
+			mkMemFree(c, pieces[i]);
+	}
+	free(s);
+}
+
 static void gar_state_free(struct mk_comm *c, void *state)
 {
 	struct mk_gar_state *st = state;
@@ -83,6 +112,7 @@ static void gar_state_free(struct mk_comm *c, void *state)
 	if (st == NULL)
 		return;
 	gar_shape_free(c, st->shape);
+	gar1_shape_free(c, st->one);
 	cudaFree(st->seen);
 	cudaFree(st->remote_d);
 	cudaFree(st->trace);
@@ -353,4 +383,138 @@ int mk_gar_shape_ready(const struct mk_comm *c, int m, int n)
 	const struct mk_gar_state *st = gar_state_of(c);
 
 	return st != NULL && st->shape != NULL && st->shape->m == m && st->shape->n == n;
+}
+
+/* ---- the one-shot path ---- */
+
+/*
+ * Heap pieces of a one-shot shape: zeroed (no line carries an epoch a later call could take for
+ * its own, no counter a stale count), allocated in the same order on every rank. -ENOMEM (WARN
+ * said how much) when the heap is too small.
+ */
+static int gar1_shape_alloc(struct mk_comm *c, struct mk_gar1_shape *s)
+{
+	const int g = c->topo.nlocal, nodes = c->topo.nnodes;
+	const size_t part = (size_t)s->lines * 8, slot = (size_t)s->slice_lines * 8;
+	const size_t sizes[] = { part,
+				 g > 1 ? 2 * (size_t)s->lines * 16 : 0,
+				 nodes > 1 ? 2 * slot : 0,
+				 nodes > 1 ? 2 * (size_t)(nodes - 1) * slot : 0,
+				 nodes > 1 && g > 1 ? 2 * (size_t)s->slice_lines * 16 : 0,
+				 4 * sizeof(unsigned int) };
+	void **const where[] = { &s->part, &s->ll, &s->nsum, &s->land, &s->llf, &s->flags };
+	size_t total = 0;
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		total += sizes[i];
+		if (sizes[i] == 0)
+			continue;
+		if (mkMemAlloc(c, sizes[i], where[i]) != ncclSuccess) {
+			MK_WARN("mkGemmAllReduce M %d x N %d: the one-shot path needs %zu bytes of "
+				"symmetric heap or more; raise MKERNEL_SYMM_HEAP or "
+				"mkConfig_t.heapBytes; running another path",
+				s->m, s->n, total);
+			return -ENOMEM;
+		}
+		if (cudaMemset(*where[i], 0, sizes[i]) != cudaSuccess)
+			return -EIO;
+	}
+	return 0;
+}
+
+static int gar1_shape_get(struct mk_comm *c, struct mk_gar_state *st, int m, int n,
+			  struct mk_gar1_shape **out)
+{
+	const long long elems = (long long)m * n;
+	struct mk_gar1_shape *s = st->one;
+	int rc;
+
+	if (s != NULL && s->m == m && s->n == n) {
+		*out = s;
+		return 0;
+	}
+	/* Peers' kernels of the old shape may still read my lines: everyone drains first. */
+	if (s != NULL && (cudaDeviceSynchronize() != cudaSuccess || mk_comm_barrier(c) != 0))
+		return -EIO;
+	gar1_shape_free(c, s);
+	st->one = NULL;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->m = m;
+	s->n = n;
+	s->lines = (int)((elems + 3) / 4);
+	s->slice_lines = (s->lines + c->topo.nlocal - 1) / c->topo.nlocal;
+	rc = gar1_shape_alloc(c, s);
+	if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
+		rc = -EIO;
+	if (rc == 0)
+		rc = mk_comm_barrier(c);
+	if (rc) {
+		gar1_shape_free(c, s);
+		return rc;
+	}
+	st->one = s;
+	*out = s;
+	return 0;
+}
+
+int mk_gar_oneshot_ready(const struct mk_comm *c, int m, int n)
+{
+	const struct mk_gar_state *st = gar_state_of(c);
+
+	return st != NULL && st->one != NULL && st->one->m == m && st->one->n == n;
+}
+
+int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
+		   int b_layout, cudaStream_t stream)
+{
+	struct mk_gar1_launch l;
+	struct mk_gar_state *st;
+	struct mk_gar1_shape *s;
+	unsigned int *flags;
+	int rc, grid;
+
+	rc = gar_state_get(c, &st);
+	if (rc == 0)
+		rc = gar1_shape_get(c, st, m, n, &s);
+	if (rc)
+		return rc;
+	/* The GEMM into my partial: the faster path for the shape (engine or cuBLASLt). */
+	rc = mk_gemm_dispatch(a, b, s->part, m, n, k, b_layout == MK_GEMM_B_NK, stream, NULL, NULL);
+	if (rc)
+		return rc;
+	memset(&l, 0, sizeof(l));
+	l.c = cc;
+	l.elems = (long long)m * n;
+	l.lines = s->lines;
+	l.slice_lines = s->slice_lines;
+	l.local_rank = c->topo.local_rank;
+	l.nlocal = c->topo.nlocal;
+	l.node = c->topo.node;
+	l.nnodes = c->topo.nnodes;
+	l.ws.part = s->part;
+	for (int p = 0; p < c->topo.nlocal; p++) {
+		l.ws.ll[p] = s->ll != NULL ? gar_at_peer(c, p, s->ll) : NULL;
+		l.ws.llf[p] = s->llf != NULL ? gar_at_peer(c, p, s->llf) : NULL;
+	}
+	l.ws.nsum = s->nsum;
+	l.ws.nsum_off = s->nsum != NULL ? (uint64_t)((char *)s->nsum - c->heap) : 0;
+	l.ws.land_off = s->land != NULL ? (uint64_t)((char *)s->land - c->heap) : 0;
+	flags = s->flags;
+	l.ws.calls = flags;
+	l.ws.arrive = flags + 1;
+	l.ws.exits = flags + 2;
+	l.ws.remote = st->remote_d;
+	l.ws.seen = st->seen;
+	l.ws.sig_base = (uint32_t)c->nsignals - (uint32_t)c->topo.nnodes;
+	l.ws.error = c->kerr;
+	l.ws.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+	mk_comm_dev(c, &l.dc);
+	/* enough threads for the lines (of a slice with several nodes), within my share of SMs */
+	grid = ((c->topo.nnodes > 1 ? s->slice_lines : s->lines) + MK_GAR1_THREADS - 1) /
+	       MK_GAR1_THREADS;
+	if (grid > gar_share(c))
+		grid = gar_share(c);
+	return mk_gar1_launch(&l, grid < 1 ? 1 : grid, stream);
 }

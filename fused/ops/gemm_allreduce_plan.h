@@ -68,52 +68,86 @@ int mk_gar_split_plan(const int policy_sms[MK_GAR_ROLES], const int policy_min[M
 /* The adaptive controller's state per shape (device memory; zero = nothing measured yet). */
 struct mk_gar_ctl {
 	unsigned long long best_t; /* duration of a call with best_c communication CTAs, ns */
+	unsigned long long noise;  /* run-to-run spread at best_c: mean |t - best_t|, ns */
+	unsigned long long pend_t; /* a probe that looked faster: its first duration */
 	int best_c;		   /* the best count found so far */
 	int step;		   /* distance of the next probe from best_c; 0 = settled */
 	int up;			   /* 0: the next probe is below best_c, 1: above */
-	int pad;
+	int pend_c; /* that probe's count + 1, measured again before it counts; 0: none */
 };
+
+/* t beats the best by more than the noise: 1 %, or twice the spread seen at the best count. */
+MK_GAR_HD int mk_gar_faster(const struct mk_gar_ctl *s, unsigned long long t)
+{
+	unsigned long long margin = s->best_t / 100;
+
+	if (2 * s->noise > margin)
+		margin = 2 * s->noise;
+	return t + margin < s->best_t;
+}
+
+/* A probe that did not win: try the other side, then halve the step. */
+MK_GAR_HD void mk_gar_lost(struct mk_gar_ctl *s)
+{
+	if (!s->up) {
+		s->up = 1;
+	} else {
+		s->up = 0;
+		s->step /= 2;
+	}
+}
 
 /*
  * The controller's search over the number of communication CTAs, fed with each call's
  * duration `t` (ns, 0 = not measured) at `cur` CTAs. The first measured call's count is the
- * best so far; probes go `step` below it, then above; a probe 1 % faster becomes the best and
- * the search goes on that way with the same step, two slower probes halve the step, and a step
- * of 0 settles. Calls at the best count refresh its time (run-to-run noise). Returns the count
- * for the next call, within [lo, hi].
+ * best so far (the static split, calibrated where measured); probes go `step` below it, then
+ * above. A probe faster than the best by more than the noise (mk_gar_faster) is measured once
+ * more, and becomes the best only if that call is faster too (the slower of the two counts):
+ * one lucky call cannot move the split. The search then goes on that way with the same step;
+ * two lost probes halve the step, and a step of 0 settles. Calls at the best count refresh its
+ * time and the spread (run-to-run noise). Returns the count for the next call, within [lo, hi].
  */
 MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
 {
 	if (t == 0)
 		return cur;
+	if (s->pend_c != 0 && cur != s->pend_c - 1)
+		s->pend_c = 0; /* the confirming call did not run at the probe: forget it */
 	if (s->best_t == 0) {
 		s->best_t = t;
 		s->best_c = cur;
+		s->noise = 0;
 		s->step = cur / 2 > (hi - lo) / 8 ? cur / 2 : (hi - lo) / 8;
 		s->step = s->step > 0 ? s->step : 1;
 		s->up = 0;
+	} else if (s->pend_c != 0) {
+		const unsigned long long worse = t > s->pend_t ? t : s->pend_t;
+
+		s->pend_c = 0;
+		if (mk_gar_faster(s, worse)) {
+			s->best_t = (s->pend_t + t) / 2;
+			s->best_c = cur;
+		} else {
+			mk_gar_lost(s);
+		}
 	} else if (cur == s->best_c) {
+		const unsigned long long dev = t > s->best_t ? t - s->best_t : s->best_t - t;
+
+		s->noise = (3 * s->noise + dev) / 4;
 		s->best_t = (3 * s->best_t + t) / 4;
-	} else if (t * 100 < s->best_t * 99) {
-		s->best_t = t;
-		s->best_c = cur;
-	} else if (!s->up) {
-		s->up = 1;
+	} else if (mk_gar_faster(s, t)) {
+		s->pend_c = cur + 1;
+		s->pend_t = t;
+		return cur; /* measure it again */
 	} else {
-		s->up = 0;
-		s->step /= 2;
+		mk_gar_lost(s);
 	}
 	while (s->step > 0) {
 		const int next = s->best_c + (s->up ? s->step : -s->step);
 
 		if (next >= lo && next <= hi)
 			return next;
-		if (!s->up) { /* no room on this side */
-			s->up = 1;
-		} else {
-			s->up = 0;
-			s->step /= 2;
-		}
+		mk_gar_lost(s); /* no room on this side */
 	}
 	return s->best_c < lo ? lo : s->best_c > hi ? hi : s->best_c;
 }
@@ -176,6 +210,16 @@ MK_GAR_HD void mk_gar_adapt(const unsigned long long busy[MK_GAR_ROLES],
 		left--;
 	}
 	cur[MK_GAR_COMPUTE] = grid - (want - left);
+}
+
+/*
+ * The one-shot path's slices: local rank j sums (with several nodes) and receives lines
+ * [mk_gar1_slice(lines, nlocal, j), mk_gar1_slice(lines, nlocal, j + 1)); the slices cover every
+ * line once and differ in length by at most one.
+ */
+MK_GAR_HD int mk_gar1_slice(int lines, int nlocal, int j)
+{
+	return (int)((long long)lines * j / nlocal);
 }
 
 #ifdef __cplusplus
