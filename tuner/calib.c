@@ -184,8 +184,8 @@ static int calib_coll_record(const struct calib_line *l, struct mk_calib *c, con
 	struct mk_calib_coll cl, *v;
 	uint64_t x[3];
 
-	*why = "coll record: expected 'coll KIND nccl|oneshot NODES LOCAL BYTES US' with a known "
-	       "collective, NODES, LOCAL, BYTES >= 1 and US > 0";
+	*why = "coll record: expected 'coll KIND nccl|oneshot|fused NODES LOCAL BYTES US' with a "
+	       "known collective, NODES, LOCAL, BYTES >= 1 and US > 0";
 	if (l->n != 7)
 		return -EINVAL;
 	cl.kind = -1;
@@ -195,6 +195,7 @@ static int calib_coll_record(const struct calib_line *l, struct mk_calib *c, con
 	}
 	cl.impl = strcmp(l->tok[2], "nccl") == 0      ? MK_CALIB_NCCL
 		  : strcmp(l->tok[2], "oneshot") == 0 ? MK_CALIB_ONESHOT
+		  : strcmp(l->tok[2], "fused") == 0   ? MK_CALIB_FUSED
 						      : -1;
 	if (cl.kind < 0 || cl.impl < 0 || calib_uint(l->tok[3], 1, 65536, &x[0]) ||
 	    calib_uint(l->tok[4], 1, 65536, &x[1]) || calib_uint(l->tok[5], 1, UINT64_MAX, &x[2]) ||

@@ -14,8 +14,9 @@
  *	fused OP OVERHEAD_US                       a fused op's fixed cost over its parts, in us
  *	coll KIND IMPL NODES LOCAL BYTES US        a collective's median time on NODES nodes of
  *	                                           LOCAL ranks: KIND allreduce, ..., IMPL nccl
- *	                                           (the unfused path's) or oneshot (mkernel's
- *	                                           exchange after the GEMM)
+ *	                                           (the unfused path's), oneshot (mkernel's
+ *	                                           exchange after the GEMM) or fused (what the
+ *	                                           fused kernel takes beyond the GEMM alone)
  *	split OP NODES LOCAL M SHARE INTRA SEND REDUCE
  *	                                           the best static split measured for OP on NODES
  *	                                           nodes of LOCAL ranks at M rows, on SHARE SMs:
@@ -76,6 +77,7 @@ struct mk_calib_split {
 enum mk_calib_impl {
 	MK_CALIB_NCCL = 0,
 	MK_CALIB_ONESHOT = 1,
+	MK_CALIB_FUSED = 2,
 };
 
 /* One measured collective. */

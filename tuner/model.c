@@ -398,8 +398,15 @@ int mk_model_fused_estimate(const struct mk_policy_op_query *q, const struct mk_
 					       ? out->compute_us * sms / compute_sms
 					       : out->compute_us;
 		const double comm = q->nranks > 1 ? row->fused_comm_us(&t, &env->links, bytes) : 0;
+		/* what the fused kernel was measured to take beyond the GEMM on this layout */
+		const double beyond =
+			env->calib != NULL && q->nranks > 1
+				? mk_calib_coll_us(env->calib, row->coll, MK_CALIB_FUSED, t.nnodes,
+						   t.ranks_per_node, bytes)
+				: -1;
 
-		out->fused_us = (compute > comm ? compute : comm) + env->overhead_us;
+		out->fused_us = beyond >= 0 ? out->compute_us + beyond
+					    : (compute > comm ? compute : comm) + env->overhead_us;
 	}
 	if (row->oneshot_comm_us != NULL && q->nranks > 1 && bytes <= env->oneshot_max_bytes) {
 		double x = env->calib != NULL

@@ -8,9 +8,15 @@
  * calls per shape, so the split moves between them); 100 calls back to back without host
  * synchronisation; the call captured in a CUDA graph and replayed; the unfused path
  * (MKERNEL_GEMM_AR_FUSED=0) on the same inputs; bad arguments refused with
- * ncclInvalidArgument. With --bench: the fused call against cuBLAS + ncclAllReduce and against
- * the GEMM engine alone on the same SM share, same CUDA-event timing for all, the adaptive
- * controller against static splits, and one traced call per shape (JSON lines, rank 0).
+ * ncclInvalidArgument; the path that ran asserted each time (mk_gar_last_path). The one-shot
+ * path (decode sizes: M = 1 .. 256, odd M, N and K, an element count not a multiple of 4, both
+ * B layouts; 50 calls back to back; graph replay) and the path the cost model picks by itself.
+ * With --bench: the fused call against cuBLAS + ncclAllReduce and against the GEMM engine alone
+ * on the same SM share, same CUDA-event timing for all, the adaptive controller against static
+ * splits, and one traced call per shape (JSON lines, rank 0). With --paths: mkGemmAllReduce as
+ * users call it (the cost model's path) against cuBLAS + ncclAllReduce on M = 1 .. 16384, N, K
+ * in {4096, 8192}, each forced path alongside where it runs, in interleaved rounds, with the
+ * path taken per cell, and calibration records (`calib: ...`) of what was measured.
  *
  * Tolerance, per element: with S = sum over ranks of |partial| (an fp32 all-reduce of the
  * partials' magnitudes) and u = 2^-8 (bf16 unit roundoff), |C - ref| <= (nranks + 1) u (S +
@@ -18,7 +24,7 @@
  * u |ref|); the unfused path (NCCL adds bf16 step by step, rounding every partial sum) needs
  * up to nranks - 1 roundings more, which the bound covers.
  *
- * usage: test-gar-gpu RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--quick]
+ * usage: test-gar-gpu RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--paths] [--quick]
  * (--quick: shapes up to 4096 and 10 back-to-back calls)
  * Exit: 0 pass, 1 fail, 77 no CUDA device.
  */
@@ -32,9 +38,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_allreduce.h"
+#include "fused/ops/gemm_dispatch.h"
+#include "fused/ops/gemm_fallback.h"
+#include "tuner/policy.h"
 #include "fused/runtime/comm.h"
 extern "C" {
 #include "mk/clock.h"
@@ -87,6 +95,33 @@ static void set_env(const char *name, const char *value)
 static void set_fallback(int on)
 {
 	set_env("MKERNEL_GEMM_AR_FUSED", on ? "0" : "1");
+}
+
+/* A path by name (MKERNEL_GEMM_AR_PATH: unfused, fused, oneshot), or "" for the cost model's
+ * (MKERNEL_GEMM_AR_FUSED unset too). */
+static void set_path(const char *path)
+{
+	set_env("MKERNEL_GEMM_AR_PATH", path);
+	if (path[0] == '\0')
+		set_env("MKERNEL_GEMM_AR_FUSED", "");
+}
+
+static const char *path_name(int path)
+{
+	return path == MK_PATH_FUSED ? "fused" : path == MK_PATH_ONESHOT ? "oneshot" : "unfused";
+}
+
+/* The path the last call took must be `want` (-1: any); says so when not. */
+static int path_is(int want, char *what, size_t len)
+{
+	const char *why = NULL;
+	const int got = mk_gar_last_path(&why);
+
+	if (want < 0 || got == want)
+		return 1;
+	snprintf(what + strlen(what), len - strlen(what), " [ran %s, expected %s: %s]",
+		 path_name(got), path_name(want), why != NULL ? why : "?");
+	return 0;
 }
 
 static void problem_open(struct problem *p, ncclComm_t nccl, int m, int n, int k, int b_nk,
@@ -153,43 +188,90 @@ static size_t problem_bad(const struct problem *p, double *max_err)
 	return bad;
 }
 
-/* `reps` calls on the same inputs, C cleared before each; every result is checked. */
-static void check_case(mkComm_t comm, ncclComm_t nccl, int m, int n, int k, int b_nk,
-		       const char *path, int reps)
+/*
+ * `reps` calls on the same inputs, C poisoned (NaN) before each; every result is checked, and
+ * the path that ran must be `want` (enum mk_policy_path, -1: any).
+ */
+static void check_path(mkComm_t comm, ncclComm_t nccl, int m, int n, int k, int b_nk,
+		       const char *path, int reps, int want)
 {
 	struct problem p;
 	double max_err = 0;
 	size_t bad = 0;
 	ncclResult_t ae;
-	char what[200];
+	char what[400];
+	int ok = 1;
 
 	problem_open(&p, nccl, m, n, k, b_nk, (uint32_t)(m + n + k + b_nk));
+	snprintf(what, sizeof(what), "%s M %d N %d K %d B %s x%d:", path, m, n, k,
+		 b_nk ? "NxK" : "KxN", reps);
 	for (int r = 0; r < reps; r++) {
 		double e;
 
-		CK(cudaMemset(p.c, 0, (size_t)m * n * 2));
+		CK(cudaMemset(p.c, 0xFF, (size_t)m * n * 2));
 		NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16,
 				   b_nk ? mkLayoutRowMajorNK : mkLayoutRowMajorKN, comm, 0));
 		CK(cudaStreamSynchronize(0));
 		bad += problem_bad(&p, &e);
 		max_err = e > max_err ? e : max_err;
+		ok &= path_is(want, what, sizeof(what));
 	}
 	NK(mkCommGetAsyncError(comm, &ae));
-	snprintf(what, sizeof(what),
-		 "%s M %d N %d K %d B %s x%d: %zu outside tolerance, max |err| %.4g", path, m, n, k,
-		 b_nk ? "NxK" : "KxN", reps, bad, max_err);
-	expect(bad == 0 && ae == ncclSuccess, what);
+	snprintf(what + strlen(what), sizeof(what) - strlen(what),
+		 " %zu outside tolerance, max |err| %.4g", bad, max_err);
+	expect(ok && bad == 0 && ae == ncclSuccess, what);
 	problem_close(&p);
 }
 
-/* 100 calls without host synchronisation, alternating two A; the last one must be in C. */
-static void check_back_to_back(mkComm_t comm, ncclComm_t nccl, int calls)
+static void check_case(mkComm_t comm, ncclComm_t nccl, int m, int n, int k, int b_nk,
+		       const char *path, int reps)
 {
-	const int m = 1024, n = 1024, k = 256;
+	check_path(comm, nccl, m, n, k, b_nk, path, reps, -1);
+}
+
+/* One call of p captured on s (after a first call outside capture when `warm`), replayed
+ * `replays` times (C poisoned before each): elements outside tolerance over all replays. */
+static size_t graph_replays(mkComm_t comm, const struct problem *p, cudaStream_t s, int warm,
+			    int replays)
+{
+	const size_t bytes = (size_t)p->m * p->n * 2;
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	size_t bad = 0;
+	double max_err;
+
+	/* The first call of a shape sets up its workspace (host-synchronising): not in capture. */
+	if (warm) {
+		NK(mkGemmAllReduce(p->a, p->b, p->c, p->m, p->n, p->k, ncclBfloat16,
+				   mkLayoutRowMajorNK, comm, s));
+		CK(cudaStreamSynchronize(s));
+	}
+
+	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	NK(mkGemmAllReduce(p->a, p->b, p->c, p->m, p->n, p->k, ncclBfloat16, mkLayoutRowMajorNK,
+			   comm, s));
+	CK(cudaStreamEndCapture(s, &g));
+	CK(cudaGraphInstantiate(&ge, g, 0));
+	for (int i = 0; i < replays; i++) {
+		CK(cudaMemsetAsync(p->c, 0xFF, bytes, s));
+		CK(cudaGraphLaunch(ge, s));
+		CK(cudaStreamSynchronize(s));
+		bad += problem_bad(p, &max_err);
+	}
+	cudaGraphExecDestroy(ge);
+	cudaGraphDestroy(g);
+	return bad;
+}
+
+/* `calls` calls without host synchronisation, alternating two A into one C; the last one must
+ * be in C, and have run on path `want` (-1: any). */
+static void check_back_to_back(mkComm_t comm, ncclComm_t nccl, int m, int n, int k, int calls,
+			       const char *label, int want)
+{
 	struct problem p, q;
 	double max_err;
 	size_t bad;
-	char what[160];
+	char what[300];
 
 	problem_open(&p, nccl, m, n, k, 1, 77);
 	problem_open(&q, nccl, m, n, k, 1, 78);
@@ -200,77 +282,93 @@ static void check_back_to_back(mkComm_t comm, ncclComm_t nccl, int calls)
 				   0));
 	}
 	CK(cudaStreamSynchronize(0));
-	/* The last call used q's inputs (calls is even) into p's C: compare with q's reference. */
 	{
-		float *keep = p.ref, *keep_mag = p.mag;
+		/* the last call took q's inputs when calls is even: compare with its reference */
+		float *r = p.ref, *mg = p.mag;
 
-		p.ref = calls % 2 ? p.ref : q.ref;
-		p.mag = calls % 2 ? p.mag : q.mag;
-		bad = problem_bad(&p, &max_err);
-		p.ref = keep;
-		p.mag = keep_mag;
+		if (calls % 2 == 0) {
+			p.ref = q.ref;
+			p.mag = q.mag;
+			q.ref = r;
+			q.mag = mg;
+		}
 	}
-	snprintf(what, sizeof(what), "%d calls back to back: %zu outside tolerance, max |err| %.4g",
-		 calls, bad, max_err);
-	expect(bad == 0, what);
+	bad = problem_bad(&p, &max_err);
+	snprintf(what, sizeof(what),
+		 "%s, %d calls back to back: %zu outside tolerance, max |err| %.4g", label, calls,
+		 bad, max_err);
+	expect(path_is(want, what, sizeof(what)) && bad == 0, what);
 	problem_close(&p);
 	problem_close(&q);
 }
 
-/* One call captured in a CUDA graph, replayed three times (C cleared before each). */
-static void check_graph(mkComm_t comm, ncclComm_t nccl)
+/* graph_replays on a fresh stream and problem; the path the capture took must be `want`. */
+static void check_graph_case(mkComm_t comm, ncclComm_t nccl, int m, int n, int k, uint32_t seed,
+			     int warm, int replays, const char *label, int want)
 {
-	const int m = 1536, n = 1024, k = 128;
 	struct problem p;
 	cudaStream_t s;
-	cudaGraph_t g;
-	cudaGraphExec_t ge;
-	size_t bad = 0;
-	double max_err;
-	char what[160];
+	size_t bad;
+	char what[300];
 
-	problem_open(&p, nccl, m, n, k, 1, 91);
+	problem_open(&p, nccl, m, n, k, 1, seed);
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	/* The first call of a shape sets up its workspace (host-synchronising): not in capture. */
-	NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16, mkLayoutRowMajorNK, comm, s));
-	CK(cudaStreamSynchronize(s));
-	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-	NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16, mkLayoutRowMajorNK, comm, s));
-	CK(cudaStreamEndCapture(s, &g));
-	CK(cudaGraphInstantiate(&ge, g, 0));
-	for (int i = 0; i < 3; i++) {
-		CK(cudaMemsetAsync(p.c, 0, (size_t)m * n * 2, s));
-		CK(cudaGraphLaunch(ge, s));
-		CK(cudaStreamSynchronize(s));
-		bad += problem_bad(&p, &max_err);
-	}
-	snprintf(what, sizeof(what), "CUDA graph, 3 replays: %zu outside tolerance", bad);
-	expect(bad == 0, what);
-	cudaGraphExecDestroy(ge);
-	cudaGraphDestroy(g);
-	/* A shape never called before, captured at once: the call must still be capturable
-	 * (it takes the unfused path) and right on replay. */
-	problem_close(&p);
-	problem_open(&p, nccl, 1280, 768, 128, 1, 92);
-	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-	NK(mkGemmAllReduce(p.a, p.b, p.c, 1280, 768, 128, ncclBfloat16, mkLayoutRowMajorNK, comm,
-			   s));
-	CK(cudaStreamEndCapture(s, &g));
-	CK(cudaGraphInstantiate(&ge, g, 0));
-	bad = 0;
-	for (int i = 0; i < 2; i++) {
-		CK(cudaMemsetAsync(p.c, 0, (size_t)1280 * 768 * 2, s));
-		CK(cudaGraphLaunch(ge, s));
-		CK(cudaStreamSynchronize(s));
-		bad += problem_bad(&p, &max_err);
-	}
-	snprintf(what, sizeof(what), "new shape captured first, 2 replays: %zu outside tolerance",
-		 bad);
-	expect(bad == 0, what);
-	cudaGraphExecDestroy(ge);
-	cudaGraphDestroy(g);
+	bad = graph_replays(comm, &p, s, warm, replays);
+	snprintf(what, sizeof(what), "%s, %d replays: %zu outside tolerance", label, replays, bad);
+	expect(path_is(want, what, sizeof(what)) && bad == 0, what);
 	cudaStreamDestroy(s);
 	problem_close(&p);
+}
+
+/*
+ * The one-shot path on decode sizes and tails, then calls back to back (the epoch's parity
+ * alternates the buffers) and graph replay. With one rank it cannot run: the GEMM alone does.
+ */
+static void check_oneshot(mkComm_t comm, ncclComm_t nccl, int quick)
+{
+	static const int cases[][4] = {
+		{ 1, 4096, 4096, 1 }, { 16, 4096, 4096, 1 }, { 128, 4096, 4096, 0 },
+		{ 256, 8192, 4096, 1 }, { 7, 1000, 1032, 0 }, /* odd M, tails in N and K */
+		{ 3, 1001, 520, 1 },			       /* 3003 elements: a partial last line */
+		{ 65, 4104, 136, 1 },
+	};
+	const int want = g_nranks > 1 ? MK_PATH_ONESHOT : MK_PATH_UNFUSED;
+	const size_t ncases = quick ? 3 : sizeof(cases) / sizeof(cases[0]);
+
+	set_path("oneshot");
+	for (size_t i = 0; i < ncases; i++)
+		check_path(comm, nccl, cases[i][0], cases[i][1], cases[i][2], cases[i][3],
+			   "one-shot", 3, want);
+	/* 50 calls without host synchronisation: the buffers' parity alternates */
+	check_back_to_back(comm, nccl, 64, 4096, 1024, 50, "one-shot", want);
+	/* captured after a first call, replayed three times */
+	check_graph_case(comm, nccl, 32, 4096, 4096, 503, 1, 3, "one-shot in a CUDA graph", want);
+	/* the cost model's own choice: any path, right; one rank runs the GEMM alone */
+	set_path("");
+	check_path(comm, nccl, 16, 4096, 4096, 1, "cost model's path", 2,
+		   g_nranks == 1 ? MK_PATH_UNFUSED : -1);
+	check_path(comm, nccl, 2048, 4096, 4096, 1, "cost model's path", 1,
+		   g_nranks == 1 ? MK_PATH_UNFUSED : -1);
+	{
+		const char *why = NULL;
+		const int got = mk_gar_last_path(&why);
+
+		if (g_rank == 0)
+			printf("cost model at 2048 x 4096 x 4096: %s (%s)\n", path_name(got), why);
+	}
+	set_path("");
+	set_fallback(0);
+}
+
+
+/* One call captured in a CUDA graph, replayed three times, after a first call of the shape;
+ * then a shape never called before, captured at once: the call must still be capturable (it
+ * takes the unfused path) and right on replay. */
+static void check_graph(mkComm_t comm, ncclComm_t nccl)
+{
+	check_graph_case(comm, nccl, 1536, 1024, 128, 91, 1, 3, "CUDA graph", -1);
+	check_graph_case(comm, nccl, 1280, 768, 128, 92, 0, 2, "new shape captured first",
+			 MK_PATH_UNFUSED);
 }
 
 static void check_invalid(mkComm_t comm)
@@ -533,6 +631,168 @@ static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int qu
 	}
 }
 
+/* ---- the paths as users call them, against cuBLAS + ncclAllReduce ---- */
+
+/* One timed implementation of a call on the default stream. */
+struct path_impl {
+	const char *name;
+	const char *force;  /* MKERNEL_GEMM_AR_PATH for mkGemmAllReduce; NULL: a baseline part */
+	int kind;	    /* 0 mkGemmAllReduce, 1 cuBLAS + NCCL, 2 cuBLAS, 3 NCCL, 4 mkGemm */
+	float t[32];
+	float med;
+	int ok;
+};
+
+static float path_call(mkComm_t comm, ncclComm_t nccl, const struct problem *p,
+		       struct path_impl *x)
+{
+	static cudaEvent_t e0, e1;
+	float ms;
+
+	if (e0 == NULL) {
+		CK(cudaEventCreate(&e0));
+		CK(cudaEventCreate(&e1));
+	}
+	if (x->kind == 0)
+		set_path(x->force);
+	CK(cudaEventRecord(e0, 0));
+	if (x->kind == 0) {
+		NK(mkGemmAllReduce(p->a, p->b, p->c, p->m, p->n, p->k, ncclBfloat16,
+				   mkLayoutRowMajorNK, comm, 0));
+	} else {
+		if ((x->kind == 1 || x->kind == 2) &&
+		    mk_fallback_gemm_bf16(p->a, p->b, p->c, p->m, p->n, p->k, 1, 0) != 0)
+			expect(0, "cuBLAS baseline");
+		if (x->kind == 4 && mk_gemm_dispatch(p->a, p->b, p->c, p->m, p->n, p->k, 1, 0,
+						     NULL, NULL) != 0)
+			expect(0, "mkGemm alone");
+		if (x->kind == 1 || x->kind == 3)
+			NK(ncclAllReduce(p->c, p->c, (size_t)p->m * p->n, ncclBfloat16, ncclSum,
+					 nccl, 0));
+	}
+	CK(cudaEventRecord(e1, 0));
+	CK(cudaEventSynchronize(e1));
+	CK(cudaEventElapsedTime(&ms, e0, e1));
+	return ms;
+}
+
+/*
+ * mkGemmAllReduce with the cost model's path against cuBLAS + ncclAllReduce (the code a user
+ * would write) on M in {1, 16, 128, 256, 512, 2048, 8192, 16384} x N, K in {4096, 8192}, B N x
+ * K, in interleaved rounds (each round calls every implementation once, starting with a
+ * different one), medians; up to M = 2048 also each forced path that can run, the GEMM alone
+ * (cuBLAS, and mkGemm's choice) and ncclAllReduce alone. Rank 0 prints a JSON line per shape
+ * with the path the cost model took, and calibration records of what it measured (`calib:`
+ * lines: NCCL's and the one-shot exchange's times per size for this layout, the fused call's
+ * fixed cost) to be collected into a calibration file.
+ */
+static void bench_paths(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)
+{
+	static const int ms[] = { 1, 16, 128, 256, 512, 2048, 8192, 16384 };
+	static const int nks[] = { 4096, 8192 };
+	const int nm = quick ? 4 : (int)(sizeof(ms) / sizeof(ms[0]));
+
+	for (int i = 0; i < nm; i++) {
+		for (int ni = 0; ni < 2; ni++) {
+			for (int ki = 0; ki < 2; ki++) {
+				const int m = ms[i], n = nks[ni], k = nks[ki];
+				const int small = m <= 2048;
+				const int warm = small ? 3 : 2, reps = small ? 15 : 5;
+				struct path_impl impl[] = {
+					{ "auto", "", 0, { 0 }, 0, 1 },
+					{ "cublas_nccl", NULL, 1, { 0 }, 0, 1 },
+					{ "unfused", "unfused", 0, { 0 }, 0, small },
+					{ "fused", "fused", 0, { 0 }, 0, 1 },
+					{ "oneshot", "oneshot", 0, { 0 }, 0, small && g_nranks > 1 },
+					{ "cublas_only", NULL, 2, { 0 }, 0, small },
+					{ "mkgemm_only", NULL, 4, { 0 }, 0, 1 },
+					{ "nccl_only", NULL, 3, { 0 }, 0, g_nranks > 1 },
+				};
+				const int nimpl = (int)(sizeof(impl) / sizeof(impl[0]));
+				struct problem p;
+				const char *why = NULL;
+				int auto_path, ran[3] = { -1, -1, -1 };
+				double max_err;
+				size_t bad;
+
+				problem_open(&p, nccl, m, n, k, 1, (uint32_t)(m * 31 + n + k));
+				for (int r = 0; r < warm + reps; r++) {
+					for (int j = 0; j < nimpl; j++) {
+						struct path_impl *x = &impl[(r + j) % nimpl];
+						const float t = x->ok ? path_call(comm, nccl, &p, x) : 0;
+
+						if (x->ok && x->kind == 0 && x->force[0] != '\0')
+							ran[x - &impl[2]] = mk_gar_last_path(NULL);
+						if (r >= warm)
+							x->t[r - warm] = t;
+					}
+				}
+				/* the cost model's path, and its result */
+				set_path("");
+				NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16,
+						   mkLayoutRowMajorNK, comm, 0));
+				CK(cudaStreamSynchronize(0));
+				auto_path = mk_gar_last_path(&why);
+				bad = problem_bad(&p, &max_err);
+				expect(bad == 0, "paths benchmark: the cost model's result");
+				for (int j = 0; j < nimpl; j++) {
+					qsort(impl[j].t, reps, sizeof(float), cmp_f);
+					impl[j].med = impl[j].t[reps / 2];
+				}
+				if (g_rank == 0) {
+					printf("{\"bench\":\"gemm_allreduce_paths\",\"m\":%d,\"n\":%d,"
+					       "\"k\":%d,\"nranks\":%d,\"nnodes\":%d,\"nlocal\":%d,"
+					       "\"path\":\"%s\",\"why\":\"%s\",\"auto_ms\":%.4f,"
+					       "\"cublas_nccl_ms\":%.4f,\"ratio\":%.3f",
+					       m, n, k, g_nranks, nnodes, nlocal, path_name(auto_path),
+					       why != NULL ? why : "", impl[0].med, impl[1].med,
+					       impl[1].med / impl[0].med);
+					for (int j = 2; j < nimpl; j++) {
+						if (impl[j].ok)
+							printf(",\"%s_ms\":%.4f", impl[j].name,
+							       impl[j].med);
+					}
+					for (int j = 0; j < 3; j++) {
+						if (impl[2 + j].ok)
+							printf(",\"%s_ran\":\"%s\"", impl[2 + j].name,
+							       path_name(ran[j]));
+					}
+					printf(",\"reps\":%d,\"emulated\":true}\n", reps);
+					/* what the cost model can use (tuner/calib.h), for this layout */
+					if (g_nranks > 1 && k == 4096) {
+						const unsigned long long bytes =
+							(unsigned long long)m * n * 2;
+
+						printf("calib: coll allreduce nccl %d %d %llu %.2f\n",
+						       nnodes, nlocal, bytes, impl[7].med * 1e3);
+						if (ran[1] == MK_PATH_FUSED && impl[3].med > impl[6].med)
+							printf("calib: coll allreduce fused %d %d %llu "
+							       "%.2f\n",
+							       nnodes, nlocal, bytes,
+							       (impl[3].med - impl[6].med) * 1e3);
+						if (small && ran[2] == MK_PATH_ONESHOT &&
+						    impl[4].med > impl[6].med)
+							printf("calib: coll allreduce oneshot %d %d %llu "
+							       "%.2f\n",
+							       nnodes, nlocal, bytes,
+							       (impl[4].med - impl[6].med) * 1e3);
+					}
+					if (small && g_nranks == 1 && ran[1] == MK_PATH_FUSED &&
+					    m == 2048 && n == 8192 && k == 8192)
+						printf("calib: fused gemm_allreduce %.2f\n",
+						       impl[3].med > impl[6].med
+							       ? (impl[3].med - impl[6].med) * 1e3
+							       : 0.0);
+					fflush(stdout);
+				}
+				problem_close(&p);
+			}
+		}
+	}
+	set_path("");
+	set_fallback(0);
+}
+
 int main(int argc, char **argv)
 {
 	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
@@ -540,9 +800,9 @@ int main(int argc, char **argv)
 	const char *path;
 	ncclComm_t nccl;
 	mkComm_t comm;
-	int rc, rank, nnodes, nlocal, do_bench, quick;
+	int rc, rank, nnodes, nlocal, do_bench, do_paths, quick;
 
-	rc = rank_args_parse(argc, argv, "[--bench] [--quick]", &a);
+	rc = rank_args_parse(argc, argv, "[--bench] [--paths] [--quick]", &a);
 	if (rc)
 		return rc;
 	rank = a.rank;
@@ -550,6 +810,7 @@ int main(int argc, char **argv)
 	nnodes = a.nnodes;
 	nlocal = a.nlocal;
 	do_bench = rank_has_opt(argc, argv, "--bench");
+	do_paths = rank_has_opt(argc, argv, "--paths");
 	quick = rank_has_opt(argc, argv, "--quick");
 	set_fallback(0);
 	rank_nccl_init(&a, &nccl);
@@ -584,12 +845,15 @@ int main(int argc, char **argv)
 	set_env("MKERNEL_SM_POLICY", "static");
 	/* The unfused path on the same kind of inputs. */
 	set_fallback(1);
-	check_case(comm, nccl, 2000, 3000, 192, 1, "unfused (forced)", 1);
+	check_path(comm, nccl, 2000, 3000, 192, 1, "unfused (forced)", 1, MK_PATH_UNFUSED);
 	set_fallback(0);
-	check_back_to_back(comm, nccl, quick ? 10 : 100);
+	check_back_to_back(comm, nccl, 1024, 1024, 256, quick ? 10 : 100, "fused", MK_PATH_FUSED);
 	check_graph(comm, nccl);
+	check_oneshot(comm, nccl, quick);
 	if (do_bench)
 		bench(comm, nccl, nnodes, nlocal, quick);
+	if (do_paths)
+		bench_paths(comm, nccl, nnodes, nlocal, quick);
 	NK(mkCommDestroy(comm));
 	NK(ncclCommDestroy(nccl));
 	printf("rank %d: %d failure(s)\n", rank, g_failures);

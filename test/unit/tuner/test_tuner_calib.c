@@ -443,10 +443,12 @@ static void test_coll_records(void **state)
 	assert_int_equal(parse(HEADER "coll allreduce nccl 1 2 1024 10\n"
 				      "coll allreduce nccl 1 2 4096 30\n"
 				      "coll allreduce nccl 1 2 1048576 100\n"
-				      "coll allreduce oneshot 1 2 1024 4\n",
+				      "coll allreduce oneshot 1 2 1024 4\n"
+				      "coll allreduce fused 1 2 1024 7\n",
 			       &c, &line, &why),
 			 0);
-	assert_int_equal(c.ncoll, 4);
+	assert_int_equal(c.ncoll, 5);
+	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_FUSED, 1, 2, 512) - 7) < 1e-9);
 	/* exact, between (2048: halfway in log2 from 1024 to 4096), below, above */
 	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_NCCL, 1, 2, 4096) - 30) < 1e-9);
 	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_NCCL, 1, 2, 2048) - 20) < 1e-9);

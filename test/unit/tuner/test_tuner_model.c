@@ -237,6 +237,22 @@ static void test_measured_inputs_replace_knobs(void **state)
 	check_cheapest(&e1);
 	assert_true(e1.oneshot_us < e1.unfused_us);
 	assert_int_equal(e1.path, MK_PATH_FUSED);
+	/* the fused kernel measured on this layout: its measured time beyond the GEMM */
+	{
+		static const char more[] = "mkernel-calibration 1\n"
+					   "coll allreduce fused 1 2 8192 40\n"
+					   "coll allreduce fused 1 2 8388608 2000\n";
+		struct mk_calib c2;
+		struct mk_model_env env2 = env;
+
+		assert_int_equal(mk_calib_parse(more, strlen(more), &c2, &line, &why), 0);
+		env2.calib = &c2;
+		q = gar(256, 4096, 4096, 1, 2);
+		assert_int_equal(mk_model_fused_estimate(&q, &env2, 116, 132, &e1), 0);
+		assert_true(fabs(e1.fused_us - e1.compute_us - (40 + 8.0 / 10 * 1960)) < 1e-6);
+		check_cheapest(&e1);
+		mk_calib_free(&c2);
+	}
 	/* another layout keeps the link model */
 	q = gar(256, 4096, 4096, 2, 4);
 	assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, &e1), 0);
