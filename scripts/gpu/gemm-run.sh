@@ -1,14 +1,21 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# GEMM engine on a GPU host, in one go: the gpu-suite test, the benchmark, compute-sanitizer
-# (memcheck, racecheck) on the quick test, and an Nsight Compute profile of the engine and of
-# cuBLAS at 8192^3. Binaries come prebuilt in BIN (test-gemm-gpu, mkernel-gemm-bench,
-# libmkernel.so.0); logs go to OUTDIR.
+# mkGemm and the GEMM engine on a GPU host, step by step. Binaries come prebuilt in BIN
+# (scripts/gpu/gemm-pack.sh: test-gemm-gpu, mkernel-gemm-bench, mkernel-calibrate,
+# libmkernel.so.0); logs and data go to OUTDIR. Every step says its exit status; the script exits
+# non-zero when any step failed, naming it.
 # Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]   (BIN: build files, or an unpacked bundle of scripts/bundle.sh)
-#   steps: test bench bench2 (a second, for run-to-run spread) bench-normal (N(0,1) inputs)
-#          prev (an earlier benchmark build, for A/B) torch (cuBLAS through PyTorch) sanitize ncu
-#   (default: test bench sanitize ncu)
-set -u
+#   test         test-gemm-gpu: every engine variant through mkGemm's dispatch, hooks, epilogues
+#   test-notma   the same with per-thread store epilogues (MKERNEL_GEMM_NO_TMA_STORE=1)
+#   calibrate    mkernel-calibrate --out OUTDIR/calib.txt (JSON lines in OUTDIR/calibrate.jsonl)
+#   bench-cal    the mkGemm grid against cuBLAS with OUTDIR/calib.txt (MKERNEL_CALIBRATION)
+#   bench        the mkGemm grid against cuBLAS with the built-in calibration table
+#   engine       the engine's default variant against cuBLAS (square, K = N/16, SM limits)
+#   torch        mkGemm against torch.matmul / F.linear through ctypes (scripts/gpu/gemm_torch.py)
+#   sanitize     compute-sanitizer memcheck and racecheck on test-gemm-gpu --quick
+#   ncu          Nsight Compute of the engine and cuBLAS at 8192^3 and 16 x 4096 x 4096
+#   (default: test calibrate bench-cal)
+set -uo pipefail
 bin=$(cd "$1" && pwd)
 if [ -f "$bin/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh): its lib/ and bin/
 	export LD_LIBRARY_PATH="$bin/lib:$bin/lib/fabric:${LD_LIBRARY_PATH:-}"
@@ -16,11 +23,14 @@ if [ -f "$bin/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh): its lib/
 fi
 out=$2
 shift 2
-steps=${*:-test bench sanitize ncu}
+steps=${*:-test calibrate bench-cal}
+here=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 # Never NVLink multicast, in this process tree or any it starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export LD_LIBRARY_PATH="$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH="$bin:${nccl_lib:+$nccl_lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # cuBLAS from the Python wheels if the toolkit lacks it.
 if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ]; then
 	for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, x, "lib") for x in os.listdir(p)))' 2>/dev/null); do
@@ -29,77 +39,99 @@ if ! ldconfig -p | grep -q libcublas.so.13 && [ ! -e /usr/local/cuda/lib64/libcu
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 date -u | tee -a "$out/gpu.txt"
-ldd "$bin/test-gemm-gpu" | grep -E "not found|cublas|cudart|mkernel" | tee -a "$out/gpu.txt"
+ldd "$bin/test-gemm-gpu" | grep -E "not found|cublas|cudart|nccl" | tee -a "$out/gpu.txt"
+failed=()
+
+# The summary line of a benchmark log and every cell below 1.0 (ratio against the baseline).
+summary() {
+	python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    j = json.loads(line)
+    if j["bench"].endswith("summary"):
+        print(line.strip())
+    elif j.get("ratio", 9) < 1.0:
+        print("below 1.0: %(m)d x %(n)d x %(k)d %(b_layout)s ratio %(ratio).3f" % j,
+              "path", j.get("path", "-"), "mk %.4f base %.4f ms" % (j.get("mk_ms", 0), j.get("baseline_ms", j.get("torch_ms", 0))))
+PY
+}
+
+# step NAME TIMEOUT CMD...: run, keep the log, say the exit status; a timeout is a hang.
+step() {
+	local name=$1 limit=$2 rc
+	shift 2
+	echo "== $name: $*"
+	timeout "$limit" "$@" >"$out/$name.log" 2>&1
+	rc=$?
+	echo "$name exit: $rc" | tee -a "$out/$name.log"
+	[ "$rc" = 124 ] && echo "$name: TIMEOUT after $limit s"
+	[ "$rc" = 0 ] || failed+=("$name")
+	return 0
+}
 
 for s in $steps; do
 	case $s in
 	test)
-		echo "== test-gemm-gpu"
-		timeout 150 "$bin/test-gemm-gpu" 2>&1 | tee "$out/test.log" | grep -vE '^ok'
-		rc=${PIPESTATUS[0]}
-		echo "test exit: $rc" | tee -a "$out/test.log"
-		[ "$rc" = 124 ] && { echo "test hung: stopping"; exit 1; }
-		echo "== test-gemm-gpu, per-thread store epilogue (MKERNEL_GEMM_NO_TMA_STORE=1)"
-		MKERNEL_GEMM_NO_TMA_STORE=1 timeout 150 "$bin/test-gemm-gpu" >"$out/test-notma.log" 2>&1
-		echo "test (no TMA store) exit: $?" | tee -a "$out/test-notma.log"
-		grep -E "FAIL|passed" "$out/test-notma.log"
+		step test 300 "$bin/test-gemm-gpu"
+		grep -E "^FAIL|first wrong|HANG|passed, " "$out/test.log" | head -60
 		;;
-	bench | bench2)
-		echo "== mkernel-gemm-bench ($s)"
-		timeout 200 "$bin/mkernel-gemm-bench" --reps 50 --warmup 10 2>&1 | tee "$out/$s.log" | grep -v '^{'
+	test-notma)
+		step test-notma 300 env MKERNEL_GEMM_NO_TMA_STORE=1 "$bin/test-gemm-gpu"
+		grep -E "^FAIL|first wrong|HANG|passed, " "$out/test-notma.log" | head -40
 		;;
-	bench-normal)
-		echo "== mkernel-gemm-bench --dist normal"
-		timeout 200 "$bin/mkernel-gemm-bench" --reps 50 --warmup 10 --dist normal 2>&1 | tee "$out/$s.log" | grep -v '^{'
+	calibrate)
+		step calibrate 400 bash -c "\"$bin/mkernel-calibrate\" --out \"$out/calib.txt\" --json 2>\"$out/calibrate.jsonl\""
+		grep -E "WRONG|failed|left out" "$out/calibrate.jsonl" "$out/calib.txt" | head -20
+		echo "calibration: $(grep -c '^gemm' "$out/calib.txt" 2>/dev/null) records in $out/calib.txt"
 		;;
-	prev)
-		# An earlier build of the benchmark (BIN/mkernel-gemm-bench-prev), same run, for A/B.
-		echo "== mkernel-gemm-bench-prev"
-		timeout 200 "$bin/mkernel-gemm-bench-prev" --reps 50 --warmup 10 2>&1 | tee "$out/bench-prev.log" | grep -v '^{'
+	bench-cal)
+		if [ ! -s "$out/calib.txt" ]; then
+			echo "bench-cal: no $out/calib.txt (run calibrate first)"
+			failed+=(bench-cal)
+			continue
+		fi
+		step bench-cal 400 env MKERNEL_CALIBRATION="$out/calib.txt" "$bin/mkernel-gemm-bench" --reps 30 --warmup 5
+		summary "$out/bench-cal.log"
+		;;
+	bench)
+		step bench 400 "$bin/mkernel-gemm-bench" --reps 30 --warmup 5
+		summary "$out/bench.log"
+		;;
+	engine)
+		step engine 300 "$bin/mkernel-gemm-bench" --engine --reps 50 --warmup 10
+		grep -vE '^\{' "$out/engine.log" | head -30
 		;;
 	torch)
-		# Cross-check of the absolute cuBLAS rate through PyTorch, timed the same way (medians of
-		# back-to-back event-timed runs after warm-ups).
-		echo "== torch.matmul 8192^3 bf16"
-		python3 - <<'PY' 2>&1 | tee "$out/torch.log"
-import torch
-def run(name, a, b):
-    for _ in range(10):
-        a @ b
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(50)]
-    for s, e in ev:
-        s.record(); a @ b; e.record()
-    torch.cuda.synchronize()
-    t = sorted(s.elapsed_time(e) for s, e in ev)
-    print("torch %s %-8s median %.4f ms = %.1f TFLOP/s" % (torch.__version__, name, t[25], 2 * 8192**3 / t[25] / 1e9))
-n = 8192
-run("normal", torch.randn(n, n, dtype=torch.bfloat16, device="cuda"), torch.randn(n, n, dtype=torch.bfloat16, device="cuda"))
-run("uniform", torch.rand(n, n, device="cuda").mul(2).sub(1).bfloat16(), torch.rand(n, n, device="cuda").mul(2).sub(1).bfloat16())
-PY
+		step torch 400 python3 "$here/scripts/gpu/gemm_torch.py" "$bin/libmkernel.so.0" ${MKERNEL_CALIBRATION:+--calibration "$MKERNEL_CALIBRATION"}
+		summary "$out/torch.log"
 		;;
 	sanitize)
 		for tool in memcheck racecheck; do
-			echo "== compute-sanitizer --tool $tool (quick)"
-			timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 "$bin/test-gemm-gpu" --quick \
-				>"$out/sanitize-$tool.log" 2>&1
-			echo "$tool exit: $?" | tee -a "$out/sanitize-$tool.log"
+			step "sanitize-$tool" 400 compute-sanitizer --tool $tool --error-exitcode 3 "$bin/test-gemm-gpu" --quick
 			grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|Hazard|Invalid" "$out/sanitize-$tool.log" | sort | uniq -c | head -20
 		done
 		;;
 	ncu)
-		# One engine launch and the two cuBLAS launches per shape (after the 2 fill kernels).
+		# One launch each of mkGemm (the engine path) and the two cuBLAS calls per shape.
 		i=0
-		for shape in "8192 8192 8192 NK" "8192 8192 512 NK"; do
+		for shape in "8192 8192 8192 NK" "16 4096 4096 NK"; do
 			i=$((i + 1))
-			echo "== ncu $shape: engine, cublasGemmEx, cublasLt"
-			timeout 200 ncu --clock-control none --launch-skip 2 --launch-count 3 \
-				--section SpeedOfLight --section ComputeWorkloadAnalysis \
-				--section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-				--section WarpStateStats --section SchedulerStats \
-				"$bin/mkernel-gemm-bench" --shape $shape --reps 1 --warmup 1 >"$out/ncu$i.txt" 2>&1
-			echo "ncu exit: $?"
-			grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Hit Rate |Issue Slots Busy|No Eligible" "$out/ncu$i.txt" | head -40
+			step "ncu$i" 300 ncu --clock-control none --launch-skip 4 --launch-count 6 \
+				--section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
+				"$bin/mkernel-gemm-bench" --shape $shape --reps 10 --warmup 1
+			grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Hit Rate " "$out/ncu$i.log" | head -40
 		done
+		;;
+	*)
+		echo "unknown step $s"
+		failed+=("$s")
 		;;
 	esac
 done
+if [ "${#failed[@]}" -gt 0 ]; then
+	echo "gemm-run: failed steps: ${failed[*]}"
+	exit 1
+fi
+echo "gemm-run: every step passed"
