@@ -41,11 +41,12 @@ static const char *gar_fused_no(const struct mk_comm *c, const void *a, const vo
 	const char *rule = NULL;
 	uint64_t words;
 
-	/* the comm's last nnodes signal words are the one-shot path's */
+	/* mkGemmAllReduce's signal words are the comm's first half after mkAllToAll's (the
+	 * sequence-parallel ops own the other half), its last nnodes the one-shot path's */
 	words = 2ull * (uint64_t)c->nranks + (uint64_t)c->topo.nnodes +
 		(uint64_t)c->topo.nnodes *
 			(uint64_t)mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);
-	if (c->topo.nnodes > 1 && words + (uint64_t)c->topo.nnodes > c->nsignals)
+	if (c->topo.nnodes > 1 && words + (uint64_t)c->topo.nnodes > mk_gar1_sig_end(c->nsignals))
 		return "more tile rows x nodes than the comm has signal words";
 	/* The kernel stores into W in the heap (256-byte aligned), or into C when alone. */
 	mk_gemm_args_init(&g, m, n, k, b_layout, alone ? cc : (void *)c->heap);

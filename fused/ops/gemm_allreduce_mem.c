@@ -15,8 +15,8 @@
  * The one-shot path keeps its own shape, set up the same way: my partial, my LL lines of it
  * (two parities), and with several nodes my node-sum slice (two parities: the put's source),
  * the landing area (two parities x the other nodes) and the LL lines of my final slice, then
- * three counters. Its signals are the comm's last `nnodes` words (one per source node), which
- * the fused kernel leaves alone.
+ * three counters. Its signals are the last `nnodes` words of mkGemmAllReduce's half of the
+ * comm's (mk_gar1_sig_end: one per source node), which the fused kernel leaves alone.
  */
 #define MK_LOG_PREFIX "mkernel"
 
@@ -507,7 +507,7 @@ int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	l.ws.exits = flags + 2;
 	l.ws.remote = st->remote_d;
 	l.ws.seen = st->seen;
-	l.ws.sig_base = (uint32_t)c->nsignals - (uint32_t)c->topo.nnodes;
+	l.ws.sig_base = mk_gar1_sig_end((uint32_t)c->nsignals) - (uint32_t)c->topo.nnodes;
 	l.ws.error = c->kerr;
 	l.ws.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
 	mk_comm_dev(c, &l.dc);

@@ -213,6 +213,16 @@ MK_GAR_HD void mk_gar_adapt(const unsigned long long busy[MK_GAR_ROLES],
 }
 
 /*
+ * mkGemmAllReduce's signal words end at the comm's half (the sequence-parallel ops own the
+ * other half); the one-shot path takes the last `nnodes` of them (node n's put raises
+ * mk_gar1_sig_end(nsignals) - nnodes + n), the fused kernel the ones before.
+ */
+MK_GAR_HD unsigned int mk_gar1_sig_end(unsigned int nsignals)
+{
+	return nsignals / 2;
+}
+
+/*
  * The one-shot path's slices: local rank j sums (with several nodes) and receives lines
  * [mk_gar1_slice(lines, nlocal, j), mk_gar1_slice(lines, nlocal, j + 1)); the slices cover every
  * line once and differ in length by at most one.

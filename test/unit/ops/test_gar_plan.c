@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "fused/ops/gemm_allreduce_plan.h"
+#include "fused/ops/seqpar.h"
 
 static void check_order(int tiles_m, int tiles_n, int lr, int nl)
 {
@@ -364,6 +365,11 @@ static void test_oneshot_slices_cover_all_lines(void **state)
 			}
 			assert_true(hi - lo <= 1);
 		}
+	}
+	/* mkGemmAllReduce's signal words stop where the sequence-parallel ops' begin */
+	for (unsigned int words = 64; words <= 65536; words *= 2) {
+		assert_true(mk_gar1_sig_end(words) <= mk_sp_sig_base(words, MK_SP_SIG_QUARTER_GRS));
+		assert_true(mk_gar1_sig_end(words) >= words / 2);
 	}
 	/* the largest output the path takes: 8 MiB of bf16 in lines of 4 */
 	assert_int_equal(mk_gar1_slice(1 << 20, 8, 8), 1 << 20);
