@@ -42,11 +42,12 @@
 #include "fused/ops/gemm_allreduce.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
-#include "tuner/policy.h"
 #include "fused/runtime/comm.h"
 extern "C" {
 #include "mk/clock.h"
 #include "mk/param.h"
+#include "tuner/calib.h"
+#include "tuner/policy.h"
 }
 
 #include "rank_check.h"
@@ -124,11 +125,10 @@ static int path_is(int want, char *what, size_t len)
 	return 0;
 }
 
-static void problem_open(struct problem *p, ncclComm_t nccl, int m, int n, int k, int b_nk,
-			 uint32_t seed)
+/* A, B and C of a problem, without its reference (benchmarks that check nothing). */
+static void problem_inputs(struct problem *p, int m, int n, int k, int b_nk, uint32_t seed)
 {
-	float *r, *mag;
-
+	memset(p, 0, sizeof(*p));
 	p->m = m;
 	p->n = n;
 	p->k = k;
@@ -136,9 +136,17 @@ static void problem_open(struct problem *p, ncclComm_t nccl, int m, int n, int k
 	CK(cudaMalloc((void **)&p->a, (size_t)m * k * 2));
 	CK(cudaMalloc((void **)&p->b, (size_t)k * n * 2));
 	CK(cudaMalloc((void **)&p->c, (size_t)m * n * 2));
-	CK(cudaMalloc((void **)&r, (size_t)m * n * 4));
 	fill_bf16(p->a, (size_t)m * k, seed * 131u + (uint32_t)g_rank * 7u + 1u);
 	fill_bf16(p->b, (size_t)k * n, seed * 131u + (uint32_t)g_rank * 7u + 2u);
+}
+
+static void problem_open(struct problem *p, ncclComm_t nccl, int m, int n, int k, int b_nk,
+			 uint32_t seed)
+{
+	float *r, *mag;
+
+	problem_inputs(p, m, n, k, b_nk, seed);
+	CK(cudaMalloc((void **)&r, (size_t)m * n * 4));
 	if (mk_fallback_gemm(p->a, p->b, r, m, n, k, b_nk, CUDA_R_16BF, CUDA_R_32F, 0) != 0) {
 		expect(0, "reference GEMM");
 		exit(1);
@@ -676,119 +684,197 @@ static float path_call(mkComm_t comm, ncclComm_t nccl, const struct problem *p,
 	return ms;
 }
 
+#define PATH_MS 8 /* M values of the paths benchmark */
+
+static const int path_ms[PATH_MS] = { 1, 16, 128, 256, 512, 2048, 8192, 16384 };
+static const int path_nks[2] = { 4096, 8192 };
+
+/* Medians of one cell's implementations, in rounds rotating which goes first. */
+static void path_time(mkComm_t comm, ncclComm_t nccl, const struct problem *p,
+		      struct path_impl *impl, int nimpl, int warm, int reps, int ran[3])
+{
+	for (int r = 0; r < warm + reps; r++) {
+		for (int j = 0; j < nimpl; j++) {
+			struct path_impl *x = &impl[(r + j) % nimpl];
+			const float t = x->ok ? path_call(comm, nccl, p, x) : 0;
+
+			if (ran != NULL && x->ok && x->kind == 0 && x->force[0] != '\0')
+				ran[x - &impl[1]] = mk_gar_last_path(NULL);
+			if (r >= warm)
+				x->t[r - warm] = t;
+		}
+	}
+	for (int j = 0; j < nimpl; j++) {
+		qsort(impl[j].t, reps, sizeof(float), cmp_f);
+		impl[j].med = impl[j].t[reps / 2];
+	}
+}
+
+/*
+ * The calibration this run measured, the same on every rank (each rank's medians, maxed over the
+ * ranks: every rank's cost model must choose the same path), into a calibration file (after the
+ * records the run used so far: MKERNEL_CALIBRATION's file or the built-in table) that the
+ * second pass runs with. Rank 0 prints the
+ * records (`calib:`) to be kept as this machine's calibration. med[cell][part]: nccl, fused,
+ * one-shot, GEMM alone (0 where it did not run).
+ */
+static void path_calibrate(ncclComm_t nccl, int nnodes, int nlocal, float (*med)[4], int cells)
+{
+	const char *prev = getenv("MKERNEL_CALIBRATION");
+	static char path[64];
+	char line[256];
+	float *d;
+	FILE *f;
+
+	CK(cudaMalloc((void **)&d, (size_t)cells * 4 * sizeof(float)));
+	CK(cudaMemcpy(d, med, (size_t)cells * 4 * sizeof(float), cudaMemcpyHostToDevice));
+	NK(ncclAllReduce(d, d, (size_t)cells * 4, ncclFloat32, ncclMax, nccl, 0));
+	CK(cudaMemcpy(med, d, (size_t)cells * 4 * sizeof(float), cudaMemcpyDeviceToHost));
+	cudaFree(d);
+	snprintf(path, sizeof(path), "/tmp/mk-gar-calib-%d.txt", (int)getpid());
+	f = fopen(path, "w");
+	if (f == NULL) {
+		expect(0, "calibration file for the second pass");
+		return;
+	}
+	/* what the run used so far (the file, or the built-in table), then the new records */
+	if (prev != NULL && prev[0] != '\0') {
+		FILE *in = fopen(prev, "r");
+
+		while (in != NULL && fgets(line, sizeof(line), in) != NULL)
+			fputs(line, f);
+		if (in != NULL)
+			fclose(in);
+	} else {
+		fputs(mk_calib_builtin, f);
+	}
+	for (int c = 0; c < cells; c++) {
+		const int i = c / 4, ni = (c / 2) % 2, ki = c % 2;
+		const unsigned long long bytes = (unsigned long long)path_ms[i] * path_nks[ni] * 2;
+		const float *x = med[c];
+
+		if (path_nks[ki] != 4096) /* one record per size: K = 4096 */
+			continue;
+		line[0] = '\0';
+		if (g_nranks > 1 && x[0] > 0)
+			snprintf(line, sizeof(line), "coll allreduce nccl %d %d %llu %.2f\n", nnodes,
+				 nlocal, bytes, x[0] * 1e3);
+		if (g_nranks > 1 && x[1] > x[3] && x[3] > 0)
+			snprintf(line + strlen(line), sizeof(line) - strlen(line),
+				 "coll allreduce fused %d %d %llu %.2f\n", nnodes, nlocal, bytes,
+				 (x[1] - x[3]) * 1e3);
+		if (g_nranks > 1 && x[2] > x[3] && x[3] > 0)
+			snprintf(line + strlen(line), sizeof(line) - strlen(line),
+				 "coll allreduce oneshot %d %d %llu %.2f\n", nnodes, nlocal, bytes,
+				 (x[2] - x[3]) * 1e3);
+		if (g_nranks == 1 && path_ms[i] == 2048 && x[1] > x[3] && x[3] > 0)
+			snprintf(line, sizeof(line), "fused gemm_allreduce %.2f\n",
+				 (x[1] - x[3]) * 1e3);
+		fputs(line, f);
+		for (char *l = line; g_rank == 0 && *l != '\0';) {
+			char *nl = strchr(l, '\n');
+
+			printf("calib: %.*s\n", (int)(nl - l), l);
+			l = nl + 1;
+		}
+	}
+	fclose(f);
+	set_env("MKERNEL_CALIBRATION", path);
+	mk_policy_reload(); /* the model reads the new file at its next question */
+	fflush(stdout);
+}
+
 /*
  * mkGemmAllReduce with the cost model's path against cuBLAS + ncclAllReduce (the code a user
  * would write) on M in {1, 16, 128, 256, 512, 2048, 8192, 16384} x N, K in {4096, 8192}, B N x
- * K, in interleaved rounds (each round calls every implementation once, starting with a
- * different one), medians; up to M = 2048 also each forced path that can run, the GEMM alone
- * (cuBLAS, and mkGemm's choice) and ncclAllReduce alone. Rank 0 prints a JSON line per shape
- * with the path the cost model took, and calibration records of what it measured (`calib:`
- * lines: NCCL's and the one-shot exchange's times per size for this layout, the fused call's
- * fixed cost) to be collected into a calibration file.
+ * K, in two passes. First, this machine's calibration: each forced path that can run, the GEMM
+ * alone (cuBLAS, and mkGemm's choice) and ncclAllReduce alone, interleaved, medians (the
+ * records the cost model reads: NCCL's all-reduce, the one-shot exchange and the fused kernel
+ * beyond the GEMM, per size on this layout). Then, with that calibration, the call as users
+ * make it against cuBLAS + NCCL, interleaved, medians, the path taken per cell (JSON, rank 0).
  */
 static void bench_paths(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)
 {
-	static const int ms[] = { 1, 16, 128, 256, 512, 2048, 8192, 16384 };
-	static const int nks[] = { 4096, 8192 };
-	const int nm = quick ? 4 : (int)(sizeof(ms) / sizeof(ms[0]));
+	const int nm = quick ? 4 : PATH_MS, cells = nm * 4;
+	float(*med)[4] = (float(*)[4])calloc((size_t)cells, sizeof(*med));
 
-	for (int i = 0; i < nm; i++) {
-		for (int ni = 0; ni < 2; ni++) {
-			for (int ki = 0; ki < 2; ki++) {
-				const int m = ms[i], n = nks[ni], k = nks[ki];
-				const int small = m <= 2048;
-				const int warm = small ? 3 : 2, reps = small ? 15 : 5;
-				struct path_impl impl[] = {
-					{ "auto", "", 0, { 0 }, 0, 1 },
-					{ "cublas_nccl", NULL, 1, { 0 }, 0, 1 },
-					{ "unfused", "unfused", 0, { 0 }, 0, small },
-					{ "fused", "fused", 0, { 0 }, 0, 1 },
-					{ "oneshot", "oneshot", 0, { 0 }, 0, small && g_nranks > 1 },
-					{ "cublas_only", NULL, 2, { 0 }, 0, small },
-					{ "mkgemm_only", NULL, 4, { 0 }, 0, 1 },
-					{ "nccl_only", NULL, 3, { 0 }, 0, g_nranks > 1 },
-				};
-				const int nimpl = (int)(sizeof(impl) / sizeof(impl[0]));
-				struct problem p;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int c = 0; c < cells; c++) {
+			const int m = path_ms[c / 4], n = path_nks[(c / 2) % 2], k = path_nks[c % 2];
+			const int small = m <= 2048, warm = small ? 3 : 2, reps = small ? 15 : 5;
+			struct path_impl measure[] = {
+				{ "mkgemm_only", NULL, 4, { 0 }, 0, 1 },
+				{ "unfused", "unfused", 0, { 0 }, 0, small },
+				{ "fused", "fused", 0, { 0 }, 0, 1 },
+				{ "oneshot", "oneshot", 0, { 0 }, 0, small && g_nranks > 1 },
+				{ "cublas_only", NULL, 2, { 0 }, 0, small },
+				{ "nccl_only", NULL, 3, { 0 }, 0, g_nranks > 1 },
+			};
+			struct path_impl user[] = {
+				{ "auto", "", 0, { 0 }, 0, 1 },
+				{ "cublas_nccl", NULL, 1, { 0 }, 0, 1 },
+			};
+			const int nmeasure = (int)(sizeof(measure) / sizeof(measure[0]));
+			int ran[3] = { -1, -1, -1 };
+			struct problem p;
+
+			if (pass == 0) {
+				problem_inputs(&p, m, n, k, 1, (uint32_t)(m * 31 + n + k));
+				path_time(comm, nccl, &p, measure, nmeasure, warm, reps, ran);
+				med[c][0] = measure[5].ok ? measure[5].med : 0;
+				med[c][1] = ran[1] == MK_PATH_FUSED ? measure[2].med : 0;
+				med[c][2] = ran[2] == MK_PATH_ONESHOT ? measure[3].med : 0;
+				med[c][3] = measure[0].med;
+				if (g_rank == 0) {
+					printf("{\"bench\":\"gemm_allreduce_parts\",\"m\":%d,\"n\":%d,"
+					       "\"k\":%d,\"nranks\":%d,\"nnodes\":%d,\"nlocal\":%d",
+					       m, n, k, g_nranks, nnodes, nlocal);
+					for (int j = 0; j < nmeasure; j++) {
+						if (measure[j].ok)
+							printf(",\"%s_ms\":%.4f", measure[j].name,
+							       measure[j].med);
+					}
+					for (int j = 0; j < 3; j++) {
+						if (measure[1 + j].ok)
+							printf(",\"%s_ran\":\"%s\"", measure[1 + j].name,
+							       path_name(ran[j]));
+					}
+					printf(",\"reps\":%d,\"emulated\":true}\n", reps);
+				}
+			} else {
 				const char *why = NULL;
-				int auto_path, ran[3] = { -1, -1, -1 };
+				int auto_path;
 				double max_err;
 				size_t bad;
 
 				problem_open(&p, nccl, m, n, k, 1, (uint32_t)(m * 31 + n + k));
-				for (int r = 0; r < warm + reps; r++) {
-					for (int j = 0; j < nimpl; j++) {
-						struct path_impl *x = &impl[(r + j) % nimpl];
-						const float t = x->ok ? path_call(comm, nccl, &p, x) : 0;
-
-						if (x->ok && x->kind == 0 && x->force[0] != '\0')
-							ran[x - &impl[2]] = mk_gar_last_path(NULL);
-						if (r >= warm)
-							x->t[r - warm] = t;
-					}
-				}
+				path_time(comm, nccl, &p, user, 2, warm, reps, NULL);
 				/* the cost model's path, and its result */
 				set_path("");
+				CK(cudaMemset(p.c, 0xFF, (size_t)m * n * 2));
 				NK(mkGemmAllReduce(p.a, p.b, p.c, m, n, k, ncclBfloat16,
 						   mkLayoutRowMajorNK, comm, 0));
 				CK(cudaStreamSynchronize(0));
 				auto_path = mk_gar_last_path(&why);
 				bad = problem_bad(&p, &max_err);
 				expect(bad == 0, "paths benchmark: the cost model's result");
-				for (int j = 0; j < nimpl; j++) {
-					qsort(impl[j].t, reps, sizeof(float), cmp_f);
-					impl[j].med = impl[j].t[reps / 2];
-				}
-				if (g_rank == 0) {
+				if (g_rank == 0)
 					printf("{\"bench\":\"gemm_allreduce_paths\",\"m\":%d,\"n\":%d,"
 					       "\"k\":%d,\"nranks\":%d,\"nnodes\":%d,\"nlocal\":%d,"
 					       "\"path\":\"%s\",\"why\":\"%s\",\"auto_ms\":%.4f,"
-					       "\"cublas_nccl_ms\":%.4f,\"ratio\":%.3f",
+					       "\"cublas_nccl_ms\":%.4f,\"ratio\":%.3f,\"reps\":%d,"
+					       "\"emulated\":true}\n",
 					       m, n, k, g_nranks, nnodes, nlocal, path_name(auto_path),
-					       why != NULL ? why : "", impl[0].med, impl[1].med,
-					       impl[1].med / impl[0].med);
-					for (int j = 2; j < nimpl; j++) {
-						if (impl[j].ok)
-							printf(",\"%s_ms\":%.4f", impl[j].name,
-							       impl[j].med);
-					}
-					for (int j = 0; j < 3; j++) {
-						if (impl[2 + j].ok)
-							printf(",\"%s_ran\":\"%s\"", impl[2 + j].name,
-							       path_name(ran[j]));
-					}
-					printf(",\"reps\":%d,\"emulated\":true}\n", reps);
-					/* what the cost model can use (tuner/calib.h), for this layout */
-					if (g_nranks > 1 && k == 4096) {
-						const unsigned long long bytes =
-							(unsigned long long)m * n * 2;
-
-						printf("calib: coll allreduce nccl %d %d %llu %.2f\n",
-						       nnodes, nlocal, bytes, impl[7].med * 1e3);
-						if (ran[1] == MK_PATH_FUSED && impl[3].med > impl[6].med)
-							printf("calib: coll allreduce fused %d %d %llu "
-							       "%.2f\n",
-							       nnodes, nlocal, bytes,
-							       (impl[3].med - impl[6].med) * 1e3);
-						if (small && ran[2] == MK_PATH_ONESHOT &&
-						    impl[4].med > impl[6].med)
-							printf("calib: coll allreduce oneshot %d %d %llu "
-							       "%.2f\n",
-							       nnodes, nlocal, bytes,
-							       (impl[4].med - impl[6].med) * 1e3);
-					}
-					if (small && g_nranks == 1 && ran[1] == MK_PATH_FUSED &&
-					    m == 2048 && n == 8192 && k == 8192)
-						printf("calib: fused gemm_allreduce %.2f\n",
-						       impl[3].med > impl[6].med
-							       ? (impl[3].med - impl[6].med) * 1e3
-							       : 0.0);
-					fflush(stdout);
-				}
-				problem_close(&p);
+					       why != NULL ? why : "", user[0].med, user[1].med,
+					       user[1].med / user[0].med, reps);
 			}
+			fflush(stdout);
+			problem_close(&p);
 		}
+		if (pass == 0)
+			path_calibrate(nccl, nnodes, nlocal, med, cells);
 	}
+	free(med);
 	set_path("");
 	set_fallback(0);
 }
