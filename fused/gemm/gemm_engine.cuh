@@ -391,6 +391,15 @@ static __device__ __forceinline__ void mk_gemm_epilogue_tma_t(const struct mk_ge
 	}
 }
 
+/* The default variant's TMA-store epilogue (kept for callers of the original interface). */
+static __device__ __forceinline__ void mk_gemm_epilogue_tma(const struct mk_gemm_args *g,
+							    const struct mk_gemm_tmaps *maps,
+							    const float *acc, struct mk_gemm_smem *s,
+							    int cwg, int m0, int n0, int r, int q)
+{
+	mk_gemm_epilogue_tma_t<MK_GEMM_BN>(g, maps, acc, s->c[cwg], cwg, m0, n0, r, q);
+}
+
 /* Raise the tile's ready flag once every consumer thread's stores are visible at `scope`. */
 template <int BM>
 static __device__ __forceinline__ void mk_gemm_publish_t(const struct mk_gemm_epilogue *e,

@@ -324,11 +324,10 @@ static void test_policy_uses_calibrated_overhead_and_split(void **state)
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
 	assert_int_equal(s.path, MK_PATH_ONESHOT);
 	assert_true(s.oneshot_us > 0 && s.oneshot_us < s.unfused_us);
-	/* an op without a model row: unfused, no estimates */
+	/* the MoE ops have their own model (no row here): its choice, no one-shot path */
 	q.op = MK_FUSED_MOE_DISPATCH;
 	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
-	assert_int_equal(s.path, MK_PATH_UNFUSED);
-	assert_int_equal(s.fuse, 0);
+	assert_int_equal(s.path, s.fuse ? MK_PATH_FUSED : MK_PATH_UNFUSED);
 	assert_true(s.oneshot_us < 0);
 }
 
