@@ -74,7 +74,7 @@ step() {
 for s in $steps; do
 	case $s in
 	test)
-		step test 300 "$bin/test-gemm-gpu"
+		step test 180 "$bin/test-gemm-gpu"
 		grep -E "^FAIL|first wrong|HANG|passed, " "$out/test.log" | head -60
 		;;
 	test-notma)
@@ -82,7 +82,7 @@ for s in $steps; do
 		grep -E "^FAIL|first wrong|HANG|passed, " "$out/test-notma.log" | head -40
 		;;
 	calibrate)
-		step calibrate 400 bash -c "\"$bin/mkernel-calibrate\" --out \"$out/calib.txt\" --json 2>\"$out/calibrate.jsonl\""
+		step calibrate 200 bash -c "\"$bin/mkernel-calibrate\" --out \"$out/calib.txt\" --json 2>\"$out/calibrate.jsonl\""
 		grep -E "WRONG|failed|left out" "$out/calibrate.jsonl" "$out/calib.txt" | head -20
 		echo "calibration: $(grep -c '^gemm' "$out/calib.txt" 2>/dev/null) records in $out/calib.txt"
 		;;
@@ -92,11 +92,11 @@ for s in $steps; do
 			failed+=(bench-cal)
 			continue
 		fi
-		step bench-cal 400 env MKERNEL_CALIBRATION="$out/calib.txt" "$bin/mkernel-gemm-bench" --reps 30 --warmup 5
+		step bench-cal 200 env MKERNEL_CALIBRATION="$out/calib.txt" "$bin/mkernel-gemm-bench" --reps 30 --warmup 5
 		summary "$out/bench-cal.log"
 		;;
 	bench)
-		step bench 400 "$bin/mkernel-gemm-bench" --reps 30 --warmup 5
+		step bench 200 "$bin/mkernel-gemm-bench" --reps 30 --warmup 5
 		summary "$out/bench.log"
 		;;
 	engine)
