@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -78,6 +79,25 @@ struct cal_path {
 static int cal_sms;
 static int cal_json;
 static int cal_wrong;
+
+/* Wait for the stream at most 10 s: a variant that never finishes is reported and the run ends
+ * (nothing else can run on a device with a hung kernel). */
+static void cal_sync(cudaStream_t st, const char *what, int m, int n, int k)
+{
+	const time_t t0 = time(NULL);
+	cudaError_t e;
+
+	while ((e = cudaStreamQuery(st)) == cudaErrorNotReady) {
+		if (time(NULL) - t0 > 10) {
+			fprintf(stderr, "calibrate: HANG: %s at %d x %d x %d did not finish in 10 s\n",
+				what, m, n, k);
+			_exit(2);
+		}
+	}
+	if (e != cudaSuccess)
+		fprintf(stderr, "calibrate: %s at %d x %d x %d: %s\n", what, m, n, k,
+			cudaGetErrorString(e));
+}
 
 /* The engine variants worth measuring at (m, n, k). */
 static int cal_candidates(int m, int n, int k, int b_nk, size_t ws_cap, struct cal_path *p)
@@ -155,6 +175,7 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 		    mk_gemm_make_tensor_maps(a, b, &p->eng.args, &p->eng.maps) ||
 		    cal_engine_launch(&p->eng, st))
 			continue; /* the engine cannot run it (alignment rules): not a path here */
+		cal_sync(st, mk_gemm_pick_name(&p->pick, name, sizeof(name)), m, n, k);
 		err = bench_rel_err(p->out, c_blas, ec, st, &rms);
 		if (!(err >= 0 && err < 1e-2)) {
 			fprintf(stderr, "calibrate: %s at %d x %d x %d %s is WRONG (rel err %g): left "
@@ -242,6 +263,8 @@ int main(int argc, char **argv)
 		perror(path);
 		return 1;
 	}
+	/* whole lines only: a run stopped part-way leaves a valid file of the classes done */
+	setvbuf(out, NULL, _IOLBF, 0);
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime(&now));
 	fprintf(out,
 		"# Written by mkernel-calibrate (source %s) on %s: medians of %d interleaved "
