@@ -17,6 +17,7 @@
 #include "mk/log.h"
 #include "mk/param.h"
 #include "policy.h"
+#include "rules.h"
 
 MK_PARAM_STR(calibration, "tuner", "MKERNEL_CALIBRATION", "",
 	     "calibration file written by mkernel-calibrate (GEMM times per shape class and path, "
@@ -158,7 +159,7 @@ static int calib_link_record(const struct calib_line *l, struct mk_calib *c, con
 static int calib_op(const char *name)
 {
 	for (int op = 0; op < MK_FUSED_OP_COUNT && op < MK_CALIB_MAX_OPS; op++) {
-		if (strcmp(name, mk_policy_op_name(op)) == 0)
+		if (strcmp(name, mk_rules_op_name(op)) == 0)
 			return op;
 	}
 	return -1;
@@ -190,7 +191,7 @@ static int calib_coll_record(const struct calib_line *l, struct mk_calib *c, con
 		return -EINVAL;
 	cl.kind = -1;
 	for (int k = 0; k < MK_COLL_COUNT; k++) {
-		if (strcmp(l->tok[1], mk_policy_coll_name(k)) == 0)
+		if (strcmp(l->tok[1], mk_rules_coll_name(k)) == 0)
 			cl.kind = k;
 	}
 	cl.impl = strcmp(l->tok[2], "nccl") == 0      ? MK_CALIB_NCCL

@@ -256,9 +256,9 @@ static double model_bw(double gbps)
 }
 
 /*
- * The fused GEMM + all-reduce kernel's hierarchy (fused.md section 14): the node's partials
- * reduced and gathered over NVLink (2 (G-1)/G S), each rank's 1/G slice exchanged across nodes
- * (2 (n-1)/n S/G), the two pipelined: the slower one sets the pace.
+ * The fused GEMM + all-reduce kernel's hierarchy: the node's partials reduced and gathered over
+ * NVLink (2 (G-1)/G S), each rank's 1/G slice exchanged across nodes (2 (n-1)/n S/G), the two
+ * pipelined: the slower one sets the pace.
  */
 static double model_fused_allreduce(const struct mk_policy_topo *t, const struct mk_model_links *l,
 				    uint64_t bytes)

@@ -6,7 +6,7 @@
 # "--bench" the fused sweep and adaptive against static splits. Binaries from
 # scripts/gpu/gemm-pack.sh in BIN; libfabric under .carry/root for a and c.
 # Per layout into OUTDIR: the ranks' log, rank 0's JSON lines (gar-LAYOUT.jsonl) and the
-# calibration records it measured (calib-gar-LAYOUT.txt: append them to a calibration file).
+# calibration records it measured (<outdir>/calib-gar-<layout>.txt: append them to a calibration file).
 # Prints the cells below 1.0 and the adaptive splits below 0.95 of the best static one. Exits
 # non-zero when a layout failed, naming it.
 # Usage: OPTS="--paths" scripts/gpu/gemm-allreduce-run.sh BIN OUTDIR [layouts...]  (default s b a c)

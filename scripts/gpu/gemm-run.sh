@@ -7,8 +7,8 @@
 # Usage: scripts/gpu/gemm-run.sh BIN OUTDIR [steps...]   (BIN: build files, or an unpacked bundle of scripts/bundle.sh)
 #   test         test-gemm-gpu: every engine variant through mkGemm's dispatch, hooks, epilogues
 #   test-notma   the same with per-thread store epilogues (MKERNEL_GEMM_NO_TMA_STORE=1)
-#   calibrate    mkernel-calibrate --out OUTDIR/calib.txt (JSON lines in OUTDIR/calibrate.jsonl)
-#   bench-cal    the mkGemm grid against cuBLAS with OUTDIR/calib.txt (MKERNEL_CALIBRATION)
+#   calibrate    mkernel-calibrate --out <outdir>/calib.txt (JSON lines in <outdir>/calibrate.jsonl)
+#   bench-cal    the mkGemm grid against cuBLAS with <outdir>/calib.txt (MKERNEL_CALIBRATION)
 #   bench        the mkGemm grid against cuBLAS with the built-in calibration table
 #   engine       the engine's default variant against cuBLAS (square, K = N/16, SM limits)
 #   torch        mkGemm against torch.matmul / F.linear through ctypes (scripts/gpu/gemm_torch.py)

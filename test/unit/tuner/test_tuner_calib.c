@@ -171,7 +171,7 @@ static char calib_path[64];
 static int setup_env(void **state)
 {
 	(void)state;
-	log_capture_reset();
+	mk_test_log_capture_reset();
 	mk_log_set_sink(log_capture);
 	snprintf(calib_path, sizeof(calib_path), "/tmp/mk-calib-test-%d.txt", (int)getpid());
 	return 0;
@@ -201,7 +201,7 @@ static void use_file(const char *text)
 	setenv("MKERNEL_CALIBRATION", calib_path, 1);
 	mk_param_reset_all();
 	mk_calib_reload();
-	log_capture_reset();
+	mk_test_log_capture_reset();
 }
 
 static void test_env_file_used_when_valid(void **state)
