@@ -67,6 +67,24 @@ MK_API ncclResult_t mkGroupedGemm(const void *a, const void *b, void *c, const i
 				  int numExperts, size_t maxRows, size_t n, size_t k,
 				  ncclDataType_t type, mkLayout_t bLayout, cudaStream_t stream);
 
+/*
+ * Flash-attention forward in bf16 with fp32 softmax statistics, enqueued on `stream`.
+ * q: [batch, seqQ, headsQ, headDim], k and v: [batch, seqKv, headsKv, headDim], o: like q
+ * (contiguous "BSHD", as FlashAttention takes them); lse: fp32 [batch, headsQ, seqQ], the natural
+ * log of the sum of exp(scaled scores) of each query row (may be NULL when not needed). The scale
+ * is 1/sqrt(headDim). headsQ % headsKv == 0 (GQA / MQA), headDim 64 or 128, seqQ and seqKv >= 1.
+ * causal: query i sees keys j <= i + (seqKv - seqQ) (bottom-right aligned, as FlashAttention
+ * >= 2.1); a query row that sees no key gets o = 0 and lse = -inf. On Hopper (compute capability
+ * 9.0) with q, k, v 16-byte aligned and o 4-byte aligned mkernel's warp-specialised TMA/wgmma
+ * kernel runs; otherwise (MKERNEL_ATTN_FORCE_PORTABLE=1 too) a portable kernel gives the same
+ * results, never an error. Returns ncclInvalidArgument for NULL pointers, sizes out of range,
+ * another head dim, headsQ not a multiple of headsKv, misaligned buffers (bf16 needs 2 bytes,
+ * lse 4); ncclUnhandledCudaError if a launch fails.
+ */
+MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, void *o, float *lse,
+				int batch, int headsQ, int headsKv, int seqQ, int seqKv,
+				int headDim, int causal, cudaStream_t stream);
+
 /* ---- communicators over an NCCL communicator ---- */
 
 /* A communicator of the device runtime, bound to one ncclComm_t and one CUDA device. */
