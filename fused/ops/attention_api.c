@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * mkAttention: argument checks, the choice between the Hopper kernel and the portable one, and
- * the one conversion from negative errno to ncclResult_t with a WARN saying what and why.
+ * mkAttention: argument checks, the choice between the Hopper kernel and the portable one, and a
+ * WARN saying what failed and why before the one conversion to ncclResult_t (mk_result_api).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -14,6 +14,7 @@
 #include "mk/err.h"
 #include "mk/log.h"
 #include "mk/param.h"
+#include "mk/result.h"
 
 MK_PARAM_DECLARE_INT(attn_force_portable); /* fused/attn/attn_params.c */
 
@@ -56,11 +57,11 @@ MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, voi
 	pthread_once(&attn_api_once, attn_api_init);
 	if (q == NULL || k == NULL || v == NULL || o == NULL) {
 		MK_WARN("mkAttention: NULL pointer (q %p, k %p, v %p, o %p)", q, k, v, o);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 	if (causal != 0 && causal != 1) {
 		MK_WARN("mkAttention: causal must be 0 or 1, not %d", causal);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 	if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 1 ||
 	    ((uintptr_t)lse & 3)) {
@@ -68,14 +69,14 @@ MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, voi
 			"bytes; "
 			"lse %p: fp32 needs 4)",
 			q, k, v, o, (void *)lse);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 	mk_attn_args_init(&a, q, k, v, o, lse, batch, headsQ, headsKv, seqQ, seqKv, headDim,
 			  causal);
 	if (mk_attn_plan(&a, MK_ATTN_BM(headDim), &why)) {
 		MK_WARN("mkAttention(B %d, Hq %d, Hkv %d, Sq %d, Skv %d, D %d): %s", batch, headsQ,
 			headsKv, seqQ, seqKv, headDim, why);
-		return ncclInvalidArgument;
+		return mk_result_api(-EINVAL);
 	}
 
 	if (attn_api_hopper_ok(&a)) {
@@ -87,7 +88,7 @@ MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, voi
 				"launch "
 				"failed: %s",
 				batch, headsQ, seqQ, seqKv, headDim, mk_strerror(rc));
-			return rc == -EINVAL ? ncclInvalidArgument : ncclUnhandledCudaError;
+			return mk_result_api(rc);
 		}
 		MK_INFO(MK_SUBSYS_INIT,
 			"mkAttention: no cuTensorMapEncodeTiled, using the portable kernel");
@@ -97,7 +98,7 @@ MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, voi
 		MK_WARN("mkAttention(B %d, Hq %d, Sq %d, Skv %d, D %d): portable kernel launch "
 			"failed: %s",
 			batch, headsQ, seqQ, seqKv, headDim, mk_strerror(rc));
-		return rc == -EINVAL ? ncclInvalidArgument : ncclUnhandledCudaError;
+		return mk_result_api(rc);
 	}
 	return ncclSuccess;
 }
