@@ -61,7 +61,7 @@ extern "C" {
 #define MK_ATTN_THREADS(d) ((MK_ATTN_NWG(d) + 1) * 128)
 /* Shared memory: Q (BM x D) + STAGES x (K + V) (BN x D each) + barriers, + 1 KB alignment. */
 #define MK_ATTN_SMEM_BYTES(d)                                                                      \
-	(MK_ATTN_BM(d) * (d)*2 + MK_ATTN_STAGES(d) * 2 * MK_ATTN_BN * (d)*2 + 1024 + 256)
+	(MK_ATTN_BM(d) * (d)*2 + MK_ATTN_STAGES(d) * 2 * MK_ATTN_BN * (d)*2 + 1024 + 512)
 
 #ifdef __cplusplus
 #define MK_ATTN_STATIC_ASSERT static_assert
@@ -79,7 +79,8 @@ MK_ATTN_STATIC_ASSERT(
 MK_ATTN_STATIC_ASSERT(MK_ATTN_SMEM_BYTES(64) <= 232448 && MK_ATTN_SMEM_BYTES(128) <= 232448,
 		      "shared memory above the 227 KB a Hopper block may have");
 
-/* What the epilogue does with a finished tile of normalised O and its LSE. */
+/* What the epilogue does with a finished tile of normalised O and its LSE (single calls; a job
+ * says it per row with its fresh and final ranges). */
 enum mk_attn_epi {
 	MK_ATTN_EPI_STORE = 0,	   /* o = bf16(O); lse = LSE */
 	MK_ATTN_EPI_PARTIAL = 1,   /* acc = fp32 O; lse = LSE: a partial the LSE rule can merge */
@@ -87,48 +88,93 @@ enum mk_attn_epi {
 	MK_ATTN_EPI_MERGE_OUT = 3, /* o = bf16(merge(...)), lse = merged LSE; acc only read */
 };
 
+/* Jobs of one role (a ring's steps: at most one per rank of the ring). */
+#define MK_ATTN_MAX_JOBS 16
+
+/*
+ * One attention job of a role: query rows of the role's q (and o, acc, lse) against key rows of
+ * one K/V source. A single call is one job; a ring step is one job of the ring kernel's role.
+ * Rows are job-relative below: query i is row q_row0 + i of q, key j row kv_row0 + j of K, V.
+ * Per query row the epilogue writes (fresh rows) or merges into (the others) the fp32 partial
+ * (acc, lse), or for final rows writes bf16 o (and lse) instead: fresh and final rows give
+ * STORE, fresh only PARTIAL, final only MERGE_OUT, neither MERGE.
+ */
+struct mk_attn_job {
+	/* ---- caller ---- */
+	int q_row0, sq;		    /* query rows [q_row0, q_row0 + sq), sq >= 1 */
+	int kv_row0, skv;	    /* key rows [kv_row0, kv_row0 + skv), skv >= 1 */
+	int causal;		    /* key j visible to query i iff j <= i + diag */
+	int diag;		    /* |diag| < 2^30 */
+	int fresh_lo, fresh_hi;	    /* rows with no partial yet: written, nothing read */
+	int final_lo, final_hi;	    /* rows whose result is final: bf16 o, else fp32 acc */
+	const CUtensorMap *kv_maps; /* K then V map (global memory, 64-byte aligned) over the
+				     * source's rows; NULL: the role's own K and V maps */
+	const unsigned int *gate;   /* NULL, or no K/V load before *gate >= gate_value */
+	unsigned int gate_value;
+	/* ---- derived by mk_attn_plan() ---- */
+	int tiles_m;   /* query blocks per (b, h) */
+	int kv_blocks; /* key blocks of MK_ATTN_BN */
+	int section;   /* causal: (b, h) pairs per L2 section of the schedule */
+	int units;     /* schedule units (mk_attn_unit) */
+	int unit0;     /* first unit of this job in the role's order (jobs in order) */
+	int wg_items0; /* warpgroup items of the jobs before it (the merge order) */
+};
+
 struct mk_attn_args {
 	/* ---- problem (caller) ---- */
 	int batch, heads_q, heads_kv, head_dim;
-	int sq, skv;		 /* query rows and key rows of this call (>= 1) */
-	long long q_batch_rows;	 /* rows from one batch to the next in q, o, acc (>= sq) */
-	long long kv_batch_rows; /* rows from one batch to the next in k, v (>= skv) */
-	long long lse_ld;	 /* lse elements from one (b, h) to the next (>= sq) */
-	const void *q, *k, *v;	 /* bf16 [B][rows][H][D], pointing at this call's first row */
-	void *o;		 /* bf16, layout of q with heads_q (STORE, MERGE_OUT) */
-	float *acc;		 /* fp32, layout of o (PARTIAL, MERGE, MERGE_OUT) */
-	float *lse;		 /* fp32 [B][Hq][lse_ld] at this call's first row; may be NULL
-				  * in STORE mode */
-	int epi;		 /* enum mk_attn_epi */
-	int causal;
-	long long q_pos, k_pos; /* absolute positions of the first query / key row */
+	long long q_batch_rows;	 /* rows from one batch to the next in q, o, acc */
+	long long kv_batch_rows; /* rows from one batch to the next in k, v */
+	long long lse_ld;	 /* lse elements from one (b, h) to the next */
+	const void *q, *k, *v;	 /* bf16 [B][rows][H][D] */
+	void *o;		 /* bf16, layout of q with heads_q: final rows */
+	float *acc;		 /* fp32, layout of o: partials (rows not final) */
+	float *lse;		 /* fp32 [B][Hq][lse_ld]; may be NULL in STORE mode */
+	/*
+	 * A single call (njobs = 0): rows [0, sq) of q against [0, skv) of k, v, masked with the
+	 * absolute positions q_pos, k_pos of their first rows (key j visible to query i iff
+	 * k_pos + j <= q_pos + i), epilogue `epi`. mk_attn_plan() makes it job[0].
+	 */
+	int sq, skv, epi, causal;
+	long long q_pos, k_pos;
+	/* Several jobs (njobs >= 1): the caller fills job[0 .. njobs), run in that order. */
+	int njobs;
+	struct mk_attn_job job[MK_ATTN_MAX_JOBS];
+	/*
+	 * Merge order of several jobs: a zeroed word counting finished warpgroup epilogues; an
+	 * epilogue that reads a partial waits until every item of the jobs before it is done.
+	 * Required when a job after the first has rows that are not fresh.
+	 */
+	unsigned int *done;
+	int *error;		       /* first error of a bounded wait (mapped host word) */
+	unsigned long long timeout_ns; /* bound of the gate and merge-order waits */
 	/* ---- derived by mk_attn_plan() ---- */
-	int diag;	  /* q_pos - k_pos: key j visible to query i iff j <= i + diag */
 	float scale;	  /* 1/sqrt(D) */
 	float scale_log2; /* scale * log2(e): p = exp2(s * scale_log2 - m * scale_log2) */
 	int block_m;	  /* query rows per work item (kernel dependent) */
-	int tiles_m;	  /* query blocks per (b, h) */
-	int kv_blocks;	  /* key blocks of MK_ATTN_BN */
 	int bh;		  /* batch * heads_q */
 	int group;	  /* heads_q / heads_kv */
-	int section;	  /* causal: (b, h) pairs per L2 section of the schedule */
-	int items;	  /* bh * tiles_m */
-	int units;	  /* schedule units of the persistent kernel (mk_attn_unit) */
+	int units;	  /* schedule units of all jobs */
+	int items;	  /* work items of all jobs */
 	/* ---- schedule (caller, optional) ---- */
 	unsigned int *counter; /* zeroed device word: units taken by atomics; NULL: static */
 };
 
-/* TMA descriptors of one call (kernel parameter, by value): 4-D {D, H, rows, B} maps of Q, K, V
- * with boxes of 64 x 1 x rows x 1 and the 128-byte swizzle; rows past sq / skv read as zeros. */
+/* TMA descriptors of a role (kernel parameter, by value): 4-D {D, H, rows, B} maps of Q, K, V
+ * with boxes of 64 x 1 x rows x 1 and the 128-byte swizzle; rows past the maps read as zeros. */
 struct mk_attn_tmaps {
-	CUtensorMap q, k, v;
+	CUtensorMap q, k, v; /* v right after k: the engine addresses V as K + 1 */
 };
 
 /*
- * Fill the derived fields for a kernel that takes `block_m` query rows per item. 0, or -EINVAL
- * with *why naming the rule (sizes, head dim, GQA ratio, strides, epilogue mode and its buffers).
+ * Fill the derived fields (of every job) for a kernel that takes `block_m` query rows per item;
+ * a single call becomes job[0]. 0, or -EINVAL with *why naming the rule (sizes, head dim, GQA
+ * ratio, strides, row ranges, epilogue and its buffers).
  */
 int mk_attn_plan(struct mk_attn_args *a, int block_m, const char **why);
+
+/* Make a single-job args' job from its one-call fields (mk_attn_plan does it when njobs = 0). */
+void mk_attn_job_single(const struct mk_attn_args *a, struct mk_attn_job *j);
 
 /* Fill a (zeroed) args for mkAttention's problem: whole tensors, STORE, bottom-right causal. */
 void mk_attn_args_init(struct mk_attn_args *a, const void *q, const void *k, const void *v, void *o,
@@ -138,17 +184,26 @@ void mk_attn_args_init(struct mk_attn_args *a, const void *q, const void *k, con
 /* 1 if the current device runs the sm_90a kernel (compute capability 9.0), else 0. */
 int mk_attn_device_ok(void);
 
-/* Build the tensor maps of a planned call. 0, -ENOSYS (no driver entry point), -EINVAL. */
+/*
+ * Build the tensor maps of a planned single-job call: Q over rows [0, q_row0 + sq) of q, K and V
+ * over [0, kv_row0 + skv) of k and v. 0, -ENOSYS (no driver entry point), -EINVAL.
+ */
 int mk_attn_make_tensor_maps(const struct mk_attn_args *a, struct mk_attn_tmaps *maps);
 
+/* One map of a BSHD tensor ({D, H, rows, B}, row stride H x D, batch stride batch_rows x H x D)
+ * with boxes of box_rows rows: what a role's jobs read. 0, -ENOSYS, -EINVAL. */
+int mk_attn_encode_map(CUtensorMap *map, const void *base, int head_dim, int heads, int rows,
+		       long long batch_rows, int batch, int box_rows);
+
 /*
- * Run the Hopper kernel on `stream` for the problem in *a (planned here for its tile; the caller's
- * struct is not changed). ctas = 0: min(schedule units, SMs). 0, -EINVAL (plan failed, or pointers
- * not 16-byte aligned), -ENOSYS (no tensor-map encoder), -EIO (CUDA error).
+ * Run the Hopper kernel on `stream` for a single-job problem in *a (planned here for its tile;
+ * the caller's struct is not changed). ctas = 0: min(schedule units, SMs). 0, -EINVAL (plan
+ * failed, several jobs, or pointers not 16-byte aligned), -ENOSYS (no tensor-map encoder), -EIO.
  */
 int mk_attn_run_hopper(const struct mk_attn_args *a, int ctas, cudaStream_t stream);
 
-/* Run the portable kernel (any GPU of compute capability >= 7.0). 0, -EINVAL, -EIO. */
+/* Run the portable kernel (any GPU of compute capability >= 7.0) for a single-job problem.
+ * 0, -EINVAL, -EIO. */
 int mk_attn_run_portable(const struct mk_attn_args *a, cudaStream_t stream);
 
 /* ---- planning shared by host and device ---- */
@@ -160,59 +215,60 @@ static MK_ATTN_HD int mk_attn_floor_div(int x, int y)
 }
 
 /*
- * Key blocks a query block needs: [0, end). Causal: the last visible key of the block's last row
- * (r_hi - 1 + diag) bounds it; blocks wholly above the diagonal are never loaded. 0 = the block
- * sees no key. 32-bit arithmetic is exact: lengths and |diag| are below 2^30 (mk_attn_plan).
+ * Key blocks a query block of job j needs: [0, end). Causal: the last visible key of the
+ * block's last row (r_hi - 1 + diag) bounds it; blocks wholly above the diagonal are never
+ * loaded. 0 = the block sees no key. 32-bit arithmetic is exact: lengths and |diag| are below
+ * 2^30 (mk_attn_plan).
  */
-static MK_ATTN_HD int mk_attn_kv_end(const struct mk_attn_args *a, int mb)
+static MK_ATTN_HD int mk_attn_kv_end(const struct mk_attn_job *j, int block_m, int mb)
 {
-	int r_hi = (mb + 1) * a->block_m;
+	int r_hi = (mb + 1) * block_m;
 	int last, end;
 
-	if (!a->causal)
-		return a->kv_blocks;
-	if (r_hi > a->sq)
-		r_hi = a->sq;
-	last = r_hi - 1 + a->diag; /* last visible key row of the block */
+	if (!j->causal)
+		return j->kv_blocks;
+	if (r_hi > j->sq)
+		r_hi = j->sq;
+	last = r_hi - 1 + j->diag; /* last visible key row of the block */
 	if (last < 0)
 		return 0;
 	end = last / MK_ATTN_BN + 1;
-	return end < a->kv_blocks ? end : a->kv_blocks;
+	return end < j->kv_blocks ? end : j->kv_blocks;
 }
 
 /*
  * First key block that needs the causal mask for query rows starting at `row0` (a warpgroup's
  * first row): every key of the blocks below it is visible to every row >= row0.
  */
-static MK_ATTN_HD int mk_attn_mask_from(const struct mk_attn_args *a, int row0)
+static MK_ATTN_HD int mk_attn_mask_from(const struct mk_attn_job *j, int row0)
 {
 	int n;
 
-	if (!a->causal)
-		return a->kv_blocks;
-	n = mk_attn_floor_div(row0 + a->diag + 1, MK_ATTN_BN);
+	if (!j->causal)
+		return j->kv_blocks;
+	n = mk_attn_floor_div(row0 + j->diag + 1, MK_ATTN_BN);
 	return n < 0 ? 0 : n;
 }
 
 /* 1 if key block n needs any masking for rows starting at row0 (causal edge or key tail). */
-static MK_ATTN_HD int mk_attn_needs_mask(const struct mk_attn_args *a, int n, int row0)
+static MK_ATTN_HD int mk_attn_needs_mask(const struct mk_attn_job *j, int n, int row0)
 {
-	if (n == a->kv_blocks - 1 && (a->skv % MK_ATTN_BN) != 0)
+	if (n == j->kv_blocks - 1 && (j->skv % MK_ATTN_BN) != 0)
 		return 1;
-	return n >= mk_attn_mask_from(a, row0);
+	return n >= mk_attn_mask_from(j, row0);
 }
 
-/* 1 if key j is visible to query i (both relative to this call's first rows). */
-static MK_ATTN_HD int mk_attn_visible(const struct mk_attn_args *a, int i, int j)
+/* 1 if key k is visible to query i (job-relative rows). */
+static MK_ATTN_HD int mk_attn_visible(const struct mk_attn_job *j, int i, int k)
 {
-	if (j >= a->skv)
+	if (k >= j->skv)
 		return 0;
-	return !a->causal || j <= i + a->diag;
+	return !j->causal || k <= i + j->diag;
 }
 
 /*
  * Static schedule of the persistent kernel: the CTA of `rank` among `count` takes units rank,
- * rank + count, ... (it = 0, 1, ...). -1 past the end.
+ * rank + count, ... (it = 0, 1, ...) of all jobs in order. -1 past the end.
  */
 static MK_ATTN_HD int mk_attn_static_unit(int it, int rank, int count, int units)
 {
@@ -222,31 +278,42 @@ static MK_ATTN_HD int mk_attn_static_unit(int it, int rank, int count, int units
 	return u < (unsigned int)units ? (int)u : -1;
 }
 
-/*
- * Unit -> work items of the persistent kernel; returns how many (1 or 2) and fills bh and mb[].
- * Non-causal: one query block, (b, h) major, so the CTAs of a wave share K/V in L2. Causal: the
- * pair of query blocks (tiles_m - 1 - k, k), longest first, whose key ranges add up to about the
- * same for every k, so units dealt round-robin balance the CTAs; units go through sections of
- * `section` (b, h) pairs whose K and V fit the L2 budget. The middle block of an odd count is a
- * unit of its own.
- */
-static MK_ATTN_HD int mk_attn_unit(const struct mk_attn_args *a, int unit, int *bh, int *mb)
+/* The job a unit of the role belongs to (jobs hold their units in order). */
+static MK_ATTN_HD int mk_attn_job_of(const struct mk_attn_args *a, int unit)
 {
-	if (!a->causal) {
-		*bh = unit / a->tiles_m;
-		mb[0] = unit % a->tiles_m;
+	int j = 0;
+
+	while (j + 1 < a->njobs && unit >= a->job[j + 1].unit0)
+		j++;
+	return j;
+}
+
+/*
+ * Unit (job-relative) -> work items of the persistent kernel; returns how many (1 or 2) and
+ * fills bh and mb[]. Non-causal: one query block, (b, h) major, so the CTAs of a wave share K/V
+ * in L2. Causal: the pair of query blocks (tiles_m - 1 - k, k), longest first, whose key
+ * ranges add up to about the same for every k, so units dealt round-robin balance the CTAs;
+ * units go through sections of `section` (b, h) pairs whose K and V fit the L2 budget. The
+ * middle block of an odd count is a unit of its own.
+ */
+static MK_ATTN_HD int mk_attn_unit(const struct mk_attn_args *a, const struct mk_attn_job *j,
+				   int unit, int *bh, int *mb)
+{
+	if (!j->causal) {
+		*bh = unit / j->tiles_m;
+		mb[0] = unit % j->tiles_m;
 		return 1;
 	}
-	int pairs = (a->tiles_m + 1) / 2;
-	int per = a->section * pairs;
+	int pairs = (j->tiles_m + 1) / 2;
+	int per = j->section * pairs;
 	int sec = unit / per;
-	int first = sec * a->section;
-	int hs = a->bh - first < a->section ? a->bh - first : a->section;
+	int first = sec * j->section;
+	int hs = a->bh - first < j->section ? a->bh - first : j->section;
 	int v = unit - sec * per;
 	int k = v / hs;
 
 	*bh = first + v % hs;
-	mb[0] = a->tiles_m - 1 - k;
+	mb[0] = j->tiles_m - 1 - k;
 	mb[1] = k;
 	return mb[0] == k ? 1 : 2;
 }
@@ -256,20 +323,21 @@ static MK_ATTN_HD int mk_attn_unit(const struct mk_attn_args *a, int unit, int *
  * portable kernel): the same sections, inside one the query blocks with the most key blocks
  * first (longest-first), so late CTAs get the short items. Non-causal as mk_attn_unit().
  */
-static MK_ATTN_HD void mk_attn_item(const struct mk_attn_args *a, int item, int *bh, int *mb)
+static MK_ATTN_HD void mk_attn_item(const struct mk_attn_args *a, const struct mk_attn_job *j,
+				    int item, int *bh, int *mb)
 {
-	if (!a->causal) {
-		*bh = item / a->tiles_m;
-		*mb = item % a->tiles_m;
+	if (!j->causal) {
+		*bh = item / j->tiles_m;
+		*mb = item % j->tiles_m;
 		return;
 	}
-	int per = a->section * a->tiles_m;
+	int per = j->section * j->tiles_m;
 	int sec = item / per;
-	int first = sec * a->section;
-	int hs = a->bh - first < a->section ? a->bh - first : a->section;
+	int first = sec * j->section;
+	int hs = a->bh - first < j->section ? a->bh - first : j->section;
 	int u = item - sec * per;
 
-	*mb = a->tiles_m - 1 - u / hs;
+	*mb = j->tiles_m - 1 - u / hs;
 	*bh = first + u % hs;
 }
 

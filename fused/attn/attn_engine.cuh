@@ -57,12 +57,18 @@ enum mk_attn_wait_id {
 #define MK_ATTN_MAX_STAGES 4
 
 /* A decoded work item as the scheduler publishes it (ints of one slot). mb = -1: no more work. */
-#define MK_ATTN_ITEM_MB	   0 /* query block */
-#define MK_ATTN_ITEM_B	   1 /* batch */
-#define MK_ATTN_ITEM_H	   2 /* query head */
-#define MK_ATTN_ITEM_KVH   3 /* key/value head */
-#define MK_ATTN_ITEM_NEND  4 /* key blocks [0, n_end) */
-#define MK_ATTN_ITEM_INTS  8
+#define MK_ATTN_ITEM_MB	    0 /* query block (job-relative) */
+#define MK_ATTN_ITEM_B	    1 /* batch */
+#define MK_ATTN_ITEM_H	    2 /* query head */
+#define MK_ATTN_ITEM_KVH    3 /* key/value head */
+#define MK_ATTN_ITEM_NEND   4 /* key blocks [0, n_end) */
+#define MK_ATTN_ITEM_JOB    5 /* job index */
+#define MK_ATTN_ITEM_QROW   6 /* Q map row of the block's first query */
+#define MK_ATTN_ITEM_KVROW  7 /* K/V map row of the job's first key */
+#define MK_ATTN_ITEM_MAP_LO 8 /* the job's K map, V map right after it (generic address) */
+#define MK_ATTN_ITEM_MAP_HI 9
+#define MK_ATTN_ITEM_GATED  10 /* the job's K/V came from another agent: fence before TMA */
+#define MK_ATTN_ITEM_INTS   12
 
 struct mk_attn_bars {
 	uint64_t q_full;  /* producer -> consumers: Q block loaded (TMA tx count) */
@@ -76,7 +82,7 @@ struct mk_attn_bars {
 	int item[2][MK_ATTN_ITEM_INTS]; /* decoded item, see MK_ATTN_ITEM_* */
 };
 
-static_assert(sizeof(struct mk_attn_bars) <= 256, "barriers outgrow MK_ATTN_SMEM_BYTES' share");
+static_assert(sizeof(struct mk_attn_bars) <= 512, "barriers outgrow MK_ATTN_SMEM_BYTES' share");
 
 /* Shared memory of one CTA, from the 1024-byte aligned base (128B swizzle needs it): Q (BM rows),
  * then STAGES K blocks, then STAGES V blocks, then the barriers. A block of R rows is D/64 boxes
@@ -159,12 +165,17 @@ static __device__ __forceinline__ int mk_attn_next_unit(const struct mk_attn_arg
 	return mk_attn_static_unit((*iter)++, rank, count, a->units);
 }
 
-/* Publish one decoded item (mb = -1: the end) in the next slot of the item ring. */
-static __device__ __forceinline__ void mk_attn_publish(const struct mk_attn_args *a, uint32_t bars,
-						       uint32_t slot_it, int bh, int mb)
+/* Publish one decoded item of job jn (mb = -1: the end) in the next slot of the item ring. */
+static __device__ __forceinline__ void mk_attn_publish(const struct mk_attn_args *a,
+						       const struct mk_attn_tmaps *role_maps,
+						       uint32_t bars, uint32_t slot_it, int jn, int bh,
+						       int mb)
 {
 	const uint32_t slot = slot_it & 1;
+	const struct mk_attn_job *j = &a->job[jn];
 	const int b = bh / a->heads_q, h = bh - b * a->heads_q;
+	/* K then V, adjacent in both places: one pointer is all the loader keeps */
+	const uintptr_t maps = (uintptr_t)(j->kv_maps != NULL ? j->kv_maps : &role_maps->k);
 
 	MK_ATTN_WAIT(MK_ATTN_BAR(bars, item_empty, slot), ((slot_it >> 1) & 1) ^ 1,
 		     MK_ATTN_W_ITEM_EMPTY);
@@ -173,39 +184,59 @@ static __device__ __forceinline__ void mk_attn_publish(const struct mk_attn_args
 	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_H), (uint32_t)h);
 	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_KVH), (uint32_t)(h / a->group));
 	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_NEND),
-			 (uint32_t)(mb < 0 ? 0 : mk_attn_kv_end(a, mb)));
+			 (uint32_t)(mb < 0 ? 0 : mk_attn_kv_end(j, a->block_m, mb)));
+	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_JOB), (uint32_t)jn);
+	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_QROW),
+			 (uint32_t)(j->q_row0 + mb * a->block_m));
+	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_KVROW), (uint32_t)j->kv_row0);
+	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_MAP_LO), (uint32_t)maps);
+	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_MAP_HI), (uint32_t)(maps >> 32));
+	mk_st_shared_u32(MK_ATTN_ITEM(bars, slot, MK_ATTN_ITEM_GATED), j->gate != NULL);
 	mk_mbar_arrive_a(MK_ATTN_BAR(bars, item_full, slot));
 }
 
 /*
- * The scheduler (one thread of the producer warpgroup): takes units, decodes each into its work
- * items (query block, batch, head, K/V head, key blocks) once, and publishes them to the loader
- * and the consumers through a two-slot ring. Splitting it from the loader keeps each thread
- * inside the producer warpgroup's small register budget.
+ * The scheduler (one thread of the producer warpgroup): takes units (the jobs' in order), decodes
+ * each into its work items (query block, batch, head, K/V head, key blocks, the job's rows and
+ * maps) once, and publishes them to the loader and the consumers through a two-slot ring. Before
+ * the first item of a gated job it waits for the gate (bounded: past the timeout or once the
+ * error word is set it records the error and goes on, so the kernel always ends). Splitting it
+ * from the loader keeps each thread inside the producer warpgroup's small register budget.
  */
-static __device__ __forceinline__ void mk_attn_scheduler(const struct mk_attn_args *a, int rank,
+static __device__ __forceinline__ void mk_attn_scheduler(const struct mk_attn_args *a,
+							 const struct mk_attn_tmaps *role_maps, int rank,
 							 int count, uint32_t bars)
 {
 	uint32_t slot_it = 0;
-	int iter = 0;
+	int iter = 0, gated = -1;
 
 	for (;;) {
 		int unit = mk_attn_next_unit(a, rank, count, &iter);
-		int bh, mb[2], n;
+		int bh, mb[2], n, jn;
 
 		if (unit < 0)
 			break;
-		n = mk_attn_unit(a, unit, &bh, mb);
-		mk_attn_publish(a, bars, slot_it++, bh, mb[0]);
+		jn = mk_attn_job_of(a, unit);
+		if (jn > gated) {
+			const struct mk_attn_job *j = &a->job[jn];
+
+			if (j->gate != NULL)
+				(void)mk_attn_wait_ge(j->gate, j->gate_value, a->error,
+						      a->timeout_ns);
+			gated = jn;
+		}
+		n = mk_attn_unit(a, &a->job[jn], unit - a->job[jn].unit0, &bh, mb);
+		mk_attn_publish(a, role_maps, bars, slot_it++, jn, bh, mb[0]);
 		if (n > 1)
-			mk_attn_publish(a, bars, slot_it++, bh, mb[1]);
+			mk_attn_publish(a, role_maps, bars, slot_it++, jn, bh, mb[1]);
 	}
-	mk_attn_publish(a, bars, slot_it, 0, -1);
+	mk_attn_publish(a, role_maps, bars, slot_it, 0, 0, -1);
 }
 
 /* A work item as the loader and the consumers read it from the ring. */
 struct mk_attn_work {
-	int mb, b, h, kvh, n_end;
+	int mb, b, h, kvh, n_end, job, q_row, kv_row0, gated;
+	const CUtensorMap *maps; /* the job's K map, then its V map */
 };
 
 /* Wait for the next published item, read it and release its slot. mb < 0: no more work. */
@@ -220,6 +251,15 @@ static __device__ __forceinline__ void mk_attn_take_item(uint32_t bars, uint32_t
 	w->h = mk_ld_volatile_shared_s32(it + 4 * MK_ATTN_ITEM_H);
 	w->kvh = mk_ld_volatile_shared_s32(it + 4 * MK_ATTN_ITEM_KVH);
 	w->n_end = mk_ld_volatile_shared_s32(it + 4 * MK_ATTN_ITEM_NEND);
+	w->job = mk_ld_volatile_shared_s32(it + 4 * MK_ATTN_ITEM_JOB);
+	w->q_row = mk_ld_volatile_shared_s32(it + 4 * MK_ATTN_ITEM_QROW);
+	w->kv_row0 = mk_ld_volatile_shared_s32(it + 4 * MK_ATTN_ITEM_KVROW);
+	w->maps = (const CUtensorMap *)(((uintptr_t)(uint32_t)mk_ld_volatile_shared_s32(
+						 it + 4 * MK_ATTN_ITEM_MAP_HI)
+					 << 32) |
+					(uint32_t)mk_ld_volatile_shared_s32(
+						it + 4 * MK_ATTN_ITEM_MAP_LO));
+	w->gated = mk_ld_volatile_shared_s32(it + 4 * MK_ATTN_ITEM_GATED);
 	mk_mbar_arrive_a(MK_ATTN_BAR(bars, item_empty, slot));
 	(*slot_it)++;
 }
@@ -242,29 +282,35 @@ static __device__ __forceinline__ void mk_attn_loader(const struct mk_attn_tmaps
 		struct mk_attn_work w;
 
 		mk_attn_take_item(bars, &slot_it, &w);
-		const int mb = w.mb, b = w.b, h = w.h, kvh = w.kvh, n_end = w.n_end;
-
-		if (mb < 0)
+		if (w.mb < 0)
 			break;
-		if (n_end == 0)
+		if (w.n_end == 0)
 			continue; /* nothing visible: the consumers write O = 0, LSE = -inf */
+		const CUtensorMap *km = w.maps; /* K, then V at km + 1 */
+
+		/* K/V another agent wrote (generic proxy), read by TMA (async proxy): the
+		 * scheduler acquired the gate; order that before the loads. */
+		if (w.gated)
+			mk_fence_proxy_async_global();
 		MK_ATTN_WAIT(MK_ATTN_BAR(bars, q_empty, 0), (q_it & 1) ^ 1, MK_ATTN_W_Q_EMPTY);
 		q_it++;
 		mk_mbar_arrive_expect_tx_a(MK_ATTN_BAR(bars, q_full, 0), bm * hd * 2);
-		mk_attn_load_rows(base, &maps->q, MK_ATTN_BAR(bars, q_full, 0), bm, mb * bm, h, b, hd);
-		for (int n = n_end - 1; n >= 0; n--) {
+		mk_attn_load_rows(base, &maps->q, MK_ATTN_BAR(bars, q_full, 0), bm, w.q_row, w.h,
+				  w.b, hd);
+		for (int n = w.n_end - 1; n >= 0; n--) {
 			uint32_t st = kv_it % nst, ph = (kv_it / nst) & 1;
+			const int row = w.kv_row0 + n * MK_ATTN_BN;
 
 			MK_ATTN_WAIT(MK_ATTN_BAR(bars, k_empty, st), ph ^ 1, MK_ATTN_W_K_EMPTY);
 			mk_mbar_arrive_expect_tx_a(MK_ATTN_BAR(bars, k_full, st), MK_ATTN_BN * hd * 2);
-			mk_attn_load_rows(mk_attn_k_addr(base, st, hd), &maps->k,
-					  MK_ATTN_BAR(bars, k_full, st), MK_ATTN_BN, n * MK_ATTN_BN,
-					  kvh, b, hd);
+			mk_attn_load_rows(mk_attn_k_addr(base, st, hd), km,
+					  MK_ATTN_BAR(bars, k_full, st), MK_ATTN_BN, row, w.kvh, w.b,
+					  hd);
 			MK_ATTN_WAIT(MK_ATTN_BAR(bars, v_empty, st), ph ^ 1, MK_ATTN_W_V_EMPTY);
 			mk_mbar_arrive_expect_tx_a(MK_ATTN_BAR(bars, v_full, st), MK_ATTN_BN * hd * 2);
-			mk_attn_load_rows(mk_attn_v_addr(base, st, hd), &maps->v,
-					  MK_ATTN_BAR(bars, v_full, st), MK_ATTN_BN, n * MK_ATTN_BN,
-					  kvh, b, hd);
+			mk_attn_load_rows(mk_attn_v_addr(base, st, hd), km + 1,
+					  MK_ATTN_BAR(bars, v_full, st), MK_ATTN_BN, row, w.kvh, w.b,
+					  hd);
 			kv_it++;
 		}
 	}
@@ -308,15 +354,15 @@ static __device__ __forceinline__ void mk_attn_pv(float *o, const uint32_t *p, u
 }
 
 /* Set to -inf the scores of key block n this thread's rows (row, row + 8) may not see. */
-static __device__ __forceinline__ void mk_attn_mask(float *sc, const struct mk_attn_args *a, int n,
+static __device__ __forceinline__ void mk_attn_mask(float *sc, const struct mk_attn_job *j, int n,
 						    int row, int t)
 {
-	int lim0 = a->skv - 1, lim1 = a->skv - 1;
+	int lim0 = j->skv - 1, lim1 = j->skv - 1;
 	const int c0 = n * MK_ATTN_BN + 2 * t;
 
-	if (a->causal) {
-		lim0 = min(lim0, row + a->diag);
-		lim1 = min(lim1, row + 8 + a->diag);
+	if (j->causal) {
+		lim0 = min(lim0, row + j->diag);
+		lim1 = min(lim1, row + 8 + j->diag);
 	}
 #pragma unroll
 	for (int jb = 0; jb < MK_ATTN_BN / 8; jb++) {
@@ -395,13 +441,16 @@ static __device__ __forceinline__ void mk_attn_pack_p(uint32_t *p, const float *
 }
 
 /*
- * Finish this thread's two rows (row, row + 8 of the call; columns 8j + 2t + {0,1}) and apply
- * the epilogue mode. Rows at or past sq are computed but not written. Every lane of the warp
- * must call it (the merge modes synchronise the warp between reading and writing LSE).
+ * Finish this thread's two rows (rows row, row + 8 of job j; columns 8c + 2t + {0,1}) and apply
+ * the job's epilogue: fresh rows take O as their partial, the others merge it into (acc, lse)
+ * with the log-sum-exp rule; final rows go to bf16 o, the others to fp32 acc; both write lse.
+ * Rows at or past the job's sq are computed but not written. Every lane of the warp must call it
+ * (the warp synchronises between reading and writing lse).
  */
 static __device__ __forceinline__ void mk_attn_epilogue(const struct mk_attn_args *a,
-							const float *o, const float *m, float *l,
-							int b, int h, int row, int t, const int hd)
+							const struct mk_attn_job *j, const float *o,
+							const float *m, float *l, int b, int h,
+							int row, int t, const int hd)
 {
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
@@ -410,50 +459,68 @@ static __device__ __forceinline__ void mk_attn_epilogue(const struct mk_attn_arg
 	}
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
-		const int i = row + 8 * r;
-		const int ok = i < a->sq;
+		const int i = row + 8 * r, ar = j->q_row0 + i;
+		const int ok = i < j->sq;
+		const int fresh = i >= j->fresh_lo && i < j->fresh_hi;
+		const int final = i >= j->final_lo && i < j->final_hi;
 		const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
 		const float lse = l[r] > 0.0f ? m[r] * a->scale + logf(l[r]) : -INFINITY;
-		const long long off = (((long long)b * a->q_batch_rows + i) * a->heads_q + h) * hd +
+		const long long off = (((long long)b * a->q_batch_rows + ar) * a->heads_q + h) * hd +
 				      2 * t;
 		float *lp = a->lse == NULL ? NULL
-					   : a->lse + ((long long)b * a->heads_q + h) * a->lse_ld + i;
-		float w_old = 0.0f, w_new = inv, lse_out = lse;
+					   : a->lse + ((long long)b * a->heads_q + h) * a->lse_ld + ar;
+		float w_old, w_new, lse_out;
 
-		if (a->epi == MK_ATTN_EPI_MERGE || a->epi == MK_ATTN_EPI_MERGE_OUT) {
-			float lse_old = ok ? *lp : -INFINITY;
-
-			lse_out = mk_attn_lse_merge(lse_old, lse, &w_old, &w_new);
-			w_new *= inv;
-			__syncwarp(); /* the quad has read lse before its first lane rewrites it */
-		}
+		/* fresh: merging with an empty partial gives weight exactly 1, LSE unchanged */
+		lse_out = mk_attn_lse_merge(ok && !fresh ? *lp : -INFINITY, lse, &w_old, &w_new);
+		w_new *= inv;
+		__syncwarp(); /* the quad has read lse before its first lane rewrites it */
 		if (!ok)
 			continue;
 #pragma unroll
-		for (int jb = 0; jb < hd / 8; jb++) {
-			float v0 = o[4 * jb + 2 * r], v1 = o[4 * jb + 2 * r + 1];
-			long long e = off + 8 * jb;
+		for (int c = 0; c < hd / 8; c++) {
+			const long long e = off + 8 * c;
+			float2 out = make_float2(o[4 * c + 2 * r] * w_new, o[4 * c + 2 * r + 1] * w_new);
 
-			if (a->epi == MK_ATTN_EPI_STORE) {
-				*(uint32_t *)((__nv_bfloat16 *)a->o + e) =
-					mk_attn_bf16x2(v0 * w_new, v1 * w_new);
-				continue;
-			}
-			float2 out = make_float2(v0 * w_new, v1 * w_new);
-
-			if (a->epi != MK_ATTN_EPI_PARTIAL) {
+			if (!fresh) {
 				float2 old = *(const float2 *)(a->acc + e);
 
 				out.x += w_old * old.x;
 				out.y += w_old * old.y;
 			}
-			if (a->epi == MK_ATTN_EPI_MERGE_OUT)
+			if (final)
 				*(uint32_t *)((__nv_bfloat16 *)a->o + e) = mk_attn_bf16x2(out.x, out.y);
 			else
 				*(float2 *)(a->acc + e) = out;
 		}
 		if (t == 0 && lp != NULL)
 			*lp = lse_out;
+	}
+}
+
+/*
+ * Merge order between jobs: before its epilogue, a warpgroup whose job merges into partials waits
+ * until every warpgroup item of the jobs before it finished (the done counter); after it, it
+ * counts itself. One thread waits or counts; the warpgroup's named barrier orders the others.
+ */
+static __device__ __forceinline__ void mk_attn_merge_wait(const struct mk_attn_args *a,
+							  const struct mk_attn_job *j, int cwg)
+{
+	if (a->done == NULL || (j->fresh_lo == 0 && j->fresh_hi == j->sq))
+		return;
+	if ((threadIdx.x & 127) == 0)
+		(void)mk_attn_wait_ge(a->done, (unsigned int)j->wg_items0, a->error, a->timeout_ns);
+	mk_named_bar_sync(1 + cwg, 128);
+}
+
+static __device__ __forceinline__ void mk_attn_merge_done(const struct mk_attn_args *a, int cwg)
+{
+	if (a->done == NULL)
+		return;
+	mk_named_bar_sync(1 + cwg, 128); /* every thread's stores of the item, then the count */
+	if ((threadIdx.x & 127) == 0) {
+		mk_fence_acq_rel_gpu();
+		mk_red_release_gpu_add_u32(a->done, 1);
 	}
 }
 
@@ -479,6 +546,7 @@ static __device__ __forceinline__ void mk_attn_consumer(const struct mk_attn_arg
 
 		if (mb < 0)
 			break;
+		const struct mk_attn_job *jb = &a->job[w.job];
 		const int row0 = mb * bm + cwg * MK_ATTN_WG_ROWS;
 		const int row = row0 + warp * 16 + (lane >> 2);
 
@@ -506,8 +574,8 @@ static __device__ __forceinline__ void mk_attn_consumer(const struct mk_attn_arg
 				if (n == 0)
 					mk_mbar_arrive_a(MK_ATTN_BAR(bars, q_empty, 0));
 			}
-			if (mk_attn_needs_mask(a, n, row0))
-				mk_attn_mask(sc, a, n, row, t);
+			if (mk_attn_needs_mask(jb, n, row0))
+				mk_attn_mask(sc, jb, n, row, t);
 			mk_attn_softmax(sc, m, l, sl2, alpha);
 			mk_attn_pack_p(p, sc);
 			pst = st;
@@ -533,8 +601,8 @@ static __device__ __forceinline__ void mk_attn_consumer(const struct mk_attn_arg
 					if (n == 0)
 						mk_mbar_arrive_a(MK_ATTN_BAR(bars, q_empty, 0));
 				}
-				if (mk_attn_needs_mask(a, n, row0))
-					mk_attn_mask(sc, a, n, row, t);
+				if (mk_attn_needs_mask(jb, n, row0))
+					mk_attn_mask(sc, jb, n, row, t);
 				mk_attn_softmax(sc, m, l, sl2, alpha);
 				mk_wgmma_wait(0);
 				mk_attn_keep_f(o, hd / 2);
@@ -557,7 +625,9 @@ static __device__ __forceinline__ void mk_attn_consumer(const struct mk_attn_arg
 			if (lane == 0)
 				mk_mbar_arrive_a(MK_ATTN_BAR(bars, v_empty, pst));
 		}
-		mk_attn_epilogue(a, o, m, l, b, h, row, t, hd);
+		mk_attn_merge_wait(a, jb, cwg);
+		mk_attn_epilogue(a, jb, o, m, l, b, h, row, t, hd);
+		mk_attn_merge_done(a, cwg);
 	}
 }
 
@@ -602,7 +672,7 @@ static __device__ __forceinline__ void mk_attn_role(const struct mk_attn_args *a
 		if (threadIdx.x == 0)
 			mk_attn_loader(maps, base, hd);
 		else if (threadIdx.x == 32)
-			mk_attn_scheduler(a, rank, count, bars);
+			mk_attn_scheduler(a, maps, rank, count, bars);
 	} else {
 		if (hd == 64)
 			mk_setmaxnreg_inc(MK_ATTN_CONSUMER_REGS_D64);

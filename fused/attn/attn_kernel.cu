@@ -69,8 +69,8 @@ extern "C" int mk_attn_device_ok(void)
 }
 
 /* A BSHD tensor as {D, H, rows, B}; a box is 64 columns of `box_rows` rows of one head. */
-static int attn_encode_bshd(CUtensorMap *map, const void *base, int d, int heads, int rows,
-			    long long batch_rows, int batch, int box_rows)
+extern "C" int mk_attn_encode_map(CUtensorMap *map, const void *base, int d, int heads, int rows,
+				  long long batch_rows, int batch, int box_rows)
 {
 	cuuint64_t dims[4] = { (cuuint64_t)d, (cuuint64_t)heads, (cuuint64_t)rows,
 			       (cuuint64_t)batch };
@@ -80,6 +80,9 @@ static int attn_encode_bshd(CUtensorMap *map, const void *base, int d, int heads
 	cuuint32_t estr[4] = { 1, 1, 1, 1 };
 	CUresult rc;
 
+	pthread_once(&attn_once, attn_resolve);
+	if (attn_encode == NULL)
+		return -ENOSYS;
 	rc = attn_encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims, strides, box,
 			 estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
 			 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -88,20 +91,22 @@ static int attn_encode_bshd(CUtensorMap *map, const void *base, int d, int heads
 
 extern "C" int mk_attn_make_tensor_maps(const struct mk_attn_args *a, struct mk_attn_tmaps *maps)
 {
+	const struct mk_attn_job *j = &a->job[0];
 	int rc;
 
-	pthread_once(&attn_once, attn_resolve);
-	if (attn_encode == NULL)
-		return -ENOSYS;
 	memset(maps, 0, sizeof(*maps));
-	rc = attn_encode_bshd(&maps->q, a->q, a->head_dim, a->heads_q, a->sq, a->q_batch_rows,
-			      a->batch, a->block_m);
+	/* Rows the job reads and no more: past them TMA fills zeros instead of reading memory
+	 * the caller may not own (the last batch of a sub-range). */
+	rc = mk_attn_encode_map(&maps->q, a->q, a->head_dim, a->heads_q, j->q_row0 + j->sq,
+				a->q_batch_rows, a->batch, a->block_m);
 	if (rc == 0)
-		rc = attn_encode_bshd(&maps->k, a->k, a->head_dim, a->heads_kv, a->skv,
-				      a->kv_batch_rows, a->batch, MK_ATTN_BN);
+		rc = mk_attn_encode_map(&maps->k, a->k, a->head_dim, a->heads_kv,
+					j->kv_row0 + j->skv, a->kv_batch_rows, a->batch,
+					MK_ATTN_BN);
 	if (rc == 0)
-		rc = attn_encode_bshd(&maps->v, a->v, a->head_dim, a->heads_kv, a->skv,
-				      a->kv_batch_rows, a->batch, MK_ATTN_BN);
+		rc = mk_attn_encode_map(&maps->v, a->v, a->head_dim, a->heads_kv,
+					j->kv_row0 + j->skv, a->kv_batch_rows, a->batch,
+					MK_ATTN_BN);
 	return rc;
 }
 
@@ -151,7 +156,8 @@ extern "C" int mk_attn_run_hopper(const struct mk_attn_args *in, int ctas, cudaS
 	rc = mk_attn_plan(&a, MK_ATTN_BM(in->head_dim), NULL);
 	if (rc)
 		return rc;
-	if (!attn_aligned(&a))
+	/* one job with the role's own maps (several jobs: the ops' kernels) */
+	if (a.njobs != 1 || a.job[0].kv_maps != NULL || a.job[0].gate != NULL || !attn_aligned(&a))
 		return -EINVAL;
 	rc = attn_prepare_device(&sms);
 	if (rc)

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Host-side planning of one attention call: argument rules, the derived tile counts, the causal
- * schedule's L2 sections and the softmax scale. Plain C, no CUDA calls, so the unit suite checks
- * it without a GPU.
+ * Host-side planning of an attention role: argument rules, a single call as one job, the derived
+ * tile counts, the causal schedule's L2 sections, the order of several jobs and the softmax
+ * scale. Plain C, no CUDA calls, so the unit suite checks it without a GPU.
  */
 #include <errno.h>
 #include <limits.h>
@@ -14,23 +14,15 @@
 /* Positions and lengths stay below 2^30 so row + diag never overflows an int on the device. */
 #define ATTN_MAX_ROWS (1ll << 30)
 
-static const char *attn_rule(const struct mk_attn_args *a, int block_m)
+static const char *attn_rule_common(const struct mk_attn_args *a, int block_m)
 {
-	long long diag = a->q_pos - a->k_pos;
-
 	if (a->batch < 1 || a->heads_q < 1 || a->heads_kv < 1)
 		return "batch and head counts must be >= 1";
 	if (a->heads_q % a->heads_kv)
 		return "query heads must be a multiple of key/value heads";
 	if (a->head_dim != 64 && a->head_dim != 128)
 		return "head dim must be 64 or 128";
-	if (a->sq < 1 || a->skv < 1)
-		return "sequence lengths must be >= 1";
-	if (a->sq >= ATTN_MAX_ROWS || a->skv >= ATTN_MAX_ROWS || diag >= ATTN_MAX_ROWS ||
-	    diag <= -ATTN_MAX_ROWS)
-		return "sequence lengths and positions must stay below 2^30";
-	if (a->q_batch_rows < a->sq || a->kv_batch_rows < a->skv)
-		return "batch strides must cover the rows of the call";
+	/* (at least the rows of the jobs: checked with them) */
 	if (a->q_batch_rows >= ATTN_MAX_ROWS * 4 || a->kv_batch_rows >= ATTN_MAX_ROWS * 4)
 		return "batch strides must stay below 2^32 rows";
 	if ((double)a->batch * a->q_batch_rows * a->heads_q * a->head_dim > (double)(1ll << 62) ||
@@ -40,27 +32,60 @@ static const char *attn_rule(const struct mk_attn_args *a, int block_m)
 		return "q, k and v must not be NULL";
 	if (block_m < 1)
 		return "block_m must be >= 1";
-	if ((double)a->batch * a->heads_q * ((a->sq + block_m - 1) / block_m) > INT_MAX)
-		return "too many work items";
-	switch (a->epi) {
-	case MK_ATTN_EPI_STORE:
-		if (a->o == NULL)
-			return "store mode needs o";
-		break;
-	case MK_ATTN_EPI_PARTIAL:
-	case MK_ATTN_EPI_MERGE:
-		if (a->acc == NULL || a->lse == NULL)
-			return "partial and merge modes need acc and lse";
-		break;
-	case MK_ATTN_EPI_MERGE_OUT:
-		if (a->o == NULL || a->acc == NULL || a->lse == NULL)
-			return "merge-out mode needs o, acc and lse";
-		break;
-	default:
+	if (a->njobs < 0 || a->njobs > MK_ATTN_MAX_JOBS)
+		return "job count out of range";
+	return NULL;
+}
+
+/* Rules of the one-call fields (njobs = 0). */
+static const char *attn_rule_single(const struct mk_attn_args *a)
+{
+	long long diag = a->q_pos - a->k_pos;
+
+	if (a->sq < 1 || a->skv < 1)
+		return "sequence lengths must be >= 1";
+	if (a->sq >= ATTN_MAX_ROWS || a->skv >= ATTN_MAX_ROWS || diag >= ATTN_MAX_ROWS ||
+	    diag <= -ATTN_MAX_ROWS)
+		return "sequence lengths and positions must stay below 2^30";
+	if (a->q_batch_rows < a->sq || a->kv_batch_rows < a->skv)
+		return "batch strides must cover the rows of the call";
+	if (a->epi < MK_ATTN_EPI_STORE || a->epi > MK_ATTN_EPI_MERGE_OUT)
 		return "unknown epilogue mode";
-	}
-	if (a->lse != NULL && a->lse_ld < a->sq)
-		return "lse row stride must be >= sq";
+	return NULL;
+}
+
+static int attn_range_ok(int lo, int hi, int n)
+{
+	return 0 <= lo && lo <= hi && hi <= n;
+}
+
+static const char *attn_rule_job(const struct mk_attn_args *a, const struct mk_attn_job *j,
+				 int block_m)
+{
+	const int all_fresh = j->fresh_lo == 0 && j->fresh_hi == j->sq;
+	const int all_final = j->final_lo == 0 && j->final_hi == j->sq;
+
+	if (j->sq < 1 || j->skv < 1)
+		return "sequence lengths must be >= 1";
+	if (j->sq >= ATTN_MAX_ROWS || j->skv >= ATTN_MAX_ROWS || j->diag >= ATTN_MAX_ROWS ||
+	    j->diag <= -ATTN_MAX_ROWS)
+		return "sequence lengths and positions must stay below 2^30";
+	if (j->q_row0 < 0 || j->kv_row0 < 0 || j->q_row0 + (long long)j->sq > a->q_batch_rows ||
+	    (j->kv_maps == NULL && j->kv_row0 + (long long)j->skv > a->kv_batch_rows))
+		return "batch strides must cover the rows of the call";
+	if (!attn_range_ok(j->fresh_lo, j->fresh_hi, j->sq) ||
+	    !attn_range_ok(j->final_lo, j->final_hi, j->sq))
+		return "fresh and final rows must be ranges inside the job's rows";
+	if (j->final_hi > j->final_lo && a->o == NULL)
+		return "final rows need o";
+	if ((!all_final || !all_fresh) && (a->acc == NULL || a->lse == NULL))
+		return "partial and merge rows need acc and lse";
+	if (a->lse != NULL && a->lse_ld < j->q_row0 + (long long)j->sq)
+		return "lse row stride must cover the rows of the call";
+	if ((double)a->batch * a->heads_q * ((j->sq + block_m - 1) / block_m) > INT_MAX / 4)
+		return "too many work items";
+	if (j->gate != NULL && a->timeout_ns == 0)
+		return "a gated job needs a timeout";
 	return NULL;
 }
 
@@ -68,9 +93,9 @@ static const char *attn_rule(const struct mk_attn_args *a, int block_m)
  * (b, h) pairs per section of the causal schedule: as many K/V heads as fit the L2 budget (at
  * least one), times the query heads that share each.
  */
-static int attn_section(const struct mk_attn_args *a)
+static int attn_section(const struct mk_attn_args *a, const struct mk_attn_job *j)
 {
-	long long kv_head_bytes = (long long)a->skv * a->head_dim * 2 * 2;
+	long long kv_head_bytes = (long long)j->skv * a->head_dim * 2 * 2;
 	long long heads = MK_ATTN_L2_SECTION_BYTES / kv_head_bytes;
 	long long s;
 
@@ -80,25 +105,72 @@ static int attn_section(const struct mk_attn_args *a)
 	return s < a->bh ? (int)s : a->bh;
 }
 
+void mk_attn_job_single(const struct mk_attn_args *a, struct mk_attn_job *j)
+{
+	const int fresh = a->epi == MK_ATTN_EPI_STORE || a->epi == MK_ATTN_EPI_PARTIAL;
+	const int final = a->epi == MK_ATTN_EPI_STORE || a->epi == MK_ATTN_EPI_MERGE_OUT;
+
+	memset(j, 0, sizeof(*j));
+	j->sq = a->sq;
+	j->skv = a->skv;
+	j->causal = a->causal != 0;
+	j->diag = (int)(a->q_pos - a->k_pos);
+	j->fresh_hi = fresh ? a->sq : 0;
+	j->final_hi = final ? a->sq : 0;
+}
+
 int mk_attn_plan(struct mk_attn_args *a, int block_m, const char **why)
 {
-	const char *r = attn_rule(a, block_m);
+	const char *r = attn_rule_common(a, block_m);
+	long long units = 0, wg_items = 0;
+	const int nwg = block_m >= MK_ATTN_WG_ROWS ? block_m / MK_ATTN_WG_ROWS : 1;
 
+	if (r == NULL && a->njobs == 0) {
+		r = attn_rule_single(a);
+		if (r == NULL) {
+			mk_attn_job_single(a, &a->job[0]);
+			a->njobs = 1;
+		}
+	}
+	for (int i = 0; r == NULL && i < a->njobs; i++) {
+		r = attn_rule_job(a, &a->job[i], block_m);
+		/* a later job that merges must wait for the jobs before it */
+		if (r == NULL && i > 0 && a->done == NULL &&
+		    !(a->job[i].fresh_lo == 0 && a->job[i].fresh_hi == a->job[i].sq))
+			r = "jobs that merge after the first need the done counter";
+		if (r == NULL && i > 0 && a->timeout_ns == 0 && a->done != NULL)
+			r = "ordered jobs need a timeout";
+	}
 	if (why != NULL)
 		*why = r;
 	if (r != NULL)
 		return -EINVAL;
-	a->diag = (int)(a->q_pos - a->k_pos);
 	a->scale = (float)(1.0 / sqrt((double)a->head_dim));
 	a->scale_log2 = (float)(1.4426950408889634 / sqrt((double)a->head_dim));
 	a->block_m = block_m;
-	a->tiles_m = (a->sq + block_m - 1) / block_m;
-	a->kv_blocks = (a->skv + MK_ATTN_BN - 1) / MK_ATTN_BN;
 	a->bh = a->batch * a->heads_q;
 	a->group = a->heads_q / a->heads_kv;
-	a->items = a->bh * a->tiles_m;
-	a->section = a->causal ? attn_section(a) : a->bh;
-	a->units = a->causal ? a->bh * ((a->tiles_m + 1) / 2) : a->items;
+	for (int i = 0; i < a->njobs; i++) {
+		struct mk_attn_job *j = &a->job[i];
+		int items;
+
+		j->tiles_m = (j->sq + block_m - 1) / block_m;
+		j->kv_blocks = (j->skv + MK_ATTN_BN - 1) / MK_ATTN_BN;
+		j->section = j->causal ? attn_section(a, j) : a->bh;
+		items = a->bh * j->tiles_m;
+		j->units = j->causal ? a->bh * ((j->tiles_m + 1) / 2) : items;
+		j->unit0 = (int)units;
+		j->wg_items0 = (int)wg_items;
+		units += j->units;
+		wg_items += (long long)items * nwg;
+	}
+	if (units > INT_MAX / 2 || wg_items > INT_MAX) {
+		if (why != NULL)
+			*why = "too many work items";
+		return -EINVAL;
+	}
+	a->units = (int)units;
+	a->items = (int)(wg_items / nwg);
 	return 0;
 }
 

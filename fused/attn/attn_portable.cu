@@ -41,22 +41,24 @@ static __device__ __forceinline__ float p_warp_sum(float v)
 	return v;
 }
 
-/* Write one finished row (every lane: its column pairs c = lane + 32u). */
-static __device__ __forceinline__ void p_row_out(const struct mk_attn_args *a, const float *o,
-						 float m, float l, int b, int h, int i, const int hd)
+/* Write one finished row i of job j (every lane: its column pairs c = lane + 32u); fresh and
+ * final rows as in the Hopper kernel's epilogue. */
+static __device__ __forceinline__ void p_row_out(const struct mk_attn_args *a,
+						 const struct mk_attn_job *j, const float *o, float m,
+						 float l, int b, int h, int i, const int hd)
 {
-	const int lane = threadIdx.x & 31;
+	const int lane = threadIdx.x & 31, ar = j->q_row0 + i;
+	const int fresh = i >= j->fresh_lo && i < j->fresh_hi;
+	const int final = i >= j->final_lo && i < j->final_hi;
 	const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 	const float lse = l > 0.0f ? m * a->scale + logf(l) : -INFINITY;
-	const long long off = (((long long)b * a->q_batch_rows + i) * a->heads_q + h) * hd;
-	float *lp = a->lse == NULL ? NULL : a->lse + ((long long)b * a->heads_q + h) * a->lse_ld + i;
-	float w_old = 0.0f, w_new = inv, lse_out = lse;
+	const long long off = (((long long)b * a->q_batch_rows + ar) * a->heads_q + h) * hd;
+	float *lp = a->lse == NULL ? NULL : a->lse + ((long long)b * a->heads_q + h) * a->lse_ld + ar;
+	float w_old, w_new, lse_out;
 
-	if (a->epi == MK_ATTN_EPI_MERGE || a->epi == MK_ATTN_EPI_MERGE_OUT) {
-		lse_out = mk_attn_lse_merge(*lp, lse, &w_old, &w_new);
-		w_new *= inv;
-		__syncwarp(); /* every lane has read lse before lane 0 rewrites it */
-	}
+	lse_out = mk_attn_lse_merge(fresh ? -INFINITY : *lp, lse, &w_old, &w_new);
+	w_new *= inv;
+	__syncwarp(); /* every lane has read lse before lane 0 rewrites it */
 #pragma unroll
 	for (int u = 0; u < hd / 64; u++) {
 #pragma unroll
@@ -64,13 +66,9 @@ static __device__ __forceinline__ void p_row_out(const struct mk_attn_args *a, c
 			long long x = off + 2 * (lane + 32 * u) + e;
 			float v = o[2 * u + e] * w_new;
 
-			if (a->epi == MK_ATTN_EPI_STORE) {
-				((__nv_bfloat16 *)a->o)[x] = __float2bfloat16_rn(v);
-				continue;
-			}
-			if (a->epi != MK_ATTN_EPI_PARTIAL)
+			if (!fresh)
 				v += w_old * a->acc[x];
-			if (a->epi == MK_ATTN_EPI_MERGE_OUT)
+			if (final)
 				((__nv_bfloat16 *)a->o)[x] = __float2bfloat16_rn(v);
 			else
 				a->acc[x] = v;
@@ -87,22 +85,25 @@ static __device__ __forceinline__ void p_attention(const struct mk_attn_args *a,
 	__shared__ uint32_t vs[P_KEYS][128 / 2];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hp = hd / 2;
 	const float sl2 = a->scale_log2;
+	const struct mk_attn_job *jb = &a->job[0];
 	int bh, mb;
 
-	mk_attn_item(a, blockIdx.x, &bh, &mb);
+	mk_attn_item(a, jb, blockIdx.x, &bh, &mb);
 	const int b = bh / a->heads_q, h = bh - b * a->heads_q, kvh = h / a->group;
 	const int row_base = mb * MK_ATTN_P_BLOCK;
-	const int r_last = min(row_base + MK_ATTN_P_BLOCK, a->sq) - 1;
-	int kend = a->skv;
+	const int r_last = min(row_base + MK_ATTN_P_BLOCK, jb->sq) - 1;
+	int kend = jb->skv;
 	float m[MK_ATTN_P_ROWS], l[MK_ATTN_P_ROWS], o[MK_ATTN_P_ROWS][4];
 
-	if (a->causal)
-		kend = max(0, min(a->skv, r_last + a->diag + 1));
+	if (jb->causal)
+		kend = max(0, min(jb->skv, r_last + jb->diag + 1));
 	for (int i = threadIdx.x; i < MK_ATTN_P_BLOCK * hd; i += blockDim.x) {
 		int r = i / hd, d = i - r * hd, row = row_base + r;
-		long long x = (((long long)b * a->q_batch_rows + row) * a->heads_q + h) * hd + d;
+		long long x = (((long long)b * a->q_batch_rows + jb->q_row0 + row) * a->heads_q + h) *
+				      hd +
+			      d;
 
-		qs[r][d] = row < a->sq ? p_bf16(a->q, x) : 0.0f;
+		qs[r][d] = row < jb->sq ? p_bf16(a->q, x) : 0.0f;
 	}
 #pragma unroll
 	for (int r = 0; r < MK_ATTN_P_ROWS; r++) {
@@ -121,8 +122,9 @@ static __device__ __forceinline__ void p_attention(const struct mk_attn_args *a,
 			int key = i / hp, c = i - key * hp, j = k0 + key;
 			uint32_t kp = 0, vp = 0;
 
-			if (j < a->skv) {
-				long long x = (((long long)b * a->kv_batch_rows + j) * a->heads_kv +
+			if (j < jb->skv) {
+				long long x = (((long long)b * a->kv_batch_rows + jb->kv_row0 + j) *
+						       a->heads_kv +
 					       kvh) * hd + 2 * c;
 				const unsigned short *k16 = (const unsigned short *)a->k;
 				const unsigned short *v16 = (const unsigned short *)a->v;
@@ -152,7 +154,7 @@ static __device__ __forceinline__ void p_attention(const struct mk_attn_args *a,
 #pragma unroll
 		for (int r = 0; r < MK_ATTN_P_ROWS; r++) {
 			int i = row_base + warp * MK_ATTN_P_ROWS + r;
-			int vis = mk_attn_visible(a, i, k0 + lane);
+			int vis = mk_attn_visible(jb, i, k0 + lane);
 			float mx = fmaxf(m[r], p_warp_max(vis ? s[r] : -INFINITY));
 			float base = mx == -INFINITY ? 0.0f : mx * sl2;
 			float alpha = mx == -INFINITY ? 1.0f : exp2f((m[r] - mx) * sl2);
@@ -185,8 +187,8 @@ static __device__ __forceinline__ void p_attention(const struct mk_attn_args *a,
 	for (int r = 0; r < MK_ATTN_P_ROWS; r++) {
 		int i = row_base + warp * MK_ATTN_P_ROWS + r;
 
-		if (i < a->sq) /* uniform per warp */
-			p_row_out(a, o[r], m[r], l[r], b, h, i, hd);
+		if (i < jb->sq) /* uniform per warp */
+			p_row_out(a, jb, o[r], m[r], l[r], b, h, i, hd);
 	}
 }
 
@@ -209,6 +211,9 @@ extern "C" int mk_attn_run_portable(const struct mk_attn_args *in, cudaStream_t 
 
 	if (rc)
 		return rc;
+	/* one job reading k and v itself (several jobs: launch one after the other) */
+	if (a.njobs != 1 || a.job[0].kv_maps != NULL || a.job[0].gate != NULL)
+		return -EINVAL;
 	if (a.head_dim == 128)
 		mk_attn_portable_d128<<<a.items, MK_ATTN_P_WARPS * 32, 0, stream>>>(a);
 	else

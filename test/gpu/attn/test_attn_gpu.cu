@@ -17,7 +17,10 @@
  * 4. The ring's epilogue modes: keys split in three calls (partial, merge, merge-out) with key
  *    position offsets, and a query sub-range with its own row strides, against the reference.
  * 5. Large shapes: the Hopper kernel against the portable kernel.
- * 6. Schedule variants (dynamic unit counter, CTA subsets): bitwise equal to the default.
+ * 6. Schedule variants (dynamic unit counter, CTA subsets): bitwise equal to the default; three
+ *    jobs in one launch (the ring's step list: a K/V source through job maps, written by a
+ *    concurrent kernel behind a gate, partials merged in job order by a counter) bitwise equal
+ *    to the same jobs as single-job launches.
  * 7. mkAttention: the Hopper path really ran (bitwise equal to the direct launch), argument
  *    errors, and CUDA-graph capture and replay.
  * A watchdog thread turns a hang anywhere into a failure that names the phase.
@@ -387,23 +390,31 @@ extern "C" __global__ void __launch_bounds__(MK_ATTN_THREADS(64), 1)
 	mk_attn_role(&args, &maps, blockIdx.x, gridDim.x, t_dyn_attn, 64);
 }
 
+/* Launch this test's kernel for a planned role with its maps. */
+static int t_launch_role(const struct mk_attn_args *a, const struct mk_attn_tmaps *maps, int ctas,
+			 cudaStream_t st)
+{
+	const int grid = ctas > 0 ? ctas : (a->units < t_sms ? a->units : t_sms);
+
+	if (a->head_dim == 128)
+		t_attn_d128<<<grid, MK_ATTN_THREADS(128), MK_ATTN_SMEM_BYTES(128), st>>>(*maps, *a);
+	else
+		t_attn_d64<<<grid, MK_ATTN_THREADS(64), MK_ATTN_SMEM_BYTES(64), st>>>(*maps, *a);
+	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
 static int t_run_debug(const struct mk_attn_args *in, int ctas)
 {
 	struct mk_attn_args a = *in;
 	struct mk_attn_tmaps maps;
-	int rc = mk_attn_plan(&a, MK_ATTN_BM(in->head_dim), NULL), grid;
+	int rc = mk_attn_plan(&a, MK_ATTN_BM(in->head_dim), NULL);
 
 	if (rc)
 		return rc;
 	rc = mk_attn_make_tensor_maps(&a, &maps);
 	if (rc)
 		return rc;
-	grid = ctas > 0 ? ctas : (a.units < t_sms ? a.units : t_sms);
-	if (a.head_dim == 128)
-		t_attn_d128<<<grid, MK_ATTN_THREADS(128), MK_ATTN_SMEM_BYTES(128), t_st>>>(maps, a);
-	else
-		t_attn_d64<<<grid, MK_ATTN_THREADS(64), MK_ATTN_SMEM_BYTES(64), t_st>>>(maps, a);
-	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+	return t_launch_role(&a, &maps, ctas, t_st);
 }
 
 /* Which kernel a comparison runs. */
@@ -770,8 +781,8 @@ __global__ void t_softmax_kernel(const struct mk_attn_args a, const float *s_in,
 		const int n = first_n - blk;
 
 		t_acc_load(sc, s_in + (long long)blk * 64 * MK_ATTN_BN, MK_ATTN_BN);
-		if (mk_attn_needs_mask(&a, n, row0))
-			mk_attn_mask(sc, &a, n, row0 + r, t);
+		if (mk_attn_needs_mask(&a.job[0], n, row0))
+			mk_attn_mask(sc, &a.job[0], n, row0 + r, t);
 		mk_attn_softmax(sc, m, l, a.scale_log2, alpha);
 		t_acc_store(sc, p_out + (long long)blk * 64 * MK_ATTN_BN, MK_ATTN_BN, MK_ATTN_BN);
 		if (t == 0) {
@@ -838,7 +849,7 @@ static void t_unit_softmax(void)
 			for (int j = 0; j < MK_ATTN_BN; j++) {
 				float s = hs[((long long)blk * 64 + r) * MK_ATTN_BN + j];
 
-				if (mk_attn_visible(&a, row0 + r, n * MK_ATTN_BN + j) && s > mx)
+				if (mk_attn_visible(&a.job[0], row0 + r, n * MK_ATTN_BN + j) && s > mx)
 					mx = s;
 			}
 			base = mx == -INFINITY ? 0 : mx;
@@ -846,7 +857,7 @@ static void t_unit_softmax(void)
 			l *= alpha;
 			for (int j = 0; j < MK_ATTN_BN; j++) {
 				long long x = ((long long)blk * 64 + r) * MK_ATTN_BN + j;
-				double p = mk_attn_visible(&a, row0 + r, n * MK_ATTN_BN + j)
+				double p = mk_attn_visible(&a.job[0], row0 + r, n * MK_ATTN_BN + j)
 						   ? exp2((hs[x] - base) * a.scale_log2)
 						   : 0;
 
@@ -1217,6 +1228,199 @@ static void t_schedule(void)
 	}
 }
 
+/* ---- 6b. several jobs in one launch (what a ring step list needs) ---- */
+
+/* Another agent producing K/V while the attention kernel runs: wait ~2 ms, copy the data in,
+ * then release the gate. A kernel that did not wait for the gate reads the poison. */
+__global__ void t_late_producer(void *dst_k, void *dst_v, const void *src_k, const void *src_v,
+				size_t bytes, unsigned int *gate)
+{
+	const long long t0 = clock64();
+
+	while (clock64() - t0 < 4000000ll)
+		;
+	for (size_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
+		((uint4 *)dst_k)[i] = ((const uint4 *)src_k)[i];
+		((uint4 *)dst_v)[i] = ((const uint4 *)src_v)[i];
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence_system();
+		asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(gate), "r"(1u) : "memory");
+	}
+}
+
+/*
+ * Three jobs as a ring step list would chain them, B 2, Hq 4, Hkv 2, S 1000:
+ *   0: q against (K1, V1), causal, the role's maps, every row fresh;
+ *   1: q against keys [0, 700) of (K2, V2) through job maps, gated, rows [0, 500) final;
+ *   2: rows [500, 1000) against keys [700, 1500) of (K2, V2), gated, final.
+ * One launch with a done counter, K2/V2 written by a concurrent kernel that then opens the
+ * gate; compared bitwise with the same three jobs as single-job launches one after another, and
+ * with the portable kernel's (within tolerance).
+ */
+static void t_jobs(int d)
+{
+	const int B = 2, Hq = 4, Hkv = 2, S = 1000, S2 = 1500;
+	const size_t nq = (size_t)B * S * Hq * d, nk = (size_t)B * S * Hkv * d;
+	const size_t nk2 = (size_t)B * S2 * Hkv * d;
+	void *q, *k1, *v1, *k2, *v2, *k2src, *v2src, *o_ref, *o_fused;
+	float *acc, *lse_ref, *lse_fused;
+	unsigned int *words; /* done, gate */
+	int *err_host = NULL, *err_dev = NULL;
+	CUtensorMap *maps2_d, maps2_h[2];
+	struct mk_attn_args a;
+	struct mk_attn_tmaps maps;
+	cudaStream_t side;
+	int rc = 0;
+
+	T_CHECK_CUDA(cudaMalloc(&q, nq * 2));
+	T_CHECK_CUDA(cudaMalloc(&k1, nk * 2));
+	T_CHECK_CUDA(cudaMalloc(&v1, nk * 2));
+	T_CHECK_CUDA(cudaMalloc(&k2, nk2 * 2));
+	T_CHECK_CUDA(cudaMalloc(&v2, nk2 * 2));
+	T_CHECK_CUDA(cudaMalloc(&k2src, nk2 * 2));
+	T_CHECK_CUDA(cudaMalloc(&v2src, nk2 * 2));
+	T_CHECK_CUDA(cudaMalloc(&o_ref, nq * 2));
+	T_CHECK_CUDA(cudaMalloc(&o_fused, nq * 2));
+	T_CHECK_CUDA(cudaMalloc((void **)&acc, nq * 4));
+	T_CHECK_CUDA(cudaMalloc((void **)&lse_ref, (size_t)B * Hq * S * 4));
+	T_CHECK_CUDA(cudaMalloc((void **)&lse_fused, (size_t)B * Hq * S * 4));
+	T_CHECK_CUDA(cudaMalloc((void **)&words, 2 * sizeof(unsigned int)));
+	T_CHECK_CUDA(cudaMalloc((void **)&maps2_d, sizeof(maps2_h)));
+	T_CHECK_CUDA(cudaHostAlloc((void **)&err_host, sizeof(int), cudaHostAllocMapped));
+	T_CHECK_CUDA(cudaHostGetDevicePointer((void **)&err_dev, err_host, 0));
+	T_CHECK_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+	mk_fill_bf16_normal<<<256, 256, 0, t_st>>>((__nv_bfloat16 *)q, nq, 501 + d);
+	mk_fill_bf16_normal<<<256, 256, 0, t_st>>>((__nv_bfloat16 *)k1, nk, 502 + d);
+	mk_fill_bf16_normal<<<256, 256, 0, t_st>>>((__nv_bfloat16 *)v1, nk, 503 + d);
+	mk_fill_bf16_normal<<<256, 256, 0, t_st>>>((__nv_bfloat16 *)k2src, nk2, 504 + d);
+	mk_fill_bf16_normal<<<256, 256, 0, t_st>>>((__nv_bfloat16 *)v2src, nk2, 505 + d);
+	T_CHECK_CUDA(cudaGetLastError());
+
+	/* the job list, and the same jobs as single-job calls */
+	struct mk_attn_job jobs[3];
+
+	memset(jobs, 0, sizeof(jobs));
+	jobs[0].sq = S;
+	jobs[0].skv = S;
+	jobs[0].causal = 1;
+	jobs[0].fresh_hi = S;
+	jobs[1].sq = S;
+	jobs[1].skv = 700;
+	jobs[1].final_hi = 500;
+	jobs[2].q_row0 = 500;
+	jobs[2].sq = 500;
+	jobs[2].kv_row0 = 700;
+	jobs[2].skv = S2 - 700;
+	jobs[2].final_hi = 500;
+	for (int kind = K_HOPPER; kind <= K_PORTABLE; kind++) {
+		void *out = kind == K_HOPPER ? o_ref : o_fused; /* portable: scratch */
+		float *lout = kind == K_HOPPER ? lse_ref : lse_fused;
+
+		T_CHECK_CUDA(cudaMemcpy(k2, k2src, nk2 * 2, cudaMemcpyDeviceToDevice));
+		T_CHECK_CUDA(cudaMemcpy(v2, v2src, nk2 * 2, cudaMemcpyDeviceToDevice));
+		T_CHECK_CUDA(cudaMemset(out, 0xFF, nq * 2));
+		for (int jn = 0; jn < 3 && rc == 0; jn++) {
+			mk_attn_args_init(&a, q, jn ? k2 : k1, jn ? v2 : v1, out, lout, B, Hq, Hkv, S,
+					  jn ? S2 : S, d, 0);
+			a.acc = acc;
+			a.njobs = 1;
+			a.job[0] = jobs[jn];
+			rc = kind == K_HOPPER ? mk_attn_run_hopper(&a, 0, t_st)
+					      : mk_attn_run_portable(&a, t_st);
+		}
+		T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+		if (kind == K_PORTABLE && rc == 0) {
+			float *gh = t_download_bf16(o_ref, nq), *gp = t_download_bf16(o_fused, nq);
+			float *lh = t_download_f32(lse_ref, (size_t)B * Hq * S);
+			float *lp = t_download_f32(lse_fused, (size_t)B * Hq * S);
+			struct t_layout lo = { 0, S, Hq, d }, ll = { 1, S, Hq, 1 };
+			char w[128];
+
+			snprintf(w, sizeof(w), "jobs D %d: single-job chain, hopper vs portable O", d);
+			t_cmp(w, gh, gp, nq, 8e-3 * 5, 1.0 / 64, &lo);
+			snprintf(w, sizeof(w), "jobs D %d: single-job chain, hopper vs portable LSE", d);
+			t_cmp(w, lh, lp, (long long)B * Hq * S, 2e-4, 5e-5, &ll);
+			free(gh);
+			free(gp);
+			free(lh);
+			free(lp);
+		}
+	}
+	if (rc) {
+		t_report(0, "jobs D %d: single-job chain failed (%d)", d, rc);
+		goto undo;
+	}
+
+	/* one launch: poisoned K2/V2 until the late producer writes them and opens the gate */
+	T_CHECK_CUDA(cudaMemset(k2, 0xFF, nk2 * 2));
+	T_CHECK_CUDA(cudaMemset(v2, 0xFF, nk2 * 2));
+	T_CHECK_CUDA(cudaMemset(o_fused, 0xFF, nq * 2));
+	T_CHECK_CUDA(cudaMemset(lse_fused, 0xFF, (size_t)B * Hq * S * 4));
+	T_CHECK_CUDA(cudaMemset(acc, 0xFF, nq * 4));
+	T_CHECK_CUDA(cudaMemset(words, 0, 2 * sizeof(unsigned int)));
+	*err_host = 0;
+	mk_attn_args_init(&a, q, k1, v1, o_fused, lse_fused, B, Hq, Hkv, S, S, d, 0);
+	a.acc = acc;
+	a.njobs = 3;
+	memcpy(a.job, jobs, sizeof(jobs));
+	a.job[1].kv_maps = maps2_d;
+	a.job[2].kv_maps = maps2_d;
+	a.job[1].gate = a.job[2].gate = &words[1];
+	a.job[1].gate_value = a.job[2].gate_value = 1;
+	a.done = &words[0];
+	a.error = err_dev;
+	a.timeout_ns = 5000000000ull;
+	rc = mk_attn_plan(&a, MK_ATTN_BM(d), NULL);
+	rc = rc ? rc : mk_attn_encode_map(&maps.q, q, d, Hq, S, S, B, MK_ATTN_BM(d));
+	rc = rc ? rc : mk_attn_encode_map(&maps.k, k1, d, Hkv, S, S, B, MK_ATTN_BN);
+	rc = rc ? rc : mk_attn_encode_map(&maps.v, v1, d, Hkv, S, S, B, MK_ATTN_BN);
+	rc = rc ? rc : mk_attn_encode_map(&maps2_h[0], k2, d, Hkv, S2, S2, B, MK_ATTN_BN);
+	rc = rc ? rc : mk_attn_encode_map(&maps2_h[1], v2, d, Hkv, S2, S2, B, MK_ATTN_BN);
+	if (rc) {
+		t_report(0, "jobs D %d: plan / maps failed (%d)", d, rc);
+		goto undo;
+	}
+	T_CHECK_CUDA(cudaMemcpy(maps2_d, maps2_h, sizeof(maps2_h), cudaMemcpyHostToDevice));
+	T_CHECK_CUDA(cudaDeviceSynchronize());
+	t_late_producer<<<1, 256, 0, side>>>(k2, v2, k2src, v2src, nk2 * 2, &words[1]);
+	T_CHECK_CUDA(cudaGetLastError());
+	rc = t_launch_role(&a, &maps, t_sms - 2, t_st); /* room for the producer's SM */
+	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
+	T_CHECK_CUDA(cudaStreamSynchronize(side));
+	{
+		unsigned int h_words[2];
+
+		T_CHECK_CUDA(cudaMemcpy(h_words, words, sizeof(h_words), cudaMemcpyDeviceToHost));
+		t_report(rc == 0 && *err_host == 0 &&
+				 h_words[0] == (unsigned int)a.items * MK_ATTN_NWG(d) &&
+				 t_bitwise(o_ref, o_fused, nq * 2) &&
+				 t_bitwise(lse_ref, lse_fused, (size_t)B * Hq * S * 4),
+			 "jobs D %d: 3 jobs in one launch (gated sources written meanwhile, merge "
+			 "order by counter) bitwise equal to 3 single-job launches (error %d, done "
+			 "%u of %u)",
+			 d, *err_host, h_words[0], (unsigned int)a.items * MK_ATTN_NWG(d));
+	}
+undo:
+	cudaStreamDestroy(side);
+	cudaFreeHost(err_host);
+	cudaFree(q);
+	cudaFree(k1);
+	cudaFree(v1);
+	cudaFree(k2);
+	cudaFree(v2);
+	cudaFree(k2src);
+	cudaFree(v2src);
+	cudaFree(o_ref);
+	cudaFree(o_fused);
+	cudaFree(acc);
+	cudaFree(lse_ref);
+	cudaFree(lse_fused);
+	cudaFree(words);
+	cudaFree(maps2_d);
+}
+
 /* ---- 7. mkAttention ---- */
 
 static void t_api(void)
@@ -1357,6 +1561,11 @@ int main(int argc, char **argv)
 		t_large();
 		t_enter("6. schedule variants");
 		t_schedule();
+	}
+	if (t_hopper) {
+		t_enter("6b. several jobs in one launch");
+		t_jobs(128);
+		t_jobs(64);
 	}
 	t_enter("7. mkAttention");
 	t_api();

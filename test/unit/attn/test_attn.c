@@ -89,26 +89,26 @@ static void test_plan_rules_name_the_reason(void **state)
 	plan_fails(&a, "q, k and v must not be NULL");
 	init(&a, 1, 16, 16, 128, 128, 128, 0);
 	a.o = NULL;
-	plan_fails(&a, "store mode needs o");
+	plan_fails(&a, "final rows need o");
 	init(&a, 1, 16, 16, 128, 128, 128, 0);
 	a.epi = MK_ATTN_EPI_PARTIAL;
-	plan_fails(&a, "need acc and lse");
+	plan_fails(&a, "partial and merge rows need acc and lse");
 	init(&a, 1, 16, 16, 128, 128, 128, 0);
 	a.epi = MK_ATTN_EPI_MERGE;
 	a.acc = A_PTR;
 	a.lse = NULL;
-	plan_fails(&a, "need acc and lse");
+	plan_fails(&a, "partial and merge rows need acc and lse");
 	init(&a, 1, 16, 16, 128, 128, 128, 0);
 	a.epi = MK_ATTN_EPI_MERGE_OUT;
 	a.acc = A_PTR;
 	a.o = NULL;
-	plan_fails(&a, "merge-out mode needs o, acc and lse");
+	plan_fails(&a, "final rows need o");
 	init(&a, 1, 16, 16, 128, 128, 128, 0);
 	a.epi = 9;
 	plan_fails(&a, "unknown epilogue mode");
 	init(&a, 1, 16, 16, 128, 128, 128, 0);
 	a.lse_ld = 64;
-	plan_fails(&a, "lse row stride");
+	plan_fails(&a, "lse row stride must cover the rows");
 	/* lse may be NULL in store mode (inference needs no statistics). */
 	init(&a, 1, 16, 16, 128, 128, 128, 0);
 	a.lse = NULL;
@@ -122,31 +122,166 @@ static void test_plan_derived_fields(void **state)
 	(void)state;
 	init(&a, 4, 32, 8, 1000, 777, 128, 1);
 	plan_ok(&a, 128);
-	assert_int_equal(a.tiles_m, 8);
-	assert_int_equal(a.kv_blocks, 7);
+	assert_int_equal(a.njobs, 1);
+	assert_int_equal(a.job[0].tiles_m, 8);
+	assert_int_equal(a.job[0].kv_blocks, 7);
 	assert_int_equal(a.bh, 128);
 	assert_int_equal(a.group, 4);
 	assert_int_equal(a.items, 128 * 8);
 	assert_int_equal(a.units, 128 * 4);
-	assert_int_equal(a.diag, 777 - 1000);
+	assert_int_equal(a.job[0].units, 128 * 4);
+	assert_int_equal(a.job[0].diag, 777 - 1000);
+	/* STORE: every row fresh and final */
+	assert_int_equal(a.job[0].fresh_lo, 0);
+	assert_int_equal(a.job[0].fresh_hi, 1000);
+	assert_int_equal(a.job[0].final_lo, 0);
+	assert_int_equal(a.job[0].final_hi, 1000);
 	assert_true(fabs(a.scale - 1.0 / sqrt(128.0)) < 1e-7);
 	assert_true(fabs(a.scale_log2 - 1.4426950408889634 / sqrt(128.0)) < 1e-7);
 	/* Sections hold whole GQA groups and fit the L2 budget. */
-	assert_int_equal(a.section % a.group, 0);
+	assert_int_equal(a.job[0].section % a.group, 0);
 	init(&a, 4, 16, 16, 8192, 8192, 128, 1);
 	plan_ok(&a, 128);
-	assert_true((long long)a.section * 8192 * 128 * 4 <= MK_ATTN_L2_SECTION_BYTES);
-	assert_true((long long)(a.section + 1) * 8192 * 128 * 4 > MK_ATTN_L2_SECTION_BYTES);
+	assert_true((long long)a.job[0].section * 8192 * 128 * 4 <= MK_ATTN_L2_SECTION_BYTES);
+	assert_true((long long)(a.job[0].section + 1) * 8192 * 128 * 4 > MK_ATTN_L2_SECTION_BYTES);
 	/* One K/V head larger than the budget still makes a section. */
 	init(&a, 1, 8, 2, 1 << 20, 1 << 20, 128, 1);
 	plan_ok(&a, 128);
-	assert_int_equal(a.section, 4);
+	assert_int_equal(a.job[0].section, 4);
 	/* Non-causal: one query block per unit, odd tile counts too. */
 	init(&a, 2, 3, 1, 129, 5, 64, 0);
 	plan_ok(&a, 192);
-	assert_int_equal(a.tiles_m, 1);
+	assert_int_equal(a.job[0].tiles_m, 1);
 	assert_int_equal(a.units, 6);
-	assert_int_equal(a.kv_blocks, 1);
+	assert_int_equal(a.job[0].kv_blocks, 1);
+	/* The other epilogue modes as fresh / final rows. */
+	init(&a, 1, 1, 1, 300, 300, 64, 0);
+	a.acc = A_PTR;
+	a.epi = MK_ATTN_EPI_PARTIAL;
+	plan_ok(&a, 128);
+	assert_true(a.job[0].fresh_hi == 300 && a.job[0].final_hi == a.job[0].final_lo);
+	init(&a, 1, 1, 1, 300, 300, 64, 0);
+	a.acc = A_PTR;
+	a.epi = MK_ATTN_EPI_MERGE;
+	plan_ok(&a, 128);
+	assert_true(a.job[0].fresh_hi == a.job[0].fresh_lo && a.job[0].final_hi == 0);
+	init(&a, 1, 1, 1, 300, 300, 64, 0);
+	a.acc = A_PTR;
+	a.epi = MK_ATTN_EPI_MERGE_OUT;
+	plan_ok(&a, 128);
+	assert_true(a.job[0].fresh_hi == 0 && a.job[0].final_lo == 0 && a.job[0].final_hi == 300);
+}
+
+/* ---- several jobs (a ring's steps) ---- */
+
+/* Three jobs as a ring step list: the local causal block, then two sources read through maps. */
+static void jobs3(struct mk_attn_args *a)
+{
+	static const unsigned int gate_word = 0;
+
+	init(a, 2, 4, 2, 1000, 1000, 128, 1);
+	a->acc = A_PTR;
+	a->done = (unsigned int *)(uintptr_t)0x70000;
+	a->timeout_ns = 1000000000ull;
+	a->njobs = 3;
+	a->job[0] = (struct mk_attn_job){ .sq = 1000, .skv = 1000, .causal = 1, .fresh_hi = 1000 };
+	a->job[1] = (struct mk_attn_job){ .sq = 1000,
+					  .skv = 500,
+					  .kv_maps = (const void *)64,
+					  .gate = &gate_word,
+					  .gate_value = 1 };
+	a->job[2] = (struct mk_attn_job){ .q_row0 = 500,
+					  .sq = 500,
+					  .kv_row0 = 0,
+					  .skv = 1000,
+					  .kv_maps = (const void *)128,
+					  .final_hi = 500 };
+}
+
+static void test_jobs_plan_order_and_units(void **state)
+{
+	struct mk_attn_args a;
+
+	(void)state;
+	jobs3(&a);
+	plan_ok(&a, 128);
+	assert_int_equal(a.njobs, 3);
+	/* units: causal pairs of 8 blocks, then full rows, then 4 blocks of the second half */
+	assert_int_equal(a.job[0].units, 8 * 4);
+	assert_int_equal(a.job[1].units, 8 * 8);
+	assert_int_equal(a.job[2].units, 8 * 4);
+	assert_int_equal(a.job[0].unit0, 0);
+	assert_int_equal(a.job[1].unit0, 32);
+	assert_int_equal(a.job[2].unit0, 96);
+	assert_int_equal(a.units, 128);
+	/* merge order in warpgroup items (2 warpgroups of 64 rows at block_m 128) */
+	assert_int_equal(a.job[0].wg_items0, 0);
+	assert_int_equal(a.job[1].wg_items0, 8 * 8 * 2);
+	assert_int_equal(a.job[2].wg_items0, (8 * 8 + 8 * 8) * 2);
+	assert_int_equal(a.items, 8 * 8 + 8 * 8 + 8 * 4);
+	for (int u = 0; u < a.units; u++) {
+		int j = mk_attn_job_of(&a, u);
+
+		assert_true(u >= a.job[j].unit0 && u < a.job[j].unit0 + a.job[j].units);
+	}
+	/* each job's units cover its items once */
+	for (int j = 0; j < 3; j++) {
+		unsigned char seen[8 * 8] = { 0 };
+
+		for (int u = 0; u < a.job[j].units; u++) {
+			int bh, mb[2], n = mk_attn_unit(&a, &a.job[j], u, &bh, mb);
+
+			for (int i = 0; i < n; i++) {
+				assert_int_equal(seen[bh * a.job[j].tiles_m + mb[i]], 0);
+				seen[bh * a.job[j].tiles_m + mb[i]] = 1;
+			}
+		}
+		for (int i = 0; i < a.bh * a.job[j].tiles_m; i++)
+			assert_int_equal(seen[i], 1);
+	}
+}
+
+static void test_jobs_plan_rules(void **state)
+{
+	struct mk_attn_args a;
+	const char *why = NULL;
+
+	(void)state;
+	jobs3(&a);
+	a.done = NULL;
+	plan_fails(&a, "need the done counter");
+	jobs3(&a);
+	a.timeout_ns = 0;
+	plan_fails(&a, "a gated job needs a timeout");
+	jobs3(&a);
+	a.job[2].final_hi = 501;
+	plan_fails(&a, "fresh and final rows must be ranges");
+	jobs3(&a);
+	a.job[1].fresh_lo = 10;
+	a.job[1].fresh_hi = 5;
+	plan_fails(&a, "fresh and final rows must be ranges");
+	jobs3(&a);
+	a.job[2].q_row0 = 600;
+	plan_fails(&a, "batch strides must cover the rows");
+	jobs3(&a);
+	a.job[0].kv_row0 = 1;
+	plan_fails(&a, "batch strides must cover the rows");
+	/* a job reading through its own maps may address rows past k's batch stride */
+	jobs3(&a);
+	a.job[1].kv_row0 = 5000;
+	plan_ok(&a, 128);
+	jobs3(&a);
+	a.job[1].diag = 1 << 30;
+	plan_fails(&a, "below 2^30");
+	jobs3(&a);
+	a.njobs = MK_ATTN_MAX_JOBS + 1;
+	plan_fails(&a, "job count out of range");
+	/* only fresh jobs after the first: no order to keep, no counter needed */
+	jobs3(&a);
+	a.done = NULL;
+	a.job[1].fresh_hi = 1000;
+	a.job[2].fresh_hi = 500;
+	assert_int_equal(mk_attn_plan(&a, 128, &why), 0);
 }
 
 /* ---- key ranges and masks against brute force ---- */
@@ -162,7 +297,7 @@ static int brute_last_key(const struct mk_attn_args *a, int r0, int r1)
 
 	for (int i = r0; i < r1; i++)
 		for (int j = a->skv - 1; j > best; j--)
-			if (mk_attn_visible(a, i, j)) {
+			if (mk_attn_visible(&a->job[0], i, j)) {
 				best = j;
 				break;
 			}
@@ -171,38 +306,39 @@ static int brute_last_key(const struct mk_attn_args *a, int r0, int r1)
 
 static void check_ranges(struct mk_attn_args *a)
 {
-	for (int mb = 0; mb < a->tiles_m; mb++) {
+	for (int mb = 0; mb < a->job[0].tiles_m; mb++) {
 		int r0 = mb * a->block_m;
 		int r1 = r0 + a->block_m < a->sq ? r0 + a->block_m : a->sq;
 		int last = brute_last_key(a, r0, r1);
 		int want = last < 0 ? 0 : last / MK_ATTN_BN + 1;
-		int end = mk_attn_kv_end(a, mb);
+		int end = mk_attn_kv_end(&a->job[0], a->block_m, mb);
 
 		if (end != want)
 			fail_msg("sq %d skv %d diag %d causal %d bm %d mb %d: kv_end %d, brute %d",
-				 a->sq, a->skv, a->diag, a->causal, a->block_m, mb, end, want);
+				 a->sq, a->skv, a->job[0].diag, a->causal, a->block_m, mb, end,
+				 want);
 		/* Per warpgroup of 64 rows: a block without a mask is fully visible to all its
 		 * rows, even rows past sq (they are computed, never stored). */
 		for (int w0 = r0; w0 < r0 + a->block_m; w0 += MK_ATTN_WG_ROWS) {
 			for (int n = 0; n < end; n++) {
-				int full = 1, masked = mk_attn_needs_mask(a, n, w0);
+				int full = 1, masked = mk_attn_needs_mask(&a->job[0], n, w0);
 
 				for (int i = w0; i < w0 + MK_ATTN_WG_ROWS && full; i++)
 					for (int j = n * MK_ATTN_BN; j < (n + 1) * MK_ATTN_BN; j++)
-						if (!mk_attn_visible(a, i, j)) {
+						if (!mk_attn_visible(&a->job[0], i, j)) {
 							full = 0;
 							break;
 						}
 				if (!masked && !full)
 					fail_msg("sq %d skv %d diag %d bm %d rows %d.. block %d: "
 						 "unmasked but not fully visible",
-						 a->sq, a->skv, a->diag, a->block_m, w0, n);
+						 a->sq, a->skv, a->job[0].diag, a->block_m, w0, n);
 				/* Tight at the first row: a masked block hides something from it.
 				 */
 				if (masked && full)
 					fail_msg("sq %d skv %d diag %d bm %d rows %d.. block %d: "
 						 "masked although fully visible",
-						 a->sq, a->skv, a->diag, a->block_m, w0, n);
+						 a->sq, a->skv, a->job[0].diag, a->block_m, w0, n);
 			}
 		}
 	}
@@ -232,7 +368,7 @@ static void test_kv_end_and_masks_match_brute_force(void **state)
 						a.q_pos = 100000 + diags[d];
 						a.k_pos = 100000;
 						plan_ok(&a, bms[m]);
-						assert_int_equal(a.diag, diags[d]);
+						assert_int_equal(a.job[0].diag, diags[d]);
 						check_ranges(&a);
 						cases++;
 					}
@@ -249,15 +385,15 @@ static void test_causal_skips_blocks_above_diagonal(void **state)
 	/* Sq = Skv = 8192: about half the blocks (the diagonal ones plus the lower triangle). */
 	init(&a, 1, 1, 1, 8192, 8192, 128, 1);
 	plan_ok(&a, 128);
-	for (int mb = 0; mb < a.tiles_m; mb++)
-		loaded += mk_attn_kv_end(&a, mb);
+	for (int mb = 0; mb < a.job[0].tiles_m; mb++)
+		loaded += mk_attn_kv_end(&a.job[0], a.block_m, mb);
 	assert_int_equal(loaded, 64 * 65 / 2);
 	/* Queries that precede every key (Sq > Skv, bottom-right) load nothing. */
 	init(&a, 1, 1, 1, 1000, 100, 128, 1);
 	plan_ok(&a, 128);
-	assert_int_equal(mk_attn_kv_end(&a, 0), 0);
-	assert_int_equal(mk_attn_kv_end(&a, 6), 0);
-	assert_int_equal(mk_attn_kv_end(&a, 7), 1);
+	assert_int_equal(mk_attn_kv_end(&a.job[0], a.block_m, 0), 0);
+	assert_int_equal(mk_attn_kv_end(&a.job[0], a.block_m, 6), 0);
+	assert_int_equal(mk_attn_kv_end(&a.job[0], a.block_m, 7), 1);
 }
 
 /* ---- schedule ---- */
@@ -269,19 +405,20 @@ static void check_units_cover(struct mk_attn_args *a)
 
 	assert_non_null(seen);
 	for (int u = 0; u < a->units; u++) {
-		int bh, mb[2], n = mk_attn_unit(a, u, &bh, mb), work = 0;
+		int bh, mb[2], n = mk_attn_unit(a, &a->job[0], u, &bh, mb), work = 0;
 
 		assert_true(n == 1 || n == 2);
 		assert_true(bh >= 0 && bh < a->bh);
 		for (int i = 0; i < n; i++) {
-			assert_true(mb[i] >= 0 && mb[i] < a->tiles_m);
-			assert_int_equal(seen[bh * a->tiles_m + mb[i]], 0);
-			seen[bh * a->tiles_m + mb[i]] = 1;
-			work += mk_attn_kv_end(a, mb[i]);
+			assert_true(mb[i] >= 0 && mb[i] < a->job[0].tiles_m);
+			assert_int_equal(seen[bh * a->job[0].tiles_m + mb[i]], 0);
+			seen[bh * a->job[0].tiles_m + mb[i]] = 1;
+			work += mk_attn_kv_end(&a->job[0], a->block_m, mb[i]);
 		}
 		if (n == 2) {
 			/* longest first */
-			assert_true(mk_attn_kv_end(a, mb[0]) >= mk_attn_kv_end(a, mb[1]));
+			assert_true(mk_attn_kv_end(&a->job[0], a->block_m, mb[0]) >=
+				    mk_attn_kv_end(&a->job[0], a->block_m, mb[1]));
 			if (work < lo)
 				lo = work;
 			if (work > hi)
@@ -372,10 +509,12 @@ static void test_static_schedule_balances_causal_work(void **state)
 
 					if (u < 0)
 						break;
-					int n = mk_attn_unit(&a, u, &bh, mb);
+					int n = mk_attn_unit(&a, &a.job[0], u, &bh, mb);
 
 					for (int i = 0; i < n; i++)
-						load[r] += mk_attn_kv_end(&a, mb[i]) + 1.0 / 3;
+						load[r] += mk_attn_kv_end(&a.job[0], a.block_m,
+									  mb[i]) +
+							   1.0 / 3;
 				}
 				total += load[r];
 				if (load[r] > worst)
@@ -403,13 +542,14 @@ static void test_portable_order_is_longest_first(void **state)
 		for (int t = 0; t < a.items; t++) {
 			int bh, mb;
 
-			mk_attn_item(&a, t, &bh, &mb);
-			assert_true(bh >= 0 && bh < a.bh && mb >= 0 && mb < a.tiles_m);
-			assert_int_equal(seen[bh * a.tiles_m + mb], 0);
-			seen[bh * a.tiles_m + mb] = 1;
+			mk_attn_item(&a, &a.job[0], t, &bh, &mb);
+			assert_true(bh >= 0 && bh < a.bh && mb >= 0 && mb < a.job[0].tiles_m);
+			assert_int_equal(seen[bh * a.job[0].tiles_m + mb], 0);
+			seen[bh * a.job[0].tiles_m + mb] = 1;
 			if (!causal)
 				continue;
-			int first = bh / a.section, work = mk_attn_kv_end(&a, mb);
+			int first = bh / a.job[0].section,
+			    work = mk_attn_kv_end(&a.job[0], a.block_m, mb);
 
 			if (first == prev_first)
 				assert_true(work <= prev_work);
@@ -539,6 +679,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_plan_rules_name_the_reason),
 		cmocka_unit_test(test_plan_derived_fields),
+		cmocka_unit_test(test_jobs_plan_order_and_units),
+		cmocka_unit_test(test_jobs_plan_rules),
 		cmocka_unit_test(test_kv_end_and_masks_match_brute_force),
 		cmocka_unit_test(test_causal_skips_blocks_above_diagonal),
 		cmocka_unit_test(test_units_cover_every_item_once),
