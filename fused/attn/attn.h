@@ -109,7 +109,8 @@ struct mk_attn_job {
 	int final_lo, final_hi;	    /* rows whose result is final: bf16 o, else fp32 acc */
 	const CUtensorMap *kv_maps; /* K then V map (global memory, 64-byte aligned) over the
 				     * source's rows; NULL: the role's own K and V maps */
-	const unsigned int *gate;   /* NULL, or no K/V load before *gate >= gate_value */
+	const unsigned int *gate;   /* NULL, or no K/V load before *gate >= gate_value (plus
+				     * the role's *gate_base) */
 	unsigned int gate_value;
 	/* ---- derived by mk_attn_plan() ---- */
 	int tiles_m;   /* query blocks per (b, h) */
@@ -146,6 +147,7 @@ struct mk_attn_args {
 	 * Required when a job after the first has rows that are not fresh.
 	 */
 	unsigned int *done;
+	const unsigned int *gate_base; /* NULL, or gates count from its value at the start */
 	int *error;		       /* first error of a bounded wait (mapped host word) */
 	unsigned long long timeout_ns; /* bound of the gate and merge-order waits */
 	/* ---- derived by mk_attn_plan() ---- */
@@ -205,6 +207,14 @@ int mk_attn_run_hopper(const struct mk_attn_args *a, int ctas, cudaStream_t stre
 /* Run the portable kernel (any GPU of compute capability >= 7.0) for a single-job problem.
  * 0, -EINVAL, -EIO. */
 int mk_attn_run_portable(const struct mk_attn_args *a, cudaStream_t stream);
+
+/*
+ * Run a single-job problem on the Hopper kernel where it can (compute capability 9.0, q, k, v
+ * 16-byte and o 4-byte aligned, MKERNEL_ATTN_FORCE_PORTABLE unset, the driver's tensor-map
+ * encoder found), else on the portable kernel; *portable_why (may be NULL) says why the portable
+ * kernel ran, or is set to NULL. 0, -EINVAL, -EIO.
+ */
+int mk_attn_run(const struct mk_attn_args *a, cudaStream_t stream, const char **portable_why);
 
 /* ---- planning shared by host and device ---- */
 

@@ -140,6 +140,21 @@ static __device__ __forceinline__ uint32_t mk_attn_opaque(uint32_t x)
 	return y;
 }
 
+/*
+ * A gate or merge-order wait (one thread): bounded by the role's timeout and its error word; a
+ * failure is recorded there and the kernel goes on (its results are then not to be used), so
+ * it always ends.
+ */
+static __device__ __forceinline__ void mk_attn_wait_word(const unsigned int *word,
+							 unsigned int want, int *error,
+							 unsigned long long timeout_ns)
+{
+	int rc = mk_dev_wait_u32_ge(word, want, error, timeout_ns);
+
+	if (rc != 0 && error != NULL)
+		mk_dev_record_error(error, rc);
+}
+
 /* ---- producer ---- */
 
 /* TMA loads of `rows` rows starting at row0 of head `head`, batch b, into a block at dst: D/64
@@ -207,6 +222,9 @@ static __device__ __forceinline__ void mk_attn_scheduler(const struct mk_attn_ar
 							 const struct mk_attn_tmaps *role_maps, int rank,
 							 int count, uint32_t bars)
 {
+	/* gates count calls from *gate_base on (the ring's call counter), or from 0 */
+	const unsigned int base = a->gate_base != NULL ? *(volatile const unsigned int *)a->gate_base
+						       : 0u;
 	uint32_t slot_it = 0;
 	int iter = 0, gated = -1;
 
@@ -221,8 +239,8 @@ static __device__ __forceinline__ void mk_attn_scheduler(const struct mk_attn_ar
 			const struct mk_attn_job *j = &a->job[jn];
 
 			if (j->gate != NULL)
-				(void)mk_attn_wait_ge(j->gate, j->gate_value, a->error,
-						      a->timeout_ns);
+				mk_attn_wait_word(j->gate, base + j->gate_value, a->error,
+						  a->timeout_ns);
 			gated = jn;
 		}
 		n = mk_attn_unit(a, &a->job[jn], unit - a->job[jn].unit0, &bh, mb);
@@ -509,7 +527,7 @@ static __device__ __forceinline__ void mk_attn_merge_wait(const struct mk_attn_a
 	if (a->done == NULL || (j->fresh_lo == 0 && j->fresh_hi == j->sq))
 		return;
 	if ((threadIdx.x & 127) == 0)
-		(void)mk_attn_wait_ge(a->done, (unsigned int)j->wg_items0, a->error, a->timeout_ns);
+		mk_attn_wait_word(a->done, (unsigned int)j->wg_items0, a->error, a->timeout_ns);
 	mk_named_bar_sync(1 + cwg, 128);
 }
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "fused/common/ptx.cuh"
+#include "fused/common/wait.cuh"
 
 /*
  * mbarrier operations on a 32-bit shared-memory address. The engine keeps barrier addresses as
@@ -76,53 +77,6 @@ MK_DEV void mk_tma_load_4d(uint32_t dst, const void *tmap, uint32_t bar, int c0,
 		     " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
 		     "l"(tmap), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
 		     : "memory");
-}
-
-/* Bounded waits of the engine's gates and merge order (the runtime's rules: acquire at system
- * scope, give up after timeout_ns of the global timer or once the error word is set, back off
- * as the wait grows). 0, -110 (timed out) or -32 (error word set); the first error is kept. */
-MK_DEV uint64_t mk_attn_now_ns(void)
-{
-	uint64_t t;
-
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
-
-MK_DEV int mk_attn_wait_ge(const unsigned int *word, unsigned int want, int *error,
-			   unsigned long long timeout_ns)
-{
-	uint64_t t0 = 0;
-	unsigned int v;
-	int e = 0;
-
-	for (;;) {
-		asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
-		if ((int)(v - want) >= 0)
-			return 0;
-		if (error != NULL) {
-			asm volatile("ld.relaxed.sys.global.s32 %0, [%1];"
-				     : "=r"(e)
-				     : "l"(error)
-				     : "memory");
-			if (e != 0)
-				return -32;
-		}
-		const uint64_t now = mk_attn_now_ns();
-
-		if (t0 == 0)
-			t0 = now;
-		if (now - t0 > timeout_ns) {
-			if (error != NULL && e == 0)
-				asm volatile("st.relaxed.sys.global.s32 [%0], %1;" ::"l"(error),
-					     "r"(-110)
-					     : "memory");
-			return -110;
-		}
-		__nanosleep(now - t0 < 256 ? 32u
-			    : now - t0 < 8000 ? (unsigned int)((now - t0) >> 3)
-					      : 1000u);
-	}
 }
 
 /* 2^x, approximate (relative error ~2^-22), -inf -> +0, flushing denormals. */

@@ -13,37 +13,13 @@
 #define MK_LOG_PREFIX "mkernel"
 #include "mk/err.h"
 #include "mk/log.h"
-#include "mk/param.h"
 #include "mk/result.h"
-
-MK_PARAM_DECLARE_INT(attn_force_portable); /* fused/attn/attn_params.c */
 
 static pthread_once_t attn_api_once = PTHREAD_ONCE_INIT;
 
 static void attn_api_init(void)
 {
 	mk_log_set_sink(NULL);
-}
-
-/* The Hopper kernel reads q, k, v with TMA (16-byte aligned bases) and stores bf16 pairs. */
-static int attn_api_hopper_ok(const struct mk_attn_args *a)
-{
-	uintptr_t in = (uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v;
-
-	if (mk_param_attn_force_portable())
-		return 0;
-	if (!mk_attn_device_ok()) {
-		MK_INFO(MK_SUBSYS_INIT,
-			"mkAttention: device is not sm_90, using the portable kernel");
-		return 0;
-	}
-	if ((in & 15) || ((uintptr_t)a->o & 3)) {
-		MK_INFO(MK_SUBSYS_INIT,
-			"mkAttention: q, k, v not 16-byte aligned or o not 4-byte aligned, using "
-			"the portable kernel");
-		return 0;
-	}
-	return 1;
 }
 
 MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, void *o, float *lse,
@@ -79,24 +55,11 @@ MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, voi
 		return mk_result_api(-EINVAL);
 	}
 
-	if (attn_api_hopper_ok(&a)) {
-		rc = mk_attn_run_hopper(&a, 0, stream);
-		if (rc == 0)
-			return ncclSuccess;
-		if (rc != -ENOSYS) {
-			MK_WARN("mkAttention(B %d, Hq %d, Sq %d, Skv %d, D %d): Hopper kernel "
-				"launch "
-				"failed: %s",
-				batch, headsQ, seqQ, seqKv, headDim, mk_strerror(rc));
-			return mk_result_api(rc);
-		}
-		MK_INFO(MK_SUBSYS_INIT,
-			"mkAttention: no cuTensorMapEncodeTiled, using the portable kernel");
-	}
-	rc = mk_attn_run_portable(&a, stream);
+	rc = mk_attn_run(&a, stream, &why);
+	if (why != NULL)
+		MK_INFO(MK_SUBSYS_INIT, "mkAttention: the portable kernel runs: %s", why);
 	if (rc) {
-		MK_WARN("mkAttention(B %d, Hq %d, Sq %d, Skv %d, D %d): portable kernel launch "
-			"failed: %s",
+		MK_WARN("mkAttention(B %d, Hq %d, Sq %d, Skv %d, D %d): kernel launch failed: %s",
 			batch, headsQ, seqQ, seqKv, headDim, mk_strerror(rc));
 		return mk_result_api(rc);
 	}

@@ -22,6 +22,7 @@
 
 #include "mkernel.h"
 #include "fused/attn/attn.h"
+#include "fused/runtime/comm.h"
 
 #define Q_PTR ((const void *)(uintptr_t)0x10000)
 #define K_PTR ((const void *)(uintptr_t)0x20000)
@@ -674,6 +675,48 @@ static void test_api_rejects_bad_arguments(void **state)
 			 ncclInvalidArgument);
 }
 
+/* mkRingAttention: every rule refused before any CUDA call (a comm that looks live, of 4 ranks,
+ * is never used; one that is not live is refused by its magic word). */
+static void test_ring_api_rejects_bad_arguments(void **state)
+{
+	const void *q = Q_PTR, *k = K_PTR, *v = V_PTR;
+	void *o = O_PTR;
+	float *lse = L_PTR;
+	struct mk_comm fake;
+
+	(void)state;
+	memset(&fake, 0, sizeof(fake));
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 1, 16, 16, 128, 128, 0, NULL, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 1, 16, 16, 128, 128, 0, &fake, 0),
+			 ncclInvalidArgument);
+	fake.magic = MK_COMM_MAGIC;
+	fake.nranks = 4;
+	assert_int_equal(mkRingAttention(NULL, k, v, o, lse, 1, 16, 16, 128, 128, 0, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, NULL, lse, 1, 16, 16, 128, 128, 0, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 0, 16, 16, 128, 128, 0, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 1, 16, 5, 128, 128, 0, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 1, 16, 16, 128, 96, 0, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 1, 16, 16, 128, 128, 2, &fake, 0),
+			 ncclInvalidArgument);
+	/* zigzag needs two chunks per rank */
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 1, 16, 16, 127, 128, 1, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, o, lse, 1, 16, 16, 1 << 28, 128, 0, &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention((const char *)q + 1, k, v, o, lse, 1, 16, 16, 128, 128, 0,
+					 &fake, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkRingAttention(q, k, v, o, (float *)((char *)lse + 2), 1, 16, 16, 128,
+					 128, 0, &fake, 0),
+			 ncclInvalidArgument);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -690,6 +733,7 @@ int main(void)
 		cmocka_unit_test(test_lse_merge_matches_full_softmax),
 		cmocka_unit_test(test_lse_merge_empty_partials),
 		cmocka_unit_test(test_api_rejects_bad_arguments),
+		cmocka_unit_test(test_ring_api_rejects_bad_arguments),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
