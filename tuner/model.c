@@ -168,6 +168,35 @@ void mk_model_moe_us(const struct mk_policy_topo *topo, const struct mk_model_li
 	*fused_us = (gemm_fused_us > a2a_us ? gemm_fused_us : a2a_us) + overhead_us;
 }
 
+void mk_model_ring_attn_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
+			   uint64_t m, uint64_t n, uint64_t k, uint64_t kv_n, int causal,
+			   int dtype_bytes, int sms, int compute_sms, double tflops,
+			   double overhead_us, double *fused_us, double *unfused_us)
+{
+	const double R = (double)topo->nranks, G = (double)model_rpn(topo);
+	const double flops =
+		4.0 * (double)k * (double)n * (double)m * (double)m * R * (causal ? 0.5 : 1.0);
+	const double attn_us = flops / (tflops * 1e6);
+	/* my K and V: what every other rank needs of me */
+	const double kv = 2.0 * (double)k * (double)m * (double)(kv_n > 0 ? kv_n : n) * dtype_bytes;
+	double ag_us = 0, intra_us = 0, inter_us = 0, attn_fused_us;
+
+	if (topo->nranks > 1) {
+		ag_us = mk_model_coll_us(topo, links, MK_COLL_ALLGATHER, MK_ALGO_RING,
+					 MK_PROTO_SIMPLE, (uint64_t)(kv * R));
+		if (ag_us < 0)
+			ag_us = 0;
+		/* GB/s = bytes per ns: x 1e3 bytes per us */
+		if (links->nvl_gbps > 0)
+			intra_us = (G - 1) * kv / (links->nvl_gbps * 1e3);
+		if (links->net_gbps > 0)
+			inter_us = (double)(topo->nnodes - 1) * kv / (links->net_gbps * 1e3);
+	}
+	attn_fused_us = compute_sms > 0 ? attn_us * sms / compute_sms : attn_us;
+	*unfused_us = ag_us + attn_us;
+	*fused_us = fmax(attn_fused_us, fmax(intra_us, inter_us)) + overhead_us;
+}
+
 void mk_model_controller(int sms, struct mk_policy_sm_split *out)
 {
 	int comm_min = 0;

@@ -49,6 +49,18 @@ void mk_model_moe_us(const struct mk_policy_topo *topo, const struct mk_model_li
 		     int compute_sms, double tflops, double overhead_us, double host_us,
 		     double *fused_us, double *unfused_us);
 
+/*
+ * Ring attention (mkRingAttention) of m = seqLocal query rows x n = heads x head dim against the
+ * whole sequence of nranks x m keys, k = batch, kv_n = key/value heads x head dim: unfused =
+ * ring all-gather of every rank's K and V, then attention on all `sms` at `tflops`; fused =
+ * attention on `compute_sms` overlapped with the ring's traffic (node peers' blocks over NVLink,
+ * each block once per other node over the network), plus `overhead_us`. Sets both (us).
+ */
+void mk_model_ring_attn_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
+			   uint64_t m, uint64_t n, uint64_t k, uint64_t kv_n, int causal,
+			   int dtype_bytes, int sms, int compute_sms, double tflops,
+			   double overhead_us, double *fused_us, double *unfused_us);
+
 /* Fill min/max/window/max_step of out around its sms[] (controller bounds). */
 void mk_model_controller(int sms, struct mk_policy_sm_split *out);
 

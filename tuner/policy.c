@@ -40,6 +40,7 @@ struct policy_inputs {
 	struct mk_rule split;
 	struct mk_model_links links;
 	double gemm_tflops; /* fused ops' cost model */
+	double attn_tflops;
 	double fused_overhead_us;
 };
 
@@ -179,6 +180,8 @@ static struct policy_inputs *inputs_read(void)
 	in->links.net_lat_us = (double)mk_param_tuner_net_lat_ns() / 1e3;
 	in->gemm_tflops =
 		mk_param_tuner_gemm_tflops() > 0 ? (double)mk_param_tuner_gemm_tflops() : 730.0;
+	in->attn_tflops =
+		mk_param_tuner_attn_tflops() > 0 ? (double)mk_param_tuner_attn_tflops() : 600.0;
 	in->fused_overhead_us = (double)mk_param_tuner_fused_overhead_us();
 	inputs_read_rules(in);
 	inputs_read_split(in);
@@ -609,6 +612,17 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 	}
 	mk_model_controller(sms, &s);
 	policy_estimate(in, q, sms, &s);
+	/* Ring attention has its own model (attention rate, K/V traffic), not a GEMM row. */
+	if (q->op == MK_FUSED_RING_ATTENTION && q->m > 0 && q->n > 0 && q->k > 0) {
+		const struct mk_policy_topo topo = { q->nranks, q->nnodes, rpn };
+
+		mk_model_ring_attn_us(&topo, &in->links, q->m, q->n, q->k, q->kv_n, q->causal,
+				      q->dtype_bytes > 0 ? q->dtype_bytes : 2, sms,
+				      s.sms[MK_ROLE_COMPUTE], in->attn_tflops, in->fused_overhead_us,
+				      &s.fused_us, &s.unfused_us);
+		s.fuse = q->nranks > 1 && s.fused_us < s.unfused_us;
+		s.path = s.fuse ? MK_PATH_FUSED : MK_PATH_UNFUSED;
+	}
 	if ((q->op == MK_FUSED_MOE_DISPATCH || q->op == MK_FUSED_MOE_COMBINE) && q->m > 0 &&
 	    q->n > 0 && q->k > 0) {
 		const struct mk_policy_topo topo = { q->nranks, q->nnodes, rpn };

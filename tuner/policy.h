@@ -132,6 +132,9 @@ struct mk_policy_op_query {
 	int nranks;
 	int ranks_per_node; /* 0 = ceil(nranks / nnodes) */
 	int sms;	    /* SMs of the GPU the kernel runs on; 0 = MKERNEL_TUNER_GPU_SMS */
+	/* ring attention: key/value heads x head dim (0 = n), causal halves the work */
+	uint64_t kv_n;
+	int causal;
 };
 
 /* How a fused op should run a call (the cost model's cheapest estimate). */

@@ -41,6 +41,10 @@ MK_PARAM_INT(tuner_adaptive, "tuner", "MKERNEL_TUNER_ADAPTIVE", -1,
 MK_PARAM_INT(tuner_gemm_tflops, "tuner", "MKERNEL_TUNER_GEMM_TFLOPS", 730,
 	     "fused ops: dense bf16 GEMM rate the cost model assumes, TFLOP/s (the GEMM engine's "
 	     "measured rate on an H200 at 16384 x 16384 x 1024)");
+MK_PARAM_INT(
+	tuner_attn_tflops, "tuner", "MKERNEL_TUNER_ATTN_TFLOPS", 600,
+	"fused ops: attention forward rate the ring-attention cost model assumes, TFLOP/s with "
+	"FlashAttention's convention (4 B H Sq Skv D, halved when causal)");
 MK_PARAM_INT(tuner_fused_overhead_us, "tuner", "MKERNEL_TUNER_FUSED_OVERHEAD_US", 10,
 	     "fused ops: fixed cost of a fused call over its GEMM alone, us (measured 6-8 us on an "
 	     "H200 for mkGemmAllReduce on one rank, M = N = 2048..8192); the cost model fuses "

@@ -21,6 +21,7 @@ MK_PARAM_DECLARE_STR(tuner_sm_split);
 MK_PARAM_DECLARE_INT(tuner_adaptive);
 MK_PARAM_DECLARE_INT(tuner_window);
 MK_PARAM_DECLARE_INT(tuner_gemm_tflops);
+MK_PARAM_DECLARE_INT(tuner_attn_tflops);
 MK_PARAM_DECLARE_INT(tuner_fused_overhead_us);
 
 #endif /* MK_TUNER_PARAMS_H */
