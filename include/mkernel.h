@@ -139,6 +139,31 @@ MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr);
 MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr);
 
 /*
+ * Context-parallel (ring) attention, forward: each rank holds seqLocal tokens of q, k, v
+ * ([batch, seqLocal, heads, headDim] bf16, as mkAttention takes them) and receives o and lse for
+ * its queries against the whole sequence of nranks x seqLocal tokens. Non-causal: rank r holds
+ * the contiguous chunk r of the sequence. Causal: zigzag sharding, rank r holds chunks r and
+ * 2R-1-r of 2R chunks of seqLocal/2 tokens (in that order), so every rank does the same work;
+ * seqLocal must be even. headsQ % headsKv == 0, headDim 64 or 128; lse may be NULL. Collective
+ * over comm: every rank calls with the same sizes (checked at a shape's first call: a mismatch is
+ * ncclInvalidArgument on every rank). Where it pays and can (sm_90, at most 16 ranks, q, k, v
+ * 16-byte aligned; MKERNEL_RING_ATTN_FUSED forces either way), one persistent kernel computes
+ * attention against the local K/V block while the others arrive: node peers' blocks read through
+ * their mapped heaps, other nodes' sent once per node through the proxy and shared in the node;
+ * partials merged with the log-sum-exp rule. Otherwise ncclAllGather of K and V, then mkernel's
+ * attention engine. The fused path keeps 2 (nnodes) x batch x seqLocal x headsKv x headDim x 2
+ * bytes of the symmetric heap; the first call of a new shape sets it up (collective, synchronises
+ * the host: call once before capturing a CUDA graph); later calls enqueue without host
+ * synchronisation and replay under graphs. Returns ncclInvalidArgument (NULL comm or buffer, a
+ * comm that is not live or of another device, sizes out of range, headDim, heads, an odd causal
+ * seqLocal, misaligned buffers) with nothing launched; a dead peer shows as ncclRemoteError from
+ * mkCommGetAsyncError within the comm's timeout.
+ */
+MK_API ncclResult_t mkRingAttention(const void *q, const void *k, const void *v, void *o,
+				    float *lse, int batch, int headsQ, int headsKv, int seqLocal,
+				    int headDim, int causal, mkComm_t comm, cudaStream_t stream);
+
+/*
  * All-to-all with ncclAllToAll's meaning: block r (count elements) of sendbuff goes to rank r,
  * block r of recvbuff comes from rank r. Both buffers must come from mkMemAlloc. Enqueued on
  * `stream`; GPU-initiated puts through the command queue and the host proxy.

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "fused/ops/gemm_allreduce_plan.h"
 #include "fused/ops/ring_attention_plan.h"
 
 #define RING_MAX_ROWS (1ll << 30)
@@ -85,8 +86,8 @@ static int ring_uncovered(const struct mk_ring_step *st, int from, int to, int a
 
 static const char *ring_rule(const struct mk_ring_geom *g)
 {
-	if (g->nranks < 1 || g->nranks > MK_RING_MAX_RANKS)
-		return "ring size out of range for the fused kernel";
+	if (g->nranks < 1)
+		return "no ranks";
 	if (g->rank < 0 || g->rank >= g->nranks || g->nnodes < 1 || g->nlocal < 1 ||
 	    g->nnodes * g->nlocal != g->nranks)
 		return "nodes must all have the same number of ranks";
@@ -173,4 +174,26 @@ int mk_ring_mem_plan(int batch, int seq_local, int heads_kv, int head_dim, int n
 	m->flags_off = (m->land_off + (size_t)(nnodes - 1) * 2 * m->blk + 255) & ~(size_t)255;
 	m->bytes = m->flags_off + flags_bytes;
 	return 0;
+}
+
+int mk_ring_split_fix(struct mk_gar_split *sp, int nranks, int nnodes)
+{
+	const int need[MK_GAR_ROLES] = { 1, nranks > 1, nnodes > 1, nnodes > 1 };
+
+	for (int r = 1; r < MK_GAR_ROLES; r++) {
+		if (!need[r]) {
+			sp->sms[0] += sp->sms[r];
+			sp->sms[r] = sp->min[r] = sp->max[r] = 0;
+			continue;
+		}
+		if (sp->sms[r] < 1) {
+			sp->sms[r] = 1;
+			sp->sms[0] -= 1;
+		}
+		if (sp->min[r] < 1)
+			sp->min[r] = 1;
+		if (sp->max[r] < sp->sms[r])
+			sp->max[r] = sp->sms[r];
+	}
+	return sp->sms[0] >= 1 ? 0 : -EINVAL;
 }

@@ -26,6 +26,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __CUDACC__
+#define MK_RING_HD static inline __host__ __device__
+#else
+#define MK_RING_HD static inline
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -65,14 +71,14 @@ struct mk_ring_step {
 };
 
 /*
- * My steps, in the order the kernel runs them (R of them). 0, or -EINVAL with *why: ranks
- * outside [1, MK_RING_MAX_RANKS], nodes of different sizes, an odd causal seq_local, lengths of
- * 2^30 and more.
+ * My steps, in the order the kernel runs them (nranks of them: `steps` holds that many; the
+ * fused kernel takes at most MK_RING_MAX_RANKS). 0, or -EINVAL with *why: nodes of different
+ * sizes, an odd causal seq_local, a whole sequence of 2^30 rows and more.
  */
 int mk_ring_steps(const struct mk_ring_geom *g, struct mk_ring_step *steps, const char **why);
 
 /* Landing slot for node n's block on a rank of node `node` (slots skip the own node). */
-static inline int mk_ring_slot(int n, int node)
+MK_RING_HD int mk_ring_slot(int n, int node)
 {
 	return n < node ? n : n - 1;
 }
@@ -96,23 +102,38 @@ struct mk_ring_mem {
 int mk_ring_mem_plan(int batch, int seq_local, int heads_kv, int head_dim, int nnodes,
 		     size_t flags_bytes, struct mk_ring_mem *m);
 
-/* Signal words of the fused kernel: the top 2 x nnodes words of the comm's. */
-static inline uint32_t mk_ring_sig_kv(uint32_t nsignals, int nnodes, int n)
+/*
+ * Signal words of the fused kernel: the last 2 x nnodes words of the comm's second quarter
+ * (mkAllToAll and mkGemmAllReduce count up from word 0; the sequence-parallel pair owns the
+ * third and fourth quarters).
+ */
+MK_RING_HD uint32_t mk_ring_sig_kv(uint32_t nsignals, int nnodes, int n)
 {
-	return nsignals - 2u * (uint32_t)nnodes + (uint32_t)n; /* node n's block has landed */
+	return nsignals / 2 - 2u * (uint32_t)nnodes + (uint32_t)n; /* node n's block landed */
 }
 
-static inline uint32_t mk_ring_sig_free(uint32_t nsignals, int nnodes, int n)
+MK_RING_HD uint32_t mk_ring_sig_free(uint32_t nsignals, int nnodes, int n)
 {
-	return nsignals - (uint32_t)nnodes + (uint32_t)n; /* node n's peer emptied my slot */
+	return nsignals / 2 - (uint32_t)nnodes + (uint32_t)n; /* node n's peer emptied my slot */
 }
 
 /* Puts of a block to another node: chunks of at most `chunk` bytes; the last carries the
  * signal. Number of chunks of `bytes` (>= 1). */
-static inline uint64_t mk_ring_chunks(uint64_t bytes, uint64_t chunk)
+MK_RING_HD uint64_t mk_ring_chunks(uint64_t bytes, uint64_t chunk)
 {
 	return bytes == 0 ? 1 : (bytes + chunk - 1) / chunk;
 }
+
+struct mk_gar_split;
+
+/*
+ * The ring kernel's split from the policy engine's (mk_gar_split_plan, roles in the order
+ * compute, publish, send, land): publish keeps a CTA whenever there are several ranks (the
+ * sends read the published copy even with one rank per node), send and land one each with
+ * several nodes, taken from compute; roles not used give theirs to compute. 0, or -EINVAL when
+ * compute is left with none.
+ */
+int mk_ring_split_fix(struct mk_gar_split *sp, int nranks, int nnodes);
 
 #ifdef __cplusplus
 }

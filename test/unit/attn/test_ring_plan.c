@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fused/ops/gemm_allreduce_plan.h"
 #include "fused/ops/ring_attention_plan.h"
 
 struct layout {
@@ -238,14 +239,44 @@ static void test_ring_mem_and_signals(void **state)
 	assert_int_equal(mk_ring_mem_plan(1, 3, 1, 64, 1, 8, &m), 0);
 	assert_int_equal(m.flags_off, 768); /* 2 x 384 bytes, no landing slot, aligned */
 	assert_int_equal(mk_ring_mem_plan(0, 3, 1, 64, 1, 8, &m), -EINVAL);
-	/* the top 2 x nnodes words, distinct */
-	assert_int_equal(mk_ring_sig_kv(4096, 4, 0), 4088);
-	assert_int_equal(mk_ring_sig_kv(4096, 4, 3), 4091);
-	assert_int_equal(mk_ring_sig_free(4096, 4, 0), 4092);
-	assert_int_equal(mk_ring_sig_free(4096, 4, 3), 4095);
+	/* the last 2 x nnodes words of the second quarter, distinct */
+	assert_int_equal(mk_ring_sig_kv(4096, 4, 0), 2040);
+	assert_int_equal(mk_ring_sig_kv(4096, 4, 3), 2043);
+	assert_int_equal(mk_ring_sig_free(4096, 4, 0), 2044);
+	assert_int_equal(mk_ring_sig_free(4096, 4, 3), 2047);
 	assert_int_equal(mk_ring_chunks(0, 8), 1);
 	assert_int_equal(mk_ring_chunks(8, 8), 1);
 	assert_int_equal(mk_ring_chunks(9, 8), 2);
+}
+
+static void test_ring_split(void **state)
+{
+	struct mk_gar_split sp;
+
+	(void)state;
+	/* one rank per node over two nodes: the policy gave intra nothing, publish takes one */
+	memset(&sp, 0, sizeof(sp));
+	sp.sms[0] = 120;
+	sp.sms[2] = 6;
+	sp.sms[3] = 6;
+	sp.min[2] = sp.min[3] = 1;
+	sp.max[2] = sp.max[3] = 66;
+	assert_int_equal(mk_ring_split_fix(&sp, 2, 2), 0);
+	assert_int_equal(sp.sms[0], 119);
+	assert_int_equal(sp.sms[1], 1);
+	assert_true(sp.min[1] == 1 && sp.max[1] >= 1);
+	assert_int_equal(sp.sms[0] + sp.sms[1] + sp.sms[2] + sp.sms[3], 132);
+	/* one node: send and land give theirs to compute */
+	assert_int_equal(mk_ring_split_fix(&sp, 2, 1), 0);
+	assert_true(sp.sms[2] == 0 && sp.sms[3] == 0 && sp.max[2] == 0 && sp.max[3] == 0);
+	assert_int_equal(sp.sms[0] + sp.sms[1], 132);
+	/* one rank: compute alone */
+	assert_int_equal(mk_ring_split_fix(&sp, 1, 1), 0);
+	assert_int_equal(sp.sms[0], 132);
+	/* nothing left for compute */
+	memset(&sp, 0, sizeof(sp));
+	sp.sms[0] = 1;
+	assert_int_equal(mk_ring_split_fix(&sp, 4, 2), -EINVAL);
 }
 
 int main(void)
@@ -255,6 +286,7 @@ int main(void)
 		cmocka_unit_test(test_ring_causal_steps_skip_future_chunks),
 		cmocka_unit_test(test_ring_rules),
 		cmocka_unit_test(test_ring_mem_and_signals),
+		cmocka_unit_test(test_ring_split),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
