@@ -41,9 +41,8 @@ MK_API ncclResult_t mkAttention(const void *q, const void *k, const void *v, voi
 	}
 	if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)o) & 1 ||
 	    ((uintptr_t)lse & 3)) {
-		MK_WARN("mkAttention: misaligned buffer (q %p, k %p, v %p, o %p: bf16 needs 2 "
-			"bytes; "
-			"lse %p: fp32 needs 4)",
+		MK_WARN("mkAttention: misaligned buffer (q %p, k %p, v %p, o %p: "
+			"bf16 needs 2 bytes; lse %p: fp32 needs 4)",
 			q, k, v, o, (void *)lse);
 		return mk_result_api(-EINVAL);
 	}

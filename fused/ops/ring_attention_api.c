@@ -164,9 +164,8 @@ MK_API ncclResult_t mkRingAttention(const void *q, const void *k, const void *v,
 		why = ring_why_not_now(comm, &x, stream);
 	if (why == NULL) {
 		MK_INFO(MK_SUBSYS_INIT,
-			"mkRingAttention(B %d, H %d/%d, seqLocal %d, D %d, causal %d): fused "
-			"kernel, "
-			"%s split %d/%d/%d/%d (compute/publish/send/land)",
+			"mkRingAttention(B %d, H %d/%d, seqLocal %d, D %d, causal %d): "
+			"fused kernel, %s split %d/%d/%d/%d (compute/publish/send/land)",
 			batch, headsQ, headsKv, seqLocal, headDim, causal,
 			adaptive ? "adaptive from" : "static", sp.sms[0], sp.sms[1], sp.sms[2],
 			sp.sms[3]);
@@ -187,6 +186,12 @@ MK_API ncclResult_t mkRingAttention(const void *q, const void *k, const void *v,
 		batch, headsQ, headsKv, seqLocal, headDim, causal, why);
 	ring_record(comm, 0, why);
 	rc = mk_ring_unfused(comm, &x, stream);
+	if (rc == -EOPNOTSUPP) {
+		MK_WARN("mkRingAttention: a shape's first call checks that every rank agrees "
+			"on it and sets up its buffers, which CUDA-graph capture does not allow: "
+			"call once before capturing; nothing launched");
+		return mk_result_api(rc);
+	}
 	if (rc) {
 		MK_WARN("mkRingAttention: unfused path failed (%s)", mk_strerror(rc));
 		return mk_result_api(rc);

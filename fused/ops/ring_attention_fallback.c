@@ -39,6 +39,8 @@ int mk_ring_unfused(struct mk_comm *c, const struct mk_ring_call *x, cudaStream_
 	if (rc == 0)
 		rc = mk_ring_state_get(c, &st);
 	if (rc == 0)
+		rc = mk_ring_check_key(c, st, x, stream);
+	if (rc == 0)
 		rc = mk_ring_scratch(st, rows * x->heads_q * x->head_dim * sizeof(float),
 				     x->lse == NULL ? rows * x->heads_q * sizeof(float) : 0,
 				     (size_t)c->nranks * elems * 2, stream);

@@ -38,8 +38,12 @@ struct mk_ring_shape {
 	struct mk_ring_step steps[MK_RING_MAX_RANKS];
 };
 
+#define MK_RING_KEY 6 /* batch, heads_q, heads_kv, seq_local, head_dim, causal */
+
 /* Per comm (the op's slot): signal bookkeeping, the fused shape, the unfused path's buffers. */
 struct mk_ring_state {
+	int key[MK_RING_KEY]; /* the last shape every rank was seen to agree on */
+	int key_ok;
 	unsigned long long *seen; /* device [2 nnodes] */
 	int *remote_d;		  /* device [nnodes] */
 	struct mk_ring_shape *shape;
@@ -61,10 +65,18 @@ struct mk_ring_state *mk_ring_state_of(const struct mk_comm *c);
  * "adaptive" for the fused path). */
 int mk_ring_last_path(struct mk_comm *c, char *why, size_t len);
 
-/* Scratch of at least these sizes (cudaMalloc, kept). 0, -ENOMEM, or -EBUSY under capture
+/* Scratch of at least these sizes (cudaMalloc, kept). 0, -ENOMEM, or -EOPNOTSUPP under capture
  * when it would have to allocate. */
 int mk_ring_scratch(struct mk_ring_state *st, size_t acc, size_t lse, size_t gathered,
 		    cudaStream_t stream);
+
+/*
+ * Every rank called with the same shape: checked once per new shape with an all-gather (host
+ * synchronising), so a mismatch is -EINVAL (WARNed) on every rank instead of a hang. 0, -EINVAL,
+ * -EOPNOTSUPP (a new shape under CUDA-graph capture), -EIO.
+ */
+int mk_ring_check_key(struct mk_comm *c, struct mk_ring_state *st, const struct mk_ring_call *x,
+		      cudaStream_t stream);
 
 /* Geometry of this rank in the comm. */
 void mk_ring_geom_of(const struct mk_comm *c, const struct mk_ring_call *x, struct mk_ring_geom *g);
