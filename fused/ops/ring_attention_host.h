@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What mkRingAttention's host files share (ring_attention_api.c, _mem.c, _fallback.c): the call,
- * the per-comm state and the per-shape workspace of the fused kernel, the unfused path.
+ * What mkRingAttention's host files share (ring_attention_api.c, ring_attention_mem.c,
+ * ring_attention_fallback.c): the call, the per-comm state and the per-shape workspace of the fused
+ * kernel, the unfused path.
  */
 #ifndef MK_FUSED_OPS_RING_ATTENTION_HOST_H
 #define MK_FUSED_OPS_RING_ATTENTION_HOST_H

@@ -5,10 +5,13 @@
 #    the wgmmas (advisory C7520: the intra-warpgroup overlap would be lost);
 #  - the register split of each kernel's PTX (setmaxnreg.dec for the producer warpgroup, .inc
 #    for the consumers, .maxntid threads) fits the SM's 65536 registers: over-allocation
-#    compiles but waits forever at setmaxnreg.inc;
+#    compiles but waits forever at setmaxnreg.inc. A kernel that runs the engine as one role
+#    and then goes back to an even split (the ring kernel) has two values of each: the engine's
+#    split (lowest .dec, highest .inc) and the even one (the value both take) must both fit;
 #  - the PTX has the instructions the design relies on (both wgmma shapes, 4-D TMA loads,
 #    mbarrier transaction counts, exp2).
-# Usage: check_attn_kernel.sh NVCC ARCH SOURCE -I... (include flags)
+# Usage: [KERNELS="name ..."] check_attn_kernel.sh NVCC ARCH SOURCE -I... (include flags)
+#   KERNELS: the entry points to check (default: the engine's two standalone kernels)
 set -u
 nvcc=$1 arch=$2 src=$3
 shift 3
@@ -36,8 +39,9 @@ if ! "$nvcc" $gencode -std=c++17 "$@" -ptx "$src" -o "$tmp/k.ptx" >/dev/null 2>&
 	exit 1
 fi
 
+kernels=${KERNELS:-mk_attn_kernel_d64 mk_attn_kernel_d128}
 n=0
-for k in mk_attn_kernel_d64 mk_attn_kernel_d128; do
+for k in $kernels; do
 	props=$(grep -A2 "Function properties for $k\$" "$tmp/ptxas.txt")
 	line=$(echo "$props" | grep "spill stores")
 	if [ -z "$line" ]; then
@@ -55,22 +59,33 @@ for k in mk_attn_kernel_d64 mk_attn_kernel_d128; do
 	# this kernel's PTX: from its .entry to the next one
 	awk -v k="$k" '/\.entry /{on = index($0, k "(") > 0} on' "$tmp/k.ptx" >"$tmp/$k.ptx"
 	threads=$(sed -n 's/^\.maxntid \([0-9]*\),.*/\1/p' "$tmp/$k.ptx")
-	dec=$(sed -n 's/.*setmaxnreg\.dec\.sync\.aligned\.u32 \([0-9]*\);.*/\1/p' "$tmp/$k.ptx" | sort -u)
-	inc=$(sed -n 's/.*setmaxnreg\.inc\.sync\.aligned\.u32 \([0-9]*\);.*/\1/p' "$tmp/$k.ptx" | sort -u)
-	if [ -z "$threads" ] || [ "$(echo "$dec" | wc -w)" != 1 ] || [ "$(echo "$inc" | wc -w)" != 1 ]; then
+	dec=$(sed -n 's/.*setmaxnreg\.dec\.sync\.aligned\.u32 \([0-9]*\);.*/\1/p' "$tmp/$k.ptx" | sort -n -u)
+	inc=$(sed -n 's/.*setmaxnreg\.inc\.sync\.aligned\.u32 \([0-9]*\);.*/\1/p' "$tmp/$k.ptx" | sort -n -u)
+	nd=$(echo "$dec" | wc -w) ni=$(echo "$inc" | wc -w)
+	if [ -z "$threads" ] || [ "$nd" != "$ni" ] || [ "$nd" -lt 1 ] || [ "$nd" -gt 2 ]; then
 		echo "not ok 4 - $k: register split not found (threads '$threads', dec '$dec', inc '$inc')"
 		fail=1
 		continue
 	fi
-	total=$((128 * dec + (threads - 128) * inc))
+	lo=$(echo "$dec" | head -1) hi=$(echo "$inc" | tail -1)
+	total=$((128 * lo + (threads - 128) * hi))
 	if [ "$total" -le 65536 ]; then
-		echo "ok 4 - $k: 128 x $dec + $((threads - 128)) x $inc = $total registers <= 65536"
+		echo "ok 4 - $k: 128 x $lo + $((threads - 128)) x $hi = $total registers <= 65536"
 	else
-		echo "not ok 4 - $k: 128 x $dec + $((threads - 128)) x $inc = $total registers > 65536"
+		echo "not ok 4 - $k: 128 x $lo + $((threads - 128)) x $hi = $total registers > 65536"
 		fail=1
 	fi
+	if [ "$nd" = 2 ]; then
+		even=$(printf '%s\n%s\n' "$dec" "$inc" | sort | uniq -d)
+		if [ "$(echo "$even" | wc -w)" = 1 ] && [ $((threads * even)) -le 65536 ]; then
+			echo "ok 4 - $k: even split after the role: $threads x $even = $((threads * even)) <= 65536"
+		else
+			echo "not ok 4 - $k: no even split that fits (dec '$dec', inc '$inc', $threads threads)"
+			fail=1
+		fi
+	fi
 done
-[ "$n" -eq 2 ] || fail=1
+[ "$n" -eq "$(echo "$kernels" | wc -w)" ] || fail=1
 
 for ins in 'wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16' \
 	'wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16' \
