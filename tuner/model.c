@@ -179,7 +179,7 @@ void mk_model_ring_attn_us(const struct mk_policy_topo *topo, const struct mk_mo
 	const double attn_us = flops / (tflops * 1e6);
 	/* my K and V: what every other rank needs of me */
 	const double kv = 2.0 * (double)k * (double)m * (double)(kv_n > 0 ? kv_n : n) * dtype_bytes;
-	double ag_us = 0, intra_us = 0, inter_us = 0, attn_fused_us;
+	double ag_us = 0, intra_us = 0, inter_us = 0, comm_us, attn_fused_us;
 
 	if (topo->nranks > 1) {
 		ag_us = mk_model_coll_us(topo, links, MK_COLL_ALLGATHER, MK_ALGO_RING,
@@ -192,9 +192,17 @@ void mk_model_ring_attn_us(const struct mk_policy_topo *topo, const struct mk_mo
 		if (links->net_gbps > 0)
 			inter_us = (double)(topo->nnodes - 1) * kv / (links->net_gbps * 1e3);
 	}
-	attn_fused_us = compute_sms > 0 ? attn_us * sms / compute_sms : attn_us;
+	comm_us = fmax(intra_us, inter_us);
+	/*
+	 * Every CTA ends in the compute role: the communication roles' SMs compute too once their
+	 * blocks are through, so they cost their share of the SMs only while the traffic lasts.
+	 * The last block's step (1/R of the work, on all SMs) cannot start before it arrived.
+	 */
+	attn_fused_us = attn_us;
+	if (compute_sms > 0 && compute_sms < sms)
+		attn_fused_us += comm_us * (double)(sms - compute_sms) / (double)sms;
 	*unfused_us = ag_us + attn_us;
-	*fused_us = fmax(attn_fused_us, fmax(intra_us, inter_us)) + overhead_us;
+	*fused_us = fmax(attn_fused_us, comm_us + attn_us / R) + overhead_us;
 }
 
 void mk_model_controller(int sms, struct mk_policy_sm_split *out)

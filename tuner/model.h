@@ -53,8 +53,11 @@ void mk_model_moe_us(const struct mk_policy_topo *topo, const struct mk_model_li
  * Ring attention (mkRingAttention) of m = seqLocal query rows x n = heads x head dim against the
  * whole sequence of nranks x m keys, k = batch, kv_n = key/value heads x head dim: unfused =
  * ring all-gather of every rank's K and V, then attention on all `sms` at `tflops`; fused =
- * attention on `compute_sms` overlapped with the ring's traffic (node peers' blocks over NVLink,
- * each block once per other node over the network), plus `overhead_us`. Sets both (us).
+ * attention overlapped with the ring's traffic T (node peers' blocks over NVLink, each block
+ * once per other node over the network): the communication roles' SMs (sms - compute_sms)
+ * compute too once T is over, and the last block's step (1/nranks of the work) follows T:
+ * max(attention + T (sms - compute_sms) / sms, T + attention / nranks) + `overhead_us`. Sets
+ * both (us).
  */
 void mk_model_ring_attn_us(const struct mk_policy_topo *topo, const struct mk_model_links *links,
 			   uint64_t m, uint64_t n, uint64_t k, uint64_t kv_n, int causal,

@@ -19,6 +19,7 @@
 
 #include "fused/ops/gemm_allreduce_plan.h"
 #include "fused/ops/ring_attention_plan.h"
+#include "tuner/policy.h"
 
 struct layout {
 	int node_of[MK_RING_MAX_RANKS], local_of[MK_RING_MAX_RANKS];
@@ -279,6 +280,53 @@ static void test_ring_split(void **state)
 	assert_int_equal(mk_ring_split_fix(&sp, 4, 2), -EINVAL);
 }
 
+/* The policy engine's row: SMs split for the roles, and the cost model's choice. */
+static void test_ring_cost_model(void **state)
+{
+	struct mk_policy_op_query q;
+	struct mk_policy_sm_split s, c;
+	/* B 4, H 16, D 128, seqLocal 8192 on 8 ranks: 4 B H D S_l S flops at 600 TFLOP/s */
+	const double attn_us = 4.0 * 4 * 16 * 128 * 8192.0 * 8192 * 8 / 600e6;
+
+	(void)state;
+	memset(&q, 0, sizeof(q));
+	q.op = MK_FUSED_RING_ATTENTION;
+	q.m = 8192;
+	q.n = 16 * 128;
+	q.k = 4;
+	q.kv_n = 16 * 128;
+	q.dtype_bytes = 2;
+	q.nnodes = 1;
+	q.nranks = 8;
+	q.sms = 132;
+	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
+	assert_int_equal(s.fuse, 1);
+	assert_true(s.fused_us < s.unfused_us);
+	/* the roles' SMs join the compute once the traffic is over: close to the attention */
+	assert_true(s.fused_us >= attn_us && s.fused_us < 1.05 * attn_us + 100);
+	assert_true(s.unfused_us > attn_us);
+	/* causal: half the work */
+	q.causal = 1;
+	assert_int_equal(mk_policy_sm_split(&q, &c), 0);
+	assert_true(c.fused_us > 0.45 * s.fused_us && c.fused_us < 0.55 * s.fused_us);
+	/* two nodes of 8: the blocks cross the network once per node, still overlapped */
+	q.causal = 0;
+	q.nnodes = 2;
+	q.nranks = 16;
+	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
+	assert_int_equal(s.fuse, 1);
+	assert_true(s.sms[MK_ROLE_SEND] > 0 && s.sms[MK_ROLE_REDUCE] > 0);
+	/* GQA: less to move, the same work */
+	q.kv_n = 2 * 128;
+	assert_int_equal(mk_policy_sm_split(&q, &c), 0);
+	assert_true(c.unfused_us < s.unfused_us && c.fused_us <= s.fused_us);
+	/* one rank: nothing to fuse */
+	q.nnodes = 1;
+	q.nranks = 1;
+	assert_int_equal(mk_policy_sm_split(&q, &s), 0);
+	assert_int_equal(s.fuse, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -287,6 +335,7 @@ int main(void)
 		cmocka_unit_test(test_ring_rules),
 		cmocka_unit_test(test_ring_mem_and_signals),
 		cmocka_unit_test(test_ring_split),
+		cmocka_unit_test(test_ring_cost_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
