@@ -58,7 +58,7 @@ for s in $steps; do
 		;;
 	portable)
 		echo "== test-attn-gpu, MKERNEL_ATTN_FORCE_PORTABLE=1 --quick --expect-portable"
-		MKERNEL_ATTN_FORCE_PORTABLE=1 timeout 600 "$test_bin" --quick --expect-portable \
+		MKERNEL_ATTN_FORCE_PORTABLE=1 timeout 300 "$test_bin" --quick --expect-portable \
 			>"$out/test-portable.log" 2>&1
 		rc=$?
 		echo "test (portable) exit: $rc" | tee -a "$out/test-portable.log"
@@ -68,7 +68,7 @@ for s in $steps; do
 	sanitize)
 		for tool in memcheck racecheck; do
 			echo "== compute-sanitizer --tool $tool (quick)"
-			timeout 900 compute-sanitizer --tool $tool --error-exitcode 3 "$test_bin" --quick \
+			timeout 500 compute-sanitizer --tool $tool --error-exitcode 3 "$test_bin" --quick \
 				--sanitize >"$out/sanitize-$tool.log" 2>&1
 			rc=$?
 			echo "$tool exit: $rc" | tee -a "$out/sanitize-$tool.log"
@@ -79,14 +79,14 @@ for s in $steps; do
 		;;
 	bench)
 		echo "== mkernel-attn-bench"
-		timeout 600 "$bench_bin" --reps 10 --warmup 3 2>&1 | tee "$out/bench.log" | grep -v '^{'
+		timeout 400 "$bench_bin" --reps 10 --warmup 3 2>&1 | tee "$out/bench.log" | grep -v '^{'
 		[ "${PIPESTATUS[0]}" = 0 ] || { echo "step bench failed"; fail=1; }
 		;;
 	torch | torch-quick)
 		seqs=4096,8192,16384,32768,65536
 		[ "$s" = torch-quick ] && seqs=4096,8192
 		echo "== attn_bench.py (mkAttention vs SDPA backends, S = $seqs)"
-		timeout 900 python3 "$here/attn_bench.py" --lib "$lib" --seqs "$seqs" 2>&1 |
+		timeout 500 python3 "$here/attn_bench.py" --lib "$lib" --seqs "$seqs" 2>&1 |
 			tee "$out/$s.log" | grep -v '^{'
 		[ "${PIPESTATUS[0]}" = 0 ] || { echo "step $s failed"; fail=1; }
 		;;
@@ -95,7 +95,7 @@ for s in $steps; do
 			mps=1
 			[ "$l" = s ] && mps=0
 			echo "== test-ring-attention-gpu layout $l"
-			MPS=$mps RANK_TIMEOUT=300 "$here/runtime-comm.sh" "$ring_bin" "$l" >"$out/ring-$l.log" 2>&1
+			MPS=$mps RANK_TIMEOUT=200 "$here/runtime-comm.sh" "$ring_bin" "$l" >"$out/ring-$l.log" 2>&1
 			rc=$?
 			grep -E 'FAIL|WATCHDOG|failure|node [0-9]|WARN|exit' "$out/ring-$l.log" | head -40
 			echo "ring $l exit: $rc"
@@ -113,7 +113,7 @@ for s in $steps; do
 	ring-bench)
 		for l in a c; do
 			echo "== test-ring-attention-gpu --bench layout $l (emulated: ranks share the GPU)"
-			MPS=1 RANK_TIMEOUT=500 "$here/runtime-comm.sh" "$ring_bin" "$l" --bench >"$out/ring-bench-$l.log" 2>&1
+			MPS=1 RANK_TIMEOUT=280 "$here/runtime-comm.sh" "$ring_bin" "$l" --bench >"$out/ring-bench-$l.log" 2>&1
 			rc=$?
 			grep -E '^\{|FAIL|WATCHDOG|exit' "$out/ring-bench-$l.log" | head -40
 			[ "$rc" = 0 ] || { echo "step ring-bench-$l failed ($rc)"; fail=1; }
