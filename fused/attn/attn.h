@@ -42,12 +42,13 @@ extern "C" {
 #define MK_ATTN_NWG_D128	   2
 #define MK_ATTN_STAGES_D64	   4
 #define MK_ATTN_STAGES_D128	   2
-/* Registers per thread after setmaxnreg: producer warpgroup / consumer warpgroups. The sums
- * must fit the SM's 64K registers or setmaxnreg.inc waits forever (checked below). */
+/* Registers per thread after setmaxnreg: producer warpgroup / consumer warpgroups. setmaxnreg.inc
+ * takes registers from the CTA's own pool, which holds only what the CTA got at launch (see
+ * MK_ATTN_ENTRY_REGS), not the SM's 64K: a split above that waits forever (checked below). */
 #define MK_ATTN_PRODUCER_REGS_D64  32
 #define MK_ATTN_CONSUMER_REGS_D64  160
-#define MK_ATTN_PRODUCER_REGS_D128 32
-#define MK_ATTN_CONSUMER_REGS_D128 240
+#define MK_ATTN_PRODUCER_REGS_D128 40
+#define MK_ATTN_CONSUMER_REGS_D128 232
 /* Portable kernel: warps per CTA and query rows per warp. */
 #define MK_ATTN_P_WARPS		   8
 #define MK_ATTN_P_ROWS		   4
@@ -59,6 +60,18 @@ extern "C" {
 #define MK_ATTN_STAGES(d)  ((d) == 64 ? MK_ATTN_STAGES_D64 : MK_ATTN_STAGES_D128)
 #define MK_ATTN_BM(d)	   (MK_ATTN_NWG(d) * MK_ATTN_WG_ROWS)
 #define MK_ATTN_THREADS(d) ((MK_ATTN_NWG(d) + 1) * 128)
+#define MK_ATTN_PRODUCER_REGS(d)                                                                   \
+	((d) == 64 ? MK_ATTN_PRODUCER_REGS_D64 : MK_ATTN_PRODUCER_REGS_D128)
+#define MK_ATTN_CONSUMER_REGS(d)                                                                   \
+	((d) == 64 ? MK_ATTN_CONSUMER_REGS_D64 : MK_ATTN_CONSUMER_REGS_D128)
+/* Registers per thread a kernel with __launch_bounds__(MK_ATTN_THREADS(d), 1) may hold at launch:
+ * the SM's 65536 shared by its warps in units of 256 a warp (8 a thread). ptxas gives both
+ * kernels exactly this (D = 64: 128, D = 128: 168); check_attn_kernel.sh compares the split
+ * with what the compiled kernels really hold. */
+#define MK_ATTN_ENTRY_REGS(d) (65536 / (MK_ATTN_THREADS(d) / 32) / 256 * 8)
+/* Registers of a CTA after setmaxnreg: one producer and MK_ATTN_NWG(d) consumer warpgroups. */
+#define MK_ATTN_SPLIT_REGS(d)                                                                      \
+	(128 * MK_ATTN_PRODUCER_REGS(d) + MK_ATTN_NWG(d) * 128 * MK_ATTN_CONSUMER_REGS(d))
 /* Shared memory: Q (BM x D) + STAGES x (K + V) (BN x D each) + barriers, + 1 KB alignment. */
 #define MK_ATTN_SMEM_BYTES(d)                                                                      \
 	(MK_ATTN_BM(d) * (d)*2 + MK_ATTN_STAGES(d) * 2 * MK_ATTN_BN * (d)*2 + 1024 + 512)
@@ -68,14 +81,17 @@ extern "C" {
 #else
 #define MK_ATTN_STATIC_ASSERT _Static_assert
 #endif
-MK_ATTN_STATIC_ASSERT(
-	128 * MK_ATTN_PRODUCER_REGS_D64 + MK_ATTN_NWG_D64 * 128 * MK_ATTN_CONSUMER_REGS_D64 <=
-		65536,
-	"D=64 register split exceeds the SM's register file: setmaxnreg.inc would hang");
-MK_ATTN_STATIC_ASSERT(
-	128 * MK_ATTN_PRODUCER_REGS_D128 + MK_ATTN_NWG_D128 * 128 * MK_ATTN_CONSUMER_REGS_D128 <=
-		65536,
-	"D=128 register split exceeds the SM's register file: setmaxnreg.inc would hang");
+/* The pool setmaxnreg.inc draws from is the CTA's launch allocation: D = 64 has 128 x 512 =
+ * 65,536, D = 128 only 168 x 384 = 64,512. dec may only lower and inc only raise a warp's count. */
+MK_ATTN_STATIC_ASSERT(MK_ATTN_SPLIT_REGS(64) <= MK_ATTN_THREADS(64) * MK_ATTN_ENTRY_REGS(64),
+		      "D=64 split exceeds the CTA's launch registers: setmaxnreg.inc would hang");
+MK_ATTN_STATIC_ASSERT(MK_ATTN_SPLIT_REGS(128) <= MK_ATTN_THREADS(128) * MK_ATTN_ENTRY_REGS(128),
+		      "D=128 split exceeds the CTA's launch registers: setmaxnreg.inc would hang");
+MK_ATTN_STATIC_ASSERT(MK_ATTN_PRODUCER_REGS_D64 <= MK_ATTN_ENTRY_REGS(64) &&
+			      MK_ATTN_ENTRY_REGS(64) <= MK_ATTN_CONSUMER_REGS_D64 &&
+			      MK_ATTN_PRODUCER_REGS_D128 <= MK_ATTN_ENTRY_REGS(128) &&
+			      MK_ATTN_ENTRY_REGS(128) <= MK_ATTN_CONSUMER_REGS_D128,
+		      "setmaxnreg.dec must lower and .inc raise the launch register count");
 MK_ATTN_STATIC_ASSERT(MK_ATTN_SMEM_BYTES(64) <= 232448 && MK_ATTN_SMEM_BYTES(128) <= 232448,
 		      "shared memory above the 227 KB a Hopper block may have");
 

@@ -4,10 +4,13 @@
 #  - ptxas -v: both kernels compile with no spills, no stack frame, and ptxas did not serialise
 #    the wgmmas (advisory C7520: the intra-warpgroup overlap would be lost);
 #  - the register split of each kernel's PTX (setmaxnreg.dec for the producer warpgroup, .inc
-#    for the consumers, .maxntid threads) fits the SM's 65536 registers: over-allocation
-#    compiles but waits forever at setmaxnreg.inc. A kernel that runs the engine as one role
-#    and then goes back to an even split (the ring kernel) has two values of each: the engine's
-#    split (lowest .dec, highest .inc) and the even one (the value both take) must both fit;
+#    for the consumers, .maxntid threads) fits the registers the CTA holds at launch (ptxas's
+#    "Used N registers" x threads: 168 x 384 = 64512 for a 384-thread kernel, not the SM's
+#    65536), the pool setmaxnreg.inc draws from: over-allocation compiles but waits forever at
+#    setmaxnreg.inc; dec lowers and inc raises the launch count, as PTX requires. A kernel that
+#    runs the engine as one role and then goes back to an even split (the ring kernel) has two
+#    values of each: the engine's split (lowest .dec, highest .inc) and the even one (the value
+#    both take) must both fit the launch pool;
 #  - the PTX has the instructions the design relies on (both wgmma shapes, 4-D TMA loads,
 #    mbarrier transaction counts, exp2).
 # Usage: [KERNELS="name ..."] check_attn_kernel.sh NVCC ARCH SOURCE -I... (include flags)
@@ -43,6 +46,7 @@ kernels=${KERNELS:-mk_attn_kernel_d64 mk_attn_kernel_d128}
 n=0
 for k in $kernels; do
 	props=$(grep -A2 "Function properties for $k\$" "$tmp/ptxas.txt")
+	regs=$(echo "$props" | sed -n 's/.*Used \([0-9]*\) registers.*/\1/p')
 	line=$(echo "$props" | grep "spill stores")
 	if [ -z "$line" ]; then
 		echo "not ok 3 - $k: no ptxas report"
@@ -62,23 +66,28 @@ for k in $kernels; do
 	dec=$(sed -n 's/.*setmaxnreg\.dec\.sync\.aligned\.u32 \([0-9]*\);.*/\1/p' "$tmp/$k.ptx" | sort -n -u)
 	inc=$(sed -n 's/.*setmaxnreg\.inc\.sync\.aligned\.u32 \([0-9]*\);.*/\1/p' "$tmp/$k.ptx" | sort -n -u)
 	nd=$(echo "$dec" | wc -w) ni=$(echo "$inc" | wc -w)
-	if [ -z "$threads" ] || [ "$nd" != "$ni" ] || [ "$nd" -lt 1 ] || [ "$nd" -gt 2 ]; then
-		echo "not ok 4 - $k: register split not found (threads '$threads', dec '$dec', inc '$inc')"
+	if [ -z "$threads" ] || [ -z "$regs" ] || [ "$nd" != "$ni" ] || [ "$nd" -lt 1 ] ||
+		[ "$nd" -gt 2 ]; then
+		echo "not ok 4 - $k: register split not found (threads '$threads', registers '$regs'," \
+			"dec '$dec', inc '$inc')"
 		fail=1
 		continue
 	fi
 	lo=$(echo "$dec" | head -1) hi=$(echo "$inc" | tail -1)
 	total=$((128 * lo + (threads - 128) * hi))
-	if [ "$total" -le 65536 ]; then
-		echo "ok 4 - $k: 128 x $lo + $((threads - 128)) x $hi = $total registers <= 65536"
+	pool=$((threads * regs))
+	if [ "$total" -le "$pool" ] && [ "$lo" -le "$regs" ] && [ "$regs" -le "$hi" ]; then
+		echo "ok 4 - $k: 128 x $lo + $((threads - 128)) x $hi = $total registers <=" \
+			"$threads x $regs = $pool at launch"
 	else
-		echo "not ok 4 - $k: 128 x $lo + $((threads - 128)) x $hi = $total registers > 65536"
+		echo "not ok 4 - $k: 128 x $lo + $((threads - 128)) x $hi = $total registers," \
+			"launch holds $threads x $regs = $pool (dec must be <= $regs <= inc)"
 		fail=1
 	fi
 	if [ "$nd" = 2 ]; then
 		even=$(printf '%s\n%s\n' "$dec" "$inc" | sort | uniq -d)
-		if [ "$(echo "$even" | wc -w)" = 1 ] && [ $((threads * even)) -le 65536 ]; then
-			echo "ok 4 - $k: even split after the role: $threads x $even = $((threads * even)) <= 65536"
+		if [ "$(echo "$even" | wc -w)" = 1 ] && [ $((threads * even)) -le "$pool" ]; then
+			echo "ok 4 - $k: even split after the role: $threads x $even = $((threads * even)) <= $pool"
 		else
 			echo "not ok 4 - $k: no even split that fits (dec '$dec', inc '$inc', $threads threads)"
 			fail=1
