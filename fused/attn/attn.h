@@ -214,9 +214,19 @@ int mk_attn_encode_map(CUtensorMap *map, const void *base, int head_dim, int hea
 		       long long batch_rows, int batch, int box_rows);
 
 /*
+ * 0 if `kernel`, a __global__ function whose CTAs of MK_ATTN_THREADS(head_dim) threads run
+ * mk_attn_role(), holds at launch the registers its setmaxnreg split hands out (and dec lowers,
+ * inc raises its count); -ENOEXEC if not: setmaxnreg.inc would wait forever. -EIO: CUDA could
+ * not say. *entry_regs (may be NULL): the kernel's registers per thread at launch. Fused kernels
+ * check themselves once per device before their first launch, as mk_attn_run_hopper() does.
+ */
+int mk_attn_check_kernel(const void *kernel, int head_dim, int *entry_regs);
+
+/*
  * Run the Hopper kernel on `stream` for a single-job problem in *a (planned here for its tile;
  * the caller's struct is not changed). ctas = 0: min(schedule units, SMs). 0, -EINVAL (plan
- * failed, several jobs, or pointers not 16-byte aligned), -ENOSYS (no tensor-map encoder), -EIO.
+ * failed, several jobs, or pointers not 16-byte aligned), -ENOSYS (no tensor-map encoder),
+ * -ENOEXEC (mk_attn_check_kernel() refused the kernel), -EIO.
  */
 int mk_attn_run_hopper(const struct mk_attn_args *a, int ctas, cudaStream_t stream);
 

@@ -110,20 +110,46 @@ extern "C" int mk_attn_make_tensor_maps(const struct mk_attn_args *a, struct mk_
 	return rc;
 }
 
+extern "C" int mk_attn_check_kernel(const void *kernel, int head_dim, int *entry_regs)
+{
+	struct cudaFuncAttributes fa;
+	int regs;
+
+	if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -EIO;
+	}
+	if (entry_regs != NULL)
+		*entry_regs = fa.numRegs;
+	/* what a thread holds: warps get registers in units of 256, 8 a thread */
+	regs = (fa.numRegs + 7) & ~7;
+	if (MK_ATTN_SPLIT_REGS(head_dim) > MK_ATTN_THREADS(head_dim) * regs ||
+	    MK_ATTN_PRODUCER_REGS(head_dim) > regs || regs > MK_ATTN_CONSUMER_REGS(head_dim))
+		return -ENOEXEC;
+	return 0;
+}
+
 #define ATTN_MAX_DEVICES 64
 
-/* Per device: dynamic shared memory limits raised on both kernels, SM count cached. */
+/* Per device: both kernels' register splits checked (a split the launch registers cannot hold
+ * hangs at setmaxnreg.inc: refuse instead), dynamic shared memory limits raised, SM count
+ * cached. */
 static int attn_prepare_device(int *sms)
 {
 	static int ready[ATTN_MAX_DEVICES];
 	static int sm_count[ATTN_MAX_DEVICES];
-	int dev;
+	int dev, rc;
 
 	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= ATTN_MAX_DEVICES)
 		return -EIO;
 	if (!__atomic_load_n(&ready[dev], __ATOMIC_ACQUIRE)) {
 		int n = 0;
 
+		rc = mk_attn_check_kernel((const void *)mk_attn_kernel_d128, 128, NULL);
+		if (rc == 0)
+			rc = mk_attn_check_kernel((const void *)mk_attn_kernel_d64, 64, NULL);
+		if (rc)
+			return rc;
 		if (cudaFuncSetAttribute((const void *)mk_attn_kernel_d128,
 					 cudaFuncAttributeMaxDynamicSharedMemorySize,
 					 MK_ATTN_SMEM_BYTES(128)) != cudaSuccess ||
