@@ -54,6 +54,18 @@ enum mk_attn_wait_id {
 #define MK_ATTN_WAIT(bar, parity, id) mk_mbar_wait_a((bar), (parity))
 #endif
 
+/* How far each warp of a role got, for a test's hang report: a wait no bound covers (setmaxnreg,
+ * a named barrier) leaves its warps at an earlier mark. The library marks nothing. */
+enum mk_attn_mark_id {
+	MK_ATTN_M_START = 1, /* barriers initialised */
+	MK_ATTN_M_REGS = 2,  /* past setmaxnreg */
+	MK_ATTN_M_DONE = 3,  /* role finished */
+};
+
+#ifndef MK_ATTN_MARK
+#define MK_ATTN_MARK(id) ((void)0)
+#endif
+
 #define MK_ATTN_MAX_STAGES 4
 
 /* A decoded work item as the scheduler publishes it (ints of one slot). mb = -1: no more work. */
@@ -681,12 +693,14 @@ static __device__ __forceinline__ void mk_attn_role(const struct mk_attn_args *a
 		mk_fence_mbar_init();
 	}
 	__syncthreads();
+	MK_ATTN_MARK(MK_ATTN_M_START);
 
 	if (wg == 0) {
 		if (hd == 64)
 			mk_setmaxnreg_dec(MK_ATTN_PRODUCER_REGS_D64);
 		else
 			mk_setmaxnreg_dec(MK_ATTN_PRODUCER_REGS_D128);
+		MK_ATTN_MARK(MK_ATTN_M_REGS);
 		if (threadIdx.x == 0)
 			mk_attn_loader(maps, base, hd);
 		else if (threadIdx.x == 32)
@@ -696,8 +710,10 @@ static __device__ __forceinline__ void mk_attn_role(const struct mk_attn_args *a
 			mk_setmaxnreg_inc(MK_ATTN_CONSUMER_REGS_D64);
 		else
 			mk_setmaxnreg_inc(MK_ATTN_CONSUMER_REGS_D128);
+		MK_ATTN_MARK(MK_ATTN_M_REGS);
 		mk_attn_consumer(a, wg - 1, base, hd);
 	}
+	MK_ATTN_MARK(MK_ATTN_M_DONE);
 }
 
 #endif /* MK_FUSED_ATTN_ENGINE_CUH */

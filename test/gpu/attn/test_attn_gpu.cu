@@ -23,7 +23,13 @@
  *    to the same jobs as single-job launches.
  * 7. mkAttention: the Hopper path really ran (bitwise equal to the direct launch), argument
  *    errors, and CUDA-graph capture and replay.
- * A watchdog thread turns a hang anywhere into a failure that names the phase.
+ * Hangs: before any launch, each kernel's register split is checked against the registers it
+ * holds at launch (an over-allocation waits forever at setmaxnreg.inc, where no bound reaches;
+ * such a kernel is not launched). Every case is printed before its launch ("# > ..."). This
+ * test's copy of the kernel gives up on any mbarrier wait after 1 s and reports the role
+ * (loader, scheduler, consumer warpgroup and warp), the barrier, its stage or slot and parity;
+ * its warps also leave marks (barriers initialised, past setmaxnreg, done). A watchdog thread
+ * ends a case still running after 20 s with the case's name, that report and the marks.
  *
  * Tolerances: O within 4e-3 max|V| + 2^-7 |ref| (P is rounded to bf16 before P V: at most
  * 2^-9 max|V| off, plus the bf16 rounding of O); LSE within 1e-4 (1 + |ref|) of fp64 (fp32 sums
@@ -31,7 +37,7 @@
  *
  * Usage: test-attn-gpu [--quick] [--sanitize] [--expect-portable]
  *   --quick: building blocks and small shapes only
- *   --sanitize: bounded waits 64 times longer (under compute-sanitizer)
+ *   --sanitize: bounded waits 64 times longer, the watchdog 30 times (under compute-sanitizer)
  *   --expect-portable: run with MKERNEL_ATTN_FORCE_PORTABLE=1; mkAttention must match the
  *   portable kernel bitwise
  * Exit: 0 pass, 1 fail, 77 no CUDA device.
@@ -56,45 +62,83 @@
 #include "fused/bench/fill.cuh"
 #include "attn_ref.h"
 
-/* ---- bounded waits with a report (this test's copy of the engine only) ---- */
+/* ---- bounded waits with a report, and marks (this test's copy of the engine only) ---- */
 
 struct t_hang {
-	unsigned int hit, id, parity, block, thread, bar;
+	unsigned int hit, id, parity, block, thread, nthreads;
+	unsigned int off; /* barrier's offset from the engine's 1024-aligned shared-memory base */
+	unsigned long long state, waited_ns;
 };
 
 static __device__ struct t_hang *t_hang_rec; /* host-mapped */
 static __device__ unsigned int t_hang_claim;
+/* Per block (the first T_MARK_BLOCKS) and warp: the last MK_ATTN_MARK lane 0 passed
+ * (host-mapped, read by the watchdog while a kernel hangs). */
+#define T_MARK_BLOCKS 256
+#define T_MARK_WARPS  16
+static __device__ unsigned char *t_marks;
 
-/* ~2 s at 2 GHz: no legitimate wait comes close (--sanitize: 64 times longer) */
-static __device__ long long t_wait_cycles = 4ll << 30;
+/* 1 s of the global timer: a legitimate wait is microseconds (--sanitize: 64 times longer) */
+static __device__ unsigned long long t_wait_ns = 1000000000ull;
+
+extern __shared__ unsigned char t_dyn_any[]; /* the dynamic shared memory of any kernel here */
+
+/* Record the first wait that gave up (role, barrier, raw barrier word) and stop the kernel. Out
+ * of line: the report's registers stay out of the producer's small budget. */
+static __device__ __noinline__ void t_wait_give_up(uint32_t bar, uint32_t parity, int id,
+						   unsigned long long waited)
+{
+	struct t_hang *h = t_hang_rec;
+
+	if (h != NULL && atomicCAS(&t_hang_claim, 0u, 1u) == 0) {
+		const uint32_t base = mk_smem_u32(
+			(void *)(((uintptr_t)t_dyn_any + 1023) & ~(uintptr_t)1023));
+		unsigned long long st;
+
+		/* the raw barrier word, for the report only */
+		asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(st) : "r"(bar) : "memory");
+		h->id = (unsigned int)id;
+		h->parity = parity;
+		h->block = blockIdx.x;
+		h->thread = threadIdx.x;
+		h->nthreads = blockDim.x;
+		h->off = bar - base;
+		h->state = st;
+		h->waited_ns = waited;
+		__threadfence_system();
+		*(volatile unsigned int *)&h->hit = 1;
+		__threadfence_system();
+	}
+	__trap();
+}
 
 static __device__ __forceinline__ void t_wait(uint32_t bar, uint32_t parity, int id)
 {
-	long long t0;
+	uint64_t t0, waited;
 
 	if (mk_mbar_test_a(bar, parity))
 		return;
-	t0 = clock64();
+	t0 = mk_attn_now_ns();
 	while (!mk_mbar_test_a(bar, parity)) {
-		if (clock64() - t0 > t_wait_cycles) {
-			struct t_hang *h = t_hang_rec;
+		waited = mk_attn_now_ns() - t0;
+		if (waited > t_wait_ns)
+			t_wait_give_up(bar, parity, id, waited);
+	}
+}
 
-			if (h != NULL && atomicCAS(&t_hang_claim, 0u, 1u) == 0) {
-				h->id = (unsigned int)id;
-				h->parity = parity;
-				h->block = blockIdx.x;
-				h->thread = threadIdx.x;
-				h->bar = bar;
-				__threadfence_system();
-				*(volatile unsigned int *)&h->hit = 1;
-				__threadfence_system();
-			}
-			__trap();
-		}
+static __device__ __forceinline__ void t_mark(int id)
+{
+	unsigned char *m = t_marks;
+
+	if (m != NULL && (threadIdx.x & 31) == 0 && blockIdx.x < T_MARK_BLOCKS) {
+		((volatile unsigned char *)m)[blockIdx.x * T_MARK_WARPS + (threadIdx.x >> 5)] =
+			(unsigned char)id;
+		__threadfence_system();
 	}
 }
 
 #define MK_ATTN_WAIT(bar, parity, id) t_wait((bar), (parity), (id))
+#define MK_ATTN_MARK(id)	      t_mark(id)
 #include "fused/attn/attn_engine.cuh"
 
 /* ---- reporting ---- */
@@ -102,29 +146,123 @@ static __device__ __forceinline__ void t_wait(uint32_t bar, uint32_t parity, int
 static int t_failed, t_passed, t_quick, t_expect_portable, t_sanitize, t_sms, t_hopper, t_threads;
 static cudaStream_t t_st;
 static struct t_hang *t_hang_host;
-static volatile const char *t_phase = "start";
-static volatile time_t t_phase_start;
+static unsigned char *t_marks_host;
+/* The case running now (printed before its launch) and since when; what the watchdog names. */
+static pthread_mutex_t t_case_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *t_phase = "start";
+static char t_case_label[256] = "start";
+static struct timespec t_case_start;
+static int t_marks_grid, t_marks_threads; /* the bounded-wait launch being marked (0: none) */
+
+/* A case that runs longer than this is a hang: a 1x1 case takes milliseconds, the largest a
+ * second or two (--sanitize: 30 times longer, compute-sanitizer is that much slower). */
+#define T_CASE_SECONDS 20
+static int t_case_seconds = T_CASE_SECONDS;
 
 static const char *const t_wait_names[] = { "?",       "item_full", "item_empty", "q_full",
 					    "q_empty", "k_full",    "k_empty",	  "v_full",
 					    "v_empty" };
 
+/* Offset in struct mk_attn_bars of each wait id's barrier (its element 0). */
+static const size_t t_bar_fields[] = {
+	0,
+	offsetof(struct mk_attn_bars, item_full),
+	offsetof(struct mk_attn_bars, item_empty),
+	offsetof(struct mk_attn_bars, q_full),
+	offsetof(struct mk_attn_bars, q_empty),
+	offsetof(struct mk_attn_bars, k_full),
+	offsetof(struct mk_attn_bars, k_empty),
+	offsetof(struct mk_attn_bars, v_full),
+	offsetof(struct mk_attn_bars, v_empty),
+};
+
+/* The role of a thread of the engine's CTA. */
+static void t_role_name(unsigned int thread, char *buf, size_t n)
+{
+	if (thread == 0)
+		snprintf(buf, n, "loader (thread 0)");
+	else if (thread == 32)
+		snprintf(buf, n, "scheduler (thread 32)");
+	else if (thread < 128)
+		snprintf(buf, n, "producer warpgroup thread %u", thread);
+	else
+		snprintf(buf, n, "consumer warpgroup %u warp %u (thread %u)", thread / 128 - 1,
+			 (thread % 128) / 32, thread);
+}
+
+/* What the first bounded wait that gave up recorded: role, barrier, stage, parity. */
 static void t_report_hang(void)
 {
-	if (t_hang_host != NULL && *(volatile unsigned int *)&t_hang_host->hit)
-		printf("HANG: wait %s (id %u) parity %u, block %u thread %u, barrier at shared 0x%x\n",
-		       t_hang_host->id < 9 ? t_wait_names[t_hang_host->id] : "?", t_hang_host->id,
-		       t_hang_host->parity, t_hang_host->block, t_hang_host->thread,
-		       t_hang_host->bar);
+	const struct t_hang *h = t_hang_host;
+	char role[96], where[64] = "";
+
+	if (h == NULL || !*(volatile const unsigned int *)&h->hit)
+		return;
+	if (h->id >= MK_ATTN_W_ITEM_FULL && h->id <= MK_ATTN_W_V_EMPTY &&
+	    (h->nthreads == MK_ATTN_THREADS(64) || h->nthreads == MK_ATTN_THREADS(128))) {
+		const int hd = h->nthreads == MK_ATTN_THREADS(64) ? 64 : 128;
+		/* where mk_attn_bars_addr() puts the barriers: after Q and the K and V stages */
+		const long long bars = (long long)MK_ATTN_BM(hd) * hd * 2 +
+				       2ll * MK_ATTN_STAGES(hd) * MK_ATTN_BN * hd * 2;
+		const long long i = ((long long)h->off - bars - (long long)t_bar_fields[h->id]) / 8;
+
+		t_role_name(h->thread, role, sizeof(role));
+		if (h->id == MK_ATTN_W_ITEM_FULL || h->id == MK_ATTN_W_ITEM_EMPTY)
+			snprintf(where, sizeof(where), " slot %lld", i);
+		else if (h->id >= MK_ATTN_W_K_FULL)
+			snprintf(where, sizeof(where), " stage %lld of %d", i, MK_ATTN_STAGES(hd));
+		printf("HANG: %s of block %u (D %d kernel) gave up after %.2f s waiting for %s%s, "
+		       "parity %u; barrier word 0x%016llx at offset %u\n",
+		       role, h->block, hd, h->waited_ns * 1e-9, t_wait_names[h->id], where,
+		       h->parity, h->state, h->off);
+	} else {
+		printf("HANG: building-block wait %u of block %u thread %u gave up after %.2f s, "
+		       "parity %u; barrier word 0x%016llx\n",
+		       h->id, h->block, h->thread, h->waited_ns * 1e-9, h->parity, h->state);
+	}
+}
+
+/* How far every warp of the marked launch got: waits no bound covers (setmaxnreg, named
+ * barriers) show as warps stopped at an earlier mark. */
+static void t_report_marks(void)
+{
+	const int blocks = t_marks_grid < T_MARK_BLOCKS ? t_marks_grid : T_MARK_BLOCKS;
+	const int warps = t_marks_threads / 32;
+	int stuck = 0;
+
+	if (t_marks_host == NULL || blocks == 0) {
+		printf("marks: none (the case's launch is not the bounded-wait kernel)\n");
+		return;
+	}
+	for (int b = 0; b < blocks; b++) {
+		const volatile unsigned char *m = t_marks_host + b * T_MARK_WARPS;
+		char line[T_MARK_WARPS * 2 + 1];
+		int done = 1;
+
+		for (int w = 0; w < warps; w++) {
+			line[2 * w] = " SRD"[m[w] < 4 ? m[w] : 0];
+			line[2 * w + 1] = ' ';
+			done &= m[w] == MK_ATTN_M_DONE;
+		}
+		line[2 * warps - 1] = 0;
+		if (!done && stuck++ < 4)
+			printf("marks: block %d, warps 0..%d (0 loader, 1 scheduler, 4.. "
+			       "consumers): %s\n",
+			       b, warps - 1, line);
+	}
+	printf("marks: %d of %d blocks with warps not done (' ' not started, S barriers "
+	       "initialised, R past setmaxnreg, D done)\n",
+	       stuck, blocks);
 }
 
 #define T_CHECK_CUDA(x)                                                                            \
 	do {                                                                                       \
 		cudaError_t e_ = (x);                                                              \
 		if (e_ != cudaSuccess) {                                                           \
-			printf("FAIL %s:%d (%s): %s: %s\n", __FILE__, __LINE__, t_phase, #x,       \
-			       cudaGetErrorString(e_));                                            \
+			printf("FAIL %s:%d (%s, case %s): %s: %s\n", __FILE__, __LINE__, t_phase,  \
+			       t_case_label, #x, cudaGetErrorString(e_));                          \
 			t_report_hang();                                                           \
+			t_report_marks();                                                          \
 			fflush(stdout);                                                            \
 			exit(1);                                                                   \
 		}                                                                                  \
@@ -147,29 +285,51 @@ static void t_report(int ok, const char *fmt, ...)
 		t_failed++;
 }
 
-static void t_enter(const char *phase)
+/* Name the case about to run and print it before anything is launched: the last such line of a
+ * log that stops is the case that hung. Restarts the watchdog's clock. */
+static void t_case(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void t_case(const char *fmt, ...)
 {
-	t_phase = phase;
-	t_phase_start = time(NULL);
-	printf("# %s\n", phase);
+	va_list ap;
+
+	pthread_mutex_lock(&t_case_lock);
+	va_start(ap, fmt);
+	vsnprintf(t_case_label, sizeof(t_case_label), fmt, ap);
+	va_end(ap);
+	clock_gettime(CLOCK_MONOTONIC, &t_case_start);
+	t_marks_grid = 0;
+	printf("# > %s\n", t_case_label);
 	fflush(stdout);
+	pthread_mutex_unlock(&t_case_lock);
 }
 
-/* A phase that runs longer than this is a hang: say which and stop the process. */
-#define T_PHASE_SECONDS 240
+static void t_enter(const char *phase)
+{
+	printf("# %s\n", phase);
+	pthread_mutex_lock(&t_case_lock);
+	t_phase = phase;
+	pthread_mutex_unlock(&t_case_lock);
+	t_case("%s: setup", phase);
+}
 
 static void *t_watchdog(void *arg)
 {
 	(void)arg;
 	for (;;) {
-		sleep(1);
-		if (time(NULL) - t_phase_start > T_PHASE_SECONDS) {
-			printf("FAIL watchdog: phase '%s' still running after %d s\n", t_phase,
-			       T_PHASE_SECONDS);
+		struct timespec now;
+
+		usleep(200 * 1000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		pthread_mutex_lock(&t_case_lock);
+		if (now.tv_sec - t_case_start.tv_sec > t_case_seconds) {
+			printf("FAIL watchdog: case '%s' (phase '%s') still running after %d s\n",
+			       t_case_label, t_phase, t_case_seconds);
 			t_report_hang();
+			t_report_marks();
 			fflush(stdout);
 			_exit(1);
 		}
+		pthread_mutex_unlock(&t_case_lock);
 	}
 	return NULL;
 }
@@ -390,12 +550,23 @@ extern "C" __global__ void __launch_bounds__(MK_ATTN_THREADS(64), 1)
 	mk_attn_role(&args, &maps, blockIdx.x, gridDim.x, t_dyn_attn, 64);
 }
 
-/* Launch this test's kernel for a planned role with its maps. */
+/* Whether this test's kernels' register splits fit what they hold at launch (index: D 64, D 128);
+ * one that does not would wait forever at setmaxnreg.inc, so it is never launched. */
+static int t_kernel_ok[2];
+
+/* Launch this test's kernel for a planned role with its maps; its warps' marks start cleared. */
 static int t_launch_role(const struct mk_attn_args *a, const struct mk_attn_tmaps *maps, int ctas,
 			 cudaStream_t st)
 {
 	const int grid = ctas > 0 ? ctas : (a->units < t_sms ? a->units : t_sms);
 
+	if (!t_kernel_ok[a->head_dim == 128])
+		return -ENOEXEC;
+	memset(t_marks_host, 0, T_MARK_BLOCKS * T_MARK_WARPS);
+	pthread_mutex_lock(&t_case_lock);
+	t_marks_grid = grid;
+	t_marks_threads = MK_ATTN_THREADS(a->head_dim);
+	pthread_mutex_unlock(&t_case_lock);
 	if (a->head_dim == 128)
 		t_attn_d128<<<grid, MK_ATTN_THREADS(128), MK_ATTN_SMEM_BYTES(128), st>>>(*maps, *a);
 	else
@@ -417,14 +588,42 @@ static int t_run_debug(const struct mk_attn_args *in, int ctas)
 	return t_launch_role(&a, &maps, ctas, t_st);
 }
 
+/* Before any launch: each kernel's register split against what it holds at launch (the pool
+ * setmaxnreg.inc draws from). This test's kernels directly; the library's through
+ * mk_attn_run_hopper(), which refuses (-ENOEXEC) a kernel that does not fit. */
+static void t_check_regs(void)
+{
+	for (int d = 64; d <= 128; d += 64) {
+		int regs = 0;
+		const int rc = mk_attn_check_kernel(d == 64 ? (const void *)t_attn_d64
+							    : (const void *)t_attn_d128,
+						    d, &regs);
+
+		t_kernel_ok[d == 128] = rc == 0;
+		t_report(rc == 0,
+			 "register split D %d (bounded-wait kernel): 128 x %d + %d x %d = %d "
+			 "registers after setmaxnreg, %d x %d = %d held at launch%s",
+			 d, MK_ATTN_PRODUCER_REGS(d), MK_ATTN_THREADS(d) - 128,
+			 MK_ATTN_CONSUMER_REGS(d), MK_ATTN_SPLIT_REGS(d), MK_ATTN_THREADS(d), regs,
+			 MK_ATTN_THREADS(d) * regs,
+			 rc == -ENOEXEC ? ": setmaxnreg.inc would wait forever, not launched"
+			 : rc		? ": attributes unreadable, not launched"
+					: "");
+	}
+}
+
 /* Which kernel a comparison runs. */
 enum { K_DEBUG = 0, K_HOPPER = 1, K_PORTABLE = 2 };
 static const char *const t_kernel_names[] = { "hopper-debug", "hopper", "portable" };
 
 static int t_run(int kernel, const struct mk_attn_args *a)
 {
+	static const char *const epi[] = { "", " partial", " merge", " merge-out" };
 	int rc;
 
+	t_case("%s B %d Hq %d Hkv %d Sq %d Skv %d D %d %s%s", t_kernel_names[kernel], a->batch,
+	       a->heads_q, a->heads_kv, a->sq, a->skv, a->head_dim, a->causal ? "causal" : "full",
+	       a->epi >= 0 && a->epi < 4 ? epi[a->epi] : " ?");
 	if (kernel == K_DEBUG)
 		rc = t_run_debug(a, 0);
 	else if (kernel == K_HOPPER)
@@ -553,6 +752,8 @@ static void t_unit_tma(int hd)
 		long long bad = 0, first = -1;
 		uint16_t got = 0, want = 0;
 
+		t_case("tma D %d %s block rows %d..%d (head %d, batch %d)", hd, is_q ? "Q" : "K",
+		       row0, row0 + rows - 1, head, b);
 		T_CHECK_CUDA(cudaMemset(dout, 0xAB, bm * hd * 2));
 		t_tma_kernel<<<1, 128, 64 * 1024, t_st>>>(maps, is_q, rows, row0, head, b, hd, dout);
 		T_CHECK_CUDA(cudaGetLastError());
@@ -638,6 +839,7 @@ static void t_unit_qk(int hd)
 	T_CHECK_CUDA(cudaFuncSetAttribute((const void *)t_qk_kernel,
 					  cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
 	T_CHECK_CUDA(cudaMemset(ds, 0xFF, 64 * MK_ATTN_BN * 4));
+	t_case("wgmma S = Q K^T tile D %d", hd);
 	if (rc == 0)
 		t_qk_kernel<<<1, 128, 64 * 1024, t_st>>>(maps, hd, n, b, h, kvh, ds);
 	T_CHECK_CUDA(cudaGetLastError());
@@ -728,6 +930,7 @@ static void t_unit_pv(int hd)
 	T_CHECK_CUDA(cudaMemset(dout, 0xFF, 64 * hd * 4));
 	T_CHECK_CUDA(cudaFuncSetAttribute((const void *)t_pv_kernel,
 					  cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+	t_case("wgmma O = P V tile D %d", hd);
 	if (rc == 0)
 		t_pv_kernel<<<1, 128, 64 * 1024, t_st>>>(maps, hd, n, b, kvh, dp, dout);
 	T_CHECK_CUDA(cudaGetLastError());
@@ -831,6 +1034,7 @@ static void t_unit_softmax(void)
 	T_CHECK_CUDA(cudaMalloc((void **)&dm, 64 * 4));
 	T_CHECK_CUDA(cudaMalloc((void **)&dl, 64 * 4));
 	T_CHECK_CUDA(cudaMemcpy(ds, hs, ns * 4, cudaMemcpyHostToDevice));
+	t_case("online softmax, two masked blocks");
 	t_softmax_kernel<<<1, 128, 0, t_st>>>(a, ds, nblk, first_n, row0, dp, dalpha, dm, dl);
 	T_CHECK_CUDA(cudaGetLastError());
 	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
@@ -1214,6 +1418,9 @@ static void t_schedule(void)
 				v.counter = dyn ? counter : NULL;
 				T_CHECK_CUDA(cudaMemsetAsync(counter, 0, 4, t_st));
 				t_poison(&c);
+				t_case("hopper schedule %s, %d CTAs, %s units",
+				       causal ? "causal" : "full", ctas[i],
+				       dyn ? "dynamic" : "static");
 				rc = mk_attn_run_hopper(&v, ctas[i], t_st);
 				T_CHECK_CUDA(cudaStreamSynchronize(t_st));
 				t_report(rc == 0 && t_bitwise(ref, c.o, c.nq * 2),
@@ -1327,6 +1534,8 @@ static void t_jobs(int d)
 			a.acc = acc;
 			a.njobs = 1;
 			a.job[0] = jobs[jn];
+			t_case("jobs D %d: %s, job %d as a single-job launch", d,
+			       t_kernel_names[kind], jn);
 			rc = kind == K_HOPPER ? mk_attn_run_hopper(&a, 0, t_st)
 					      : mk_attn_run_portable(&a, t_st);
 		}
@@ -1384,6 +1593,7 @@ static void t_jobs(int d)
 	}
 	T_CHECK_CUDA(cudaMemcpy(maps2_d, maps2_h, sizeof(maps2_h), cudaMemcpyHostToDevice));
 	T_CHECK_CUDA(cudaDeviceSynchronize());
+	t_case("jobs D %d: hopper-debug, 3 jobs in one launch, gated source written meanwhile", d);
 	t_late_producer<<<1, 256, 0, side>>>(k2, v2, k2src, v2src, nk2 * 2, &words[1]);
 	T_CHECK_CUDA(cudaGetLastError());
 	rc = t_launch_role(&a, &maps, t_sms - 2, t_st); /* room for the producer's SM */
@@ -1446,6 +1656,8 @@ static void t_api(void)
 	T_CHECK_CUDA(cudaMemcpy(ref, c.o, c.nq * 2, cudaMemcpyDeviceToDevice));
 	T_CHECK_CUDA(cudaMemcpy(ref_lse, c.lse, c.nlse * 4, cudaMemcpyDeviceToDevice));
 	t_poison(&c);
+	t_case("mkAttention B %d Hq %d Hkv %d Sq %d Skv %d D %d causal", c.B, c.Hq, c.Hkv, c.Sq,
+	       c.Skv, c.D);
 	r = mkAttention(c.q, c.k, c.v, c.o, c.lse, c.B, c.Hq, c.Hkv, c.Sq, c.Skv, c.D, 1, t_st);
 	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
 	t_report(r == ncclSuccess && t_bitwise(ref, c.o, c.nq * 2) &&
@@ -1455,6 +1667,7 @@ static void t_api(void)
 
 	/* lse may be NULL */
 	t_poison(&c);
+	t_case("mkAttention with lse NULL");
 	r = mkAttention(c.q, c.k, c.v, c.o, NULL, c.B, c.Hq, c.Hkv, c.Sq, c.Skv, c.D, 1, t_st);
 	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
 	t_report(r == ncclSuccess && t_bitwise(ref, c.o, c.nq * 2), "mkAttention with lse NULL");
@@ -1467,6 +1680,7 @@ static void t_api(void)
 		 "mkAttention D 80 -> ncclInvalidArgument");
 
 	/* CUDA-graph capture and replay */
+	t_case("mkAttention captured in a CUDA graph, replayed twice");
 	t_poison(&c);
 	T_CHECK_CUDA(cudaStreamSynchronize(t_st));
 	T_CHECK_CUDA(cudaStreamBeginCapture(t_st, cudaStreamCaptureModeThreadLocal));
@@ -1507,7 +1721,9 @@ int main(int argc, char **argv)
 		printf("SKIP: no CUDA device\n");
 		return 77;
 	}
-	t_phase_start = time(NULL);
+	if (t_sanitize)
+		t_case_seconds = 30 * T_CASE_SECONDS;
+	t_case("device setup");
 	pthread_create(&wd, NULL, t_watchdog, NULL);
 	T_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
 	T_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
@@ -1522,15 +1738,21 @@ int main(int argc, char **argv)
 	T_CHECK_CUDA(cudaStreamCreate(&t_st));
 	T_CHECK_CUDA(cudaHostAlloc((void **)&t_hang_host, sizeof(*t_hang_host), cudaHostAllocMapped));
 	memset(t_hang_host, 0, sizeof(*t_hang_host));
+	T_CHECK_CUDA(cudaHostAlloc((void **)&t_marks_host, T_MARK_BLOCKS * T_MARK_WARPS,
+				   cudaHostAllocMapped));
+	memset(t_marks_host, 0, T_MARK_BLOCKS * T_MARK_WARPS);
 	{
 		struct t_hang *dev = NULL;
+		unsigned char *marks = NULL;
 
 		T_CHECK_CUDA(cudaHostGetDevicePointer((void **)&dev, t_hang_host, 0));
 		T_CHECK_CUDA(cudaMemcpyToSymbol(t_hang_rec, &dev, sizeof(dev)));
+		T_CHECK_CUDA(cudaHostGetDevicePointer((void **)&marks, t_marks_host, 0));
+		T_CHECK_CUDA(cudaMemcpyToSymbol(t_marks, &marks, sizeof(marks)));
 		if (t_sanitize) {
-			long long cycles = 256ll << 30;
+			unsigned long long ns = 64000000000ull;
 
-			T_CHECK_CUDA(cudaMemcpyToSymbol(t_wait_cycles, &cycles, sizeof(cycles)));
+			T_CHECK_CUDA(cudaMemcpyToSymbol(t_wait_ns, &ns, sizeof(ns)));
 		}
 	}
 	if (t_hopper) {
@@ -1540,6 +1762,8 @@ int main(int argc, char **argv)
 		T_CHECK_CUDA(cudaFuncSetAttribute((const void *)t_attn_d64,
 						  cudaFuncAttributeMaxDynamicSharedMemorySize,
 						  MK_ATTN_SMEM_BYTES(64)));
+		t_enter("0. register splits");
+		t_check_regs();
 		t_enter("1. building blocks");
 		for (int d = 64; d <= 128; d += 64) {
 			t_unit_tma(d);
