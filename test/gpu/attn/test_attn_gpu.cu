@@ -118,9 +118,9 @@ static __device__ __forceinline__ void t_wait(uint32_t bar, uint32_t parity, int
 
 	if (mk_mbar_test_a(bar, parity))
 		return;
-	t0 = mk_attn_now_ns();
+	t0 = mk_globaltimer_ns();
 	while (!mk_mbar_test_a(bar, parity)) {
-		waited = mk_attn_now_ns() - t0;
+		waited = mk_globaltimer_ns() - t0;
 		if (waited > t_wait_ns)
 			t_wait_give_up(bar, parity, id, waited);
 	}
