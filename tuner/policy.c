@@ -618,8 +618,8 @@ int mk_policy_sm_split(const struct mk_policy_op_query *q, struct mk_policy_sm_s
 
 		mk_model_ring_attn_us(&topo, &in->links, q->m, q->n, q->k, q->kv_n, q->causal,
 				      q->dtype_bytes > 0 ? q->dtype_bytes : 2, sms,
-				      s.sms[MK_ROLE_COMPUTE], in->attn_tflops, in->fused_overhead_us,
-				      &s.fused_us, &s.unfused_us);
+				      s.sms[MK_ROLE_COMPUTE], in->attn_tflops,
+				      in->fused_overhead_us, &s.fused_us, &s.unfused_us);
 		s.fuse = q->nranks > 1 && s.fused_us < s.unfused_us;
 		s.path = s.fuse ? MK_PATH_FUSED : MK_PATH_UNFUSED;
 	}
