@@ -25,8 +25,9 @@
  * on mKernel's sweep shapes (GEMM + RS: M = N, K = N / 16; AG + GEMM: M = K, N = M / nranks) up to
  * 8192 (16384 without --quick, 32768 with --big), both B layouts; tails (shards that are not a
  * multiple of 128 rows, shards shorter than a tile, N not a multiple of 8); the adaptive controller
- * (three calls per shape); the unfused path forced and chosen (type fp16, K not a multiple of 8,
- * the policy's cost model, a heap too small); 100 calls back to back into 100 NaN-poisoned
+ * (three calls per shape); the unfused path forced and chosen (type fp16, K not a multiple of 8
+ * with fused asked and with the knob unset, the policy's cost model, a heap too small: one rank
+ * alone stays fused there); 100 calls back to back into 100 NaN-poisoned
  * outputs, each checked; a call captured in a CUDA graph and replayed three times (poisoned
  * before each), a new shape captured at its first call. --kill: the last rank dies while the
  * others are inside a fused call; they must see an async error within the timeout.
@@ -415,17 +416,24 @@ static const char *path_name(int path)
 	return path == PATH_FUSED ? "fused" : path == PATH_UNFUSED ? "unfused" : "none";
 }
 
+/* The MKERNEL_*_FUSED value set_path(path) gives. */
+static const char *knob_value(int path)
+{
+	return path == PATH_FUSED ? "1" : path == PATH_UNFUSED ? "0" : "unset";
+}
+
 /*
  * `reps` calls of one problem, C (and aGathered, when asked) NaN-poisoned before each; every
- * result checked, the path of every call asserted (`path`: fused, unfused, or the cost model's
- * choice), `why_has` must appear in the recorded reason when given.
+ * result checked. `ask` sets the op's MKERNEL_*_FUSED knob (fused: 1, unfused: 0, auto: unset);
+ * the path of every call must be `want` (auto: the cost model's choice), and `why_has` must
+ * appear in the recorded reason when given.
  */
-static void check_case(const char *label, int m, int n, int k, int b_nk, int path, int reps,
-		       int gathered, const char *why_has)
+static void check_path(const char *label, int m, int n, int k, int b_nk, int ask, int want,
+		       int reps, int gathered, const char *why_has)
 {
 	char name[200], why[256] = "", d[300] = "", gd[120] = "";
 	unsigned long long bad = 0, gbad = 0;
-	int want, took = -1, path_ok = 1;
+	int took = -1, path_ok = 1;
 	void *c, *g = NULL;
 	ncclResult_t ae;
 	struct prob p;
@@ -437,8 +445,9 @@ static void check_case(const char *label, int m, int n, int k, int b_nk, int pat
 	CK(cudaMalloc(&c, p.out * 2));
 	if (gathered)
 		CK(cudaMalloc(&g, (size_t)m * k * 2));
-	set_path(path);
-	want = path == PATH_AUTO ? auto_path(&p) : path;
+	set_path(ask);
+	if (want == PATH_AUTO)
+		want = auto_path(&p);
 	for (int r = 0; r < reps; r++) {
 		char d1[300];
 		unsigned long long b1;
@@ -463,16 +472,23 @@ static void check_case(const char *label, int m, int n, int k, int b_nk, int pat
 		const double secs = case_end();
 
 		snprintf(what, sizeof(what),
-			 "%s: path %s (want %s; %s), %llu outside tolerance, %s%s%s, async %s, "
-			 "%.2f s",
-			 name, path_name(took), path_name(want), why, bad, d, gbad ? "; " : "", gd,
-			 ncclGetErrorString(ae), secs);
+			 "%s: knob %s, path %s (want %s; %s), %llu outside tolerance, %s%s%s, "
+			 "async %s, %.2f s",
+			 name, knob_value(ask), path_name(took), path_name(want), why, bad, d,
+			 gbad ? "; " : "", gd, ncclGetErrorString(ae), secs);
 		expect(bad == 0 && gbad == 0 && path_ok && ae == ncclSuccess, what);
 	}
 	set_path(PATH_FUSED);
 	cudaFree(c);
 	cudaFree(g);
 	prob_close(&p);
+}
+
+/* A case whose path is the one asked for (or the cost model's choice when the knob is unset). */
+static void check_case(const char *label, int m, int n, int k, int b_nk, int path, int reps,
+		       int gathered, const char *why_has)
+{
+	check_path(label, m, n, k, b_nk, path, path, reps, gathered, why_has);
 }
 
 /*
@@ -521,7 +537,14 @@ static void check_fp16_fallback(void)
 	prob_close(&p);
 }
 
-/* A comm whose heap cannot hold the shape: the unfused path, with the reason, and right. */
+/*
+ * A comm of 4 MiB of heap, fused asked for M 2048 x N 2048 (all-gather: K 2048). What the fused
+ * path keeps in the heap: reduce-scatter W (M x N x 2 = 8 MiB) with several ranks, plus a
+ * landing area of (nodes - 1) x M / nranks x N x 2 across nodes, and the flag words; all-gather
+ * G (M x K x 2 = 8 MiB) with several ranks, and the flag words. So several ranks must take the
+ * unfused path, saying why, and be right; one rank alone keeps only the reduce-scatter's flag
+ * words (a few KiB) and nothing for the all-gather, so it must stay fused.
+ */
 static void check_small_heap(void)
 {
 	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
@@ -532,9 +555,12 @@ static void check_small_heap(void)
 	NK(mkCommInit(g_nccl, &cfg, &small));
 	case_end();
 	g_comm = small;
-	/* 2048 rows x 2048: 8 MiB of partials or of gathered A, twice the heap */
-	check_case("fused asked, heap 4 MiB", 2048, 2048, g_op == OP_RS ? 128 : 2048, 1, PATH_FUSED,
-		   1, 0, "heap is too small");
+	if (g_nranks > 1)
+		check_path("fused asked, heap 4 MiB", 2048, 2048, g_op == OP_RS ? 128 : 2048, 1,
+			   PATH_FUSED, PATH_UNFUSED, 1, 0, "heap is too small");
+	else
+		check_path("fused asked, heap 4 MiB, one rank", 2048, 2048,
+			   g_op == OP_RS ? 128 : 2048, 1, PATH_FUSED, PATH_FUSED, 1, 0, NULL);
 	g_comm = keep;
 	case_begin("mkCommDestroy of the 4 MiB comm", 120);
 	NK(mkCommDestroy(small));
@@ -1096,11 +1122,14 @@ static void tests(int quick, int big)
 	check_case("default (cost model)", 256 * r, 256, 64, 1, PATH_AUTO, 1, 0, NULL);
 	check_case("default (cost model)", 4096, ag ? 4096 / r : 4096, ag ? 4096 : 256, 1,
 		   PATH_AUTO, 1, 0, NULL);
-	check_case("fused asked, K % 8 != 0", 512 * r, 512, 100, 1, PATH_UNFUSED, 1, 0,
+	/* a shape the engine cannot run says so, whether fused was asked or left to the cost
+	 * model (the shape rules come before it) */
+	check_path("fused asked, K % 8 != 0", 512 * r, 512, 100, 1, PATH_FUSED, PATH_UNFUSED, 1, 0,
+		   "K must be a multiple of 8");
+	check_path("default, K % 8 != 0", 512 * r, 512, 100, 1, PATH_AUTO, PATH_UNFUSED, 1, 0,
 		   "K must be a multiple of 8");
 	check_fp16_fallback();
-	if (r > 1) /* one rank alone needs (almost) no heap */
-		check_small_heap();
+	check_small_heap();
 	check_back_to_back(quick ? 10 : 100);
 	check_graph();
 }
