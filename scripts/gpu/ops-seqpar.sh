@@ -4,17 +4,21 @@
 # at most ten minutes:
 #   test-rs, test-ag: the per-rank test (test-seqpar-gpu) of one op on every layout in LAYOUTS
 #          (default "s b a c": 1 rank; 1 node x 2 ranks; 2 nodes x 1 rank; 2 nodes x 2 ranks),
-#          then a rank killed mid-call on c; test: both ops (with QUICK=1 it fits one call);
+#          then a rank killed mid-call on c; test: both ops (with QUICK=1 it fits one call: one
+#          run per layout tests both ops on one comm, then the kill of each op on c);
 #   bench-rs, bench-ag: its benchmark on every layout in LAYOUTS (sweep to TOP: default 32768
 #          with one rank, 16384 with several), JSON lines into OUTDIR/seqpar-bench.jsonl;
 #          bench: both ops;
 #   torch: PyTorch async-TP's fused ops (scripts/gpu/ops_seqpar_torch.py) on 1, 2 and 4 ranks,
 #          where they run (JSON lines, "unsupported" with the reason where they do not);
 #   all:   every phase in turn (longer than one call: for a host of your own).
-# QUICK=1 stops the tests at 4096 (a first check of a new build); BIG=1 adds 32768 to the tests.
-# Layouts with several ranks run under MPS (their kernels wait for each other). Key lines go to
-# stdout; every log into OUTDIR/seqpar-PHASE.tgz. Exit: 0 when every step passed, 1 otherwise
-# (the failing steps are named at the end).
+# QUICK=1 is a first check of a new build: every kind of case once at small sizes (sweep 2048),
+# a watchdog of 60 s per case; BIG=1 adds 32768 to the tests. Layouts with several ranks run
+# under MPS (their kernels wait for each other). Key lines go to stdout (per step its exit, its
+# wall time and each rank's time split with its slowest cases); every log into
+# OUTDIR/seqpar-PHASE/ as each step ends (kept when the run is cut short), and
+# OUTDIR/seqpar-PHASE.tgz at the end. Exit: 0 when every step passed, 1 otherwise (the failing
+# steps are named at the end).
 # Usage: scripts/gpu/ops-seqpar.sh BIN OUTDIR PHASE    (BIN: the build's test/gpu/ops folder;
 #        libfabric and friends under .carry/root as for runtime-all.sh)
 set -u
@@ -27,31 +31,45 @@ nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__
 export LD_LIBRARY_PATH="$here/.carry/root/usr/lib/x86_64-linux-gnu:${nccl_lib:+$nccl_lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$outdir"
-r=$(mktemp -d)/seqpar-$phase
+r=$outdir/seqpar-$phase
+rm -rf "$r"
 mkdir -p "$r"
 failed=()
 
 # step NAME LAYOUT [options]: one per-rank run through runtime-comm.sh, its log kept.
 step() {
-	local name=$1 layout=$2 rc mps=1
+	local name=$1 layout=$2 rc mps=1 t0=$SECONDS
 	shift 2
 	[ "$layout" = s ] && mps=0
 	MPS=$mps RANK_TIMEOUT=${RANK_TIMEOUT:-540} \
 		"$here/scripts/gpu/runtime-comm.sh" "$bin/test-seqpar-gpu" "$layout" "$@" \
 		>"$r/$name.log" 2>&1
 	rc=$?
-	echo "== $name ($layout $*): exit $rc"
+	echo "== $name ($layout $*): exit $rc, $((SECONDS - t0)) s"
 	[ "$rc" = 0 ] || failed+=("$name")
-	grep -E '^\{|FAIL|WATCHDOG|failure\(s\)|dying|node [0-9]' "$r/$name.log" | head -80
+	grep -E '^\{|FAIL|WATCHDOG|failure\(s\)|dying|node [0-9]|: time ' "$r/$name.log" | head -80
 	grep -h '^{' "$r/$name.log" >>"$r/seqpar-bench.jsonl" || true
 }
 
+# tests OP...: the per-rank test of each op on every layout (quick: both ops in one run per
+# layout), then each op's kill on c.
 tests() {
-	local op=$1
-	for l in ${LAYOUTS:-s b a c}; do
-		step "test-$op-$l" "$l" --op "$op" ${QUICK:+--quick} ${BIG:+--big}
+	local op l quick_op=$1
+	[ $# = 2 ] && quick_op=both
+	if [ -n "${QUICK:-}" ]; then
+		for l in ${LAYOUTS:-s b a c}; do
+			step "test-$quick_op-$l" "$l" --op "$quick_op" --quick ${BIG:+--big}
+		done
+	else
+		for op in "$@"; do
+			for l in ${LAYOUTS:-s b a c}; do
+				step "test-$op-$l" "$l" --op "$op" ${BIG:+--big}
+			done
+		done
+	fi
+	for op in "$@"; do
+		RANK_TIMEOUT=120 step "kill-$op-c" c --op "$op" --kill
 	done
-	RANK_TIMEOUT=120 step "kill-$op-c" c --op "$op" --kill
 }
 
 benches() {
@@ -64,10 +82,7 @@ benches() {
 case $phase in
 test-rs) tests rs ;;
 test-ag) tests ag ;;
-test)
-	tests rs
-	tests ag
-	;;
+test) tests rs ag ;;
 bench-rs) benches rs ;;
 bench-ag) benches ag ;;
 bench)
@@ -99,7 +114,7 @@ all)
 esac
 [ -f "$r/seqpar-bench.jsonl" ] && cat "$r/seqpar-bench.jsonl" >>"$outdir/seqpar-bench.jsonl"
 [ -f "$r/torch.jsonl" ] && cat "$r/torch.jsonl" >>"$outdir/seqpar-torch.jsonl"
-tar czf "$outdir/seqpar-$phase.tgz" -C "$(dirname "$r")" "seqpar-$phase"
+tar czf "$outdir/seqpar-$phase.tgz" -C "$outdir" "seqpar-$phase"
 if [ "${#failed[@]}" -gt 0 ]; then
 	echo "ops-seqpar $phase: FAILED: ${failed[*]}"
 	exit 1

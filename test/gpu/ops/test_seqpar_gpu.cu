@@ -26,7 +26,7 @@
  *
  * Cases: bad arguments (ncclInvalidArgument, M % nranks included); the fused path, static split,
  * on mKernel's sweep shapes (GEMM + RS: M = N, K = N / 16; AG + GEMM: M = K, N = M / nranks) up to
- * 8192 (16384 without --quick, 32768 with --big), both B layouts; tails (shards that are not a
+ * 16384 (2048 with --quick, 32768 with --big), both B layouts to 4096; tails (shards that are not a
  * multiple of 128 rows, shards shorter than a tile, N not a multiple of 8); the adaptive controller
  * (three calls per shape); the unfused path forced and chosen (type fp16, K not a multiple of 8
  * with fused asked and with the knob unset, the policy's cost model, a heap too small: one rank
@@ -38,7 +38,12 @@
  * default choice, the GEMM engine alone and the collective alone (medians, the slowest rank's),
  * one traced call, and static splits against the adaptive controller; JSON lines from rank 0.
  *
- * usage: test-seqpar-gpu RANK NRANKS IDFILE NNODES NLOCAL [--op rs|ag] [--quick] [--big]
+ * --op both: the tests of both ops, one after the other on one comm. --quick: every kind of case
+ * once at small sizes (sweep 2048, ten calls back to back), a watchdog of at most 60 s.
+ * The last lines of each rank: where its time went (NCCL init, mkCommInit, cases, the rest) and
+ * its slowest cases, then its failures.
+ *
+ * usage: test-seqpar-gpu RANK NRANKS IDFILE NNODES NLOCAL [--op rs|ag|both] [--quick] [--big]
  *        [--bench] [--top N] [--kill]
  * Exit: 0 pass, 1 fail, 3 watchdog, 77 no CUDA device.
  */
@@ -84,9 +89,15 @@ static const char *op_name(void)
 
 /* ---- watchdog: a case that does not finish in time is named, and the rank exits 3 ---- */
 
-static char g_dog_msg[320];
+static char g_dog_msg[320], g_case_name[200];
 static size_t g_dog_len;
 static uint64_t g_case_t0;
+static unsigned int g_dog_cap; /* most seconds any case may take (0: each case's own) */
+
+/* Time spent in cases, and the slowest ones (printed at the end: where a run's time went). */
+#define SLOWEST 4
+static double g_cases_s, g_slow_s[SLOWEST];
+static char g_slow_name[SLOWEST][200];
 
 static void dog_bark(int sig)
 {
@@ -98,9 +109,14 @@ static void dog_bark(int sig)
 
 static void case_begin(const char *name, unsigned int seconds)
 {
-	int n = snprintf(g_dog_msg, sizeof(g_dog_msg),
-			 "rank %d: FAIL WATCHDOG: '%s' still running after %u s\n", g_rank, name,
-			 seconds);
+	int n;
+
+	if (g_dog_cap > 0 && seconds > g_dog_cap)
+		seconds = g_dog_cap;
+	snprintf(g_case_name, sizeof(g_case_name), "%s", name);
+	n = snprintf(g_dog_msg, sizeof(g_dog_msg),
+		     "rank %d: FAIL WATCHDOG: '%s' still running after %u s\n", g_rank, name,
+		     seconds);
 
 	g_dog_len = n < (int)sizeof(g_dog_msg) ? (size_t)n : sizeof(g_dog_msg) - 1;
 	g_case_t0 = mk_now_ns();
@@ -109,8 +125,33 @@ static void case_begin(const char *name, unsigned int seconds)
 
 static double case_end(void)
 {
+	const double secs = (mk_now_ns() - g_case_t0) / 1e9;
+	int i = SLOWEST;
+
 	alarm(0);
-	return (mk_now_ns() - g_case_t0) / 1e9;
+	g_cases_s += secs;
+	while (i > 0 && secs > g_slow_s[i - 1])
+		i--;
+	if (i < SLOWEST) {
+		memmove(&g_slow_s[i + 1], &g_slow_s[i], (SLOWEST - 1 - i) * sizeof(g_slow_s[0]));
+		memmove(&g_slow_name[i + 1], &g_slow_name[i],
+			(SLOWEST - 1 - i) * sizeof(g_slow_name[0]));
+		g_slow_s[i] = secs;
+		snprintf(g_slow_name[i], sizeof(g_slow_name[i]), "%s", g_case_name);
+	}
+	return secs;
+}
+
+/* "rank R: time ...": the whole run, its parts and the slowest cases. */
+static void print_times(double nccl_s, double init_s, double total_s)
+{
+	printf("rank %d: time %.1f s: NCCL init %.1f s, mkCommInit %.1f s, cases %.1f s, other "
+	       "%.1f s; slowest:",
+	       g_rank, total_s, nccl_s, init_s, g_cases_s, total_s - nccl_s - init_s - g_cases_s);
+	for (int i = 0; i < SLOWEST && g_slow_s[i] > 0; i++)
+		printf("%s '%s' %.2f s", i ? "," : "", g_slow_name[i], g_slow_s[i]);
+	printf("\n");
+	fflush(stdout);
 }
 
 /* ---- knobs ---- */
@@ -1092,15 +1133,18 @@ static const char *opt_str(int argc, char **argv, const char *name, const char *
 	return def;
 }
 
-/* Symmetric heap the largest shape of the run needs (with room for words and orders). */
-static size_t heap_for(int top)
+/* Symmetric heap the largest shape of the op needs: W and the landing area (reduce-scatter) or
+ * G (all-gather), without the room for words and orders (heap_room). */
+static size_t heap_for(int op, int top)
 {
 	const size_t t = (size_t)top;
 
-	if (g_op == OP_RS)
-		return t * t * 2 + t / (size_t)g_nranks * t * 2 + (64u << 20);
-	return t * t * 2 + (64u << 20);
+	if (op == OP_RS)
+		return t * t * 2 + t / (size_t)g_nranks * t * 2;
+	return t * t * 2;
 }
+
+static const size_t heap_room = (size_t)64 << 20;
 
 /* The test cases of one op (see the header comment). */
 static void tests(int quick, int big)
@@ -1110,7 +1154,7 @@ static void tests(int quick, int big)
 
 	check_invalid();
 	set_env("MKERNEL_SM_POLICY", "static");
-	for (int s = 2048; s <= (quick ? 4096 : big ? 32768 : 16384); s *= 2) {
+	for (int s = 2048; s <= (quick ? 2048 : big ? 32768 : 16384); s *= 2) {
 		const int m = s, n = ag ? s / r : s, k = ag ? s : s / 16;
 
 		/* both B layouts up to 4096 (N a multiple of 8 on the K x N side), then N x K */
@@ -1130,11 +1174,12 @@ static void tests(int quick, int big)
 	set_env("MKERNEL_SM_POLICY", "adaptive");
 	check_case("fused adaptive", 1000 * r, ag ? 1000 : 3000, ag ? 520 : 192, 0, PATH_FUSED, 3,
 		   0, NULL);
-	check_case("fused adaptive", 4096, ag ? 4096 / r : 4096, ag ? 4096 : 256, 1, PATH_FUSED, 3,
-		   ag, NULL);
-	if (!quick)
+	if (!quick) {
+		check_case("fused adaptive", 4096, ag ? 4096 / r : 4096, ag ? 4096 : 256, 1,
+			   PATH_FUSED, 3, ag, NULL);
 		check_case("fused adaptive", 8192, ag ? 8192 / r : 8192, ag ? 8192 : 512, 1,
 			   PATH_FUSED, 3, 0, NULL);
+	}
 	set_env("MKERNEL_SM_POLICY", "static");
 	/* the unfused path: forced, chosen by the cost model, for K % 8, for fp16 */
 	check_case("unfused forced", 1000 * r, ag ? 1000 : 3000, ag ? 520 : 192, 1, PATH_UNFUSED,
@@ -1157,36 +1202,58 @@ static void tests(int quick, int big)
 int main(int argc, char **argv)
 {
 	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
-	int rc, quick, big, do_bench, kill, top;
+	int rc, quick, big, do_bench, kill, top, heap_top, ops[2], nops;
+	const uint64_t t0 = mk_now_ns();
+	double nccl_s, init_s;
 	struct rank_args a;
 	const char *op;
 
-	rc = rank_args_parse(argc, argv, "[--op rs|ag] [--quick] [--big] [--bench] [--top N] [--kill]",
-			     &a);
+	rc = rank_args_parse(argc, argv,
+			     "[--op rs|ag|both] [--quick] [--big] [--bench] [--top N] [--kill]", &a);
 	if (rc)
 		return rc;
 	g_nranks = a.nranks;
 	op = opt_str(argc, argv, "--op", "rs");
-	g_op = strcmp(op, "ag") == 0 ? OP_AG : OP_RS;
 	quick = rank_has_opt(argc, argv, "--quick");
 	big = rank_has_opt(argc, argv, "--big");
 	do_bench = rank_has_opt(argc, argv, "--bench");
 	kill = rank_has_opt(argc, argv, "--kill");
+	/* both: the tests of one op after the other on one comm (one start-up for two ops, and
+	 * their workspaces side by side, as an application keeps them) */
+	nops = strcmp(op, "both") == 0 ? 2 : 1;
+	ops[0] = strcmp(op, "ag") == 0 ? OP_AG : OP_RS;
+	ops[1] = OP_AG;
+	if (nops == 2 && (kill || do_bench)) {
+		fprintf(stderr, "--op both is for the tests: --kill and --bench take rs or ag\n");
+		return 2;
+	}
 	top = opt_int(argc, argv, "--top", quick ? 4096 : g_nranks == 1 || big ? 32768 : 16384);
+	/* quick: a first check, every kind of case once at small sizes; a hang is named within a
+	 * minute (the launcher's limit for a quick run is short) */
+	g_dog_cap = quick ? 60 : 0;
 	signal(SIGALRM, dog_bark);
+	g_op = ops[0];
 	set_path(PATH_FUSED);
 	rank_nccl_init(&a, &g_nccl);
-	cfg.heapBytes = heap_for(big || do_bench ? top : quick ? 4096 : 16384);
+	nccl_s = (mk_now_ns() - t0) / 1e9;
+	/* the kill's shape is 2048 (a larger heap only costs start-up: a host mirror as large as
+	 * the heap where the transport cannot register GPU memory) */
+	heap_top = kill ? 2048 : big || do_bench ? top : quick ? 4096 : 16384;
+	cfg.heapBytes = heap_room;
+	for (int i = 0; i < nops; i++)
+		cfg.heapBytes += heap_for(ops[i], heap_top);
 	cfg.timeoutMs = kill ? 3000 : 20000; /* a hang fails well inside the launcher's limit */
 	NK(mkCommInit(g_nccl, &cfg, &g_comm));
+	init_s = (mk_now_ns() - t0) / 1e9 - nccl_s;
 	g_share = mk_sp_share(g_comm);
 	CK(cudaMalloc((void **)&g_chk, sizeof(*g_chk)));
 	CK(cudaEventCreate(&g_e0));
 	CK(cudaEventCreate(&g_e1));
 	printf("rank %d: %s, node %d/%d local %d/%d, %d rank(s) on this GPU (%d SMs each), heap "
 	       "%zu MiB\n",
-	       a.rank, op_name(), g_comm->topo.node, g_comm->topo.nnodes, g_comm->topo.local_rank,
-	       g_comm->topo.nlocal, g_comm->gpu_share, g_share, cfg.heapBytes >> 20);
+	       a.rank, nops == 2 ? "gemm_rs and ag_gemm" : op_name(), g_comm->topo.node,
+	       g_comm->topo.nnodes, g_comm->topo.local_rank, g_comm->topo.nlocal, g_comm->gpu_share,
+	       g_share, cfg.heapBytes >> 20);
 	fflush(stdout);
 	expect(g_comm->topo.nnodes == a.nnodes && g_comm->topo.nlocal == a.nlocal,
 	       "node discovery agrees with the launcher's layout");
@@ -1194,10 +1261,14 @@ int main(int argc, char **argv)
 		return run_kill(cfg.timeoutMs / 1e3);
 	if (do_bench)
 		bench(top);
-	else
+	for (int i = 0; !do_bench && i < nops; i++) {
+		g_op = ops[i];
+		set_path(PATH_FUSED);
 		tests(quick, big);
+	}
 	NK(mkCommDestroy(g_comm));
 	NK(ncclCommDestroy(g_nccl));
+	print_times(nccl_s, init_s, (mk_now_ns() - t0) / 1e9);
 	printf("rank %d: %d failure(s)\n", a.rank, g_failures);
 	return g_failures ? 1 : 0;
 }
