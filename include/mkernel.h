@@ -204,7 +204,8 @@ MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_
  * within the node through the mapped heaps, across nodes only the node sums, each sent once per
  * node; otherwise cuBLAS then ncclReduceScatter on `stream`. MKERNEL_DEBUG=INFO says which ran
  * and why. The fused path keeps M x N x 2 bytes of the symmetric heap (plus a landing area of
- * (nodes - 1) x M / nranks x N x 2 across nodes); a new shape's first call allocates it
+ * (nodes - 1) x M / nranks x N x 2 across nodes; one rank alone only a few KiB of flags); a new
+ * shape's first call allocates it
  * (collective, synchronises the host: call once before capturing a CUDA graph). Bad arguments as
  * for mkGemmAllReduce: ncclInvalidArgument, nothing launched.
  */
@@ -221,7 +222,7 @@ MK_API ncclResult_t mkGemmReduceScatter(const void *a, const void *b, void *c, s
  * through the network, each shard crossing it once per node) while the GEMM consumes the rows
  * that arrived, in arrival order; otherwise ncclAllGather then cuBLAS on `stream`
  * (MKERNEL_AG_GEMM_FUSED, MKERNEL_DEBUG=INFO as above). The fused path keeps M x K x 2 bytes of
- * the symmetric heap; first call of a shape and bad arguments as above.
+ * the symmetric heap (one rank alone: none); first call of a shape and bad arguments as above.
  */
 MK_API ncclResult_t mkAllGatherGemm(const void *aShard, const void *b, void *c, void *aGathered,
 				    size_t m, size_t n, size_t k, ncclDataType_t type,
