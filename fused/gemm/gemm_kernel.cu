@@ -287,6 +287,9 @@ extern "C" int mk_gemm_launch_prepared(const struct mk_gemm_args *args,
 {
 	int sms, rc, grid, units, bm, bn;
 
+	/* A split launch without its workspace would write through a null or stale pointer. */
+	if (args->splits > 1 && (args->split_count == NULL || args->split_ws == NULL))
+		return -EINVAL;
 	rc = gemm_prepare_device(&sms);
 	if (rc)
 		return rc;

@@ -126,6 +126,7 @@ static int disp_args(const struct disp_call *x, const struct mk_gemm_pick *p,
 		     struct mk_gemm_args *args, const char **why)
 {
 	static char fake_ws[16] __attribute__((aligned(16))); /* an address for the check only */
+	int rc;
 
 	mk_gemm_args_init(args, x->m, x->n, x->k, x->b_nk ? MK_GEMM_B_NK : MK_GEMM_B_KN, x->c);
 	mk_gemm_args_variant(args, p->tile, p->splits);
@@ -136,7 +137,11 @@ static int disp_args(const struct disp_call *x, const struct mk_gemm_pick *p,
 		}
 		mk_gemm_args_split_ws(args, fake_ws);
 	}
-	return mk_gemm_check(x->a, x->b, args, why);
+	rc = mk_gemm_check(x->a, x->b, args, why);
+	/* The check's address is host memory: a launch must get the stream's workspace or fail. */
+	args->split_count = NULL;
+	args->split_ws = NULL;
+	return rc;
 }
 
 static int disp_path_ok(const struct mk_calib_gemm *g, void *arg)
@@ -207,7 +212,9 @@ static int disp_engine(struct disp_entry *e, const struct mk_gemm_pick *p,
 	rc = disp_args(x, p, &e->args, &why);
 	if (rc)
 		return rc;
-	if (e->pick.splits > 1) {
+	/* p, not the cached decision: a forced variant may split where the calibrated one does not
+	 */
+	if (p->splits > 1) {
 		rc = mk_gemm_ws_get(stream, &ws, &ws_bytes);
 		if (rc)
 			return rc;
