@@ -82,14 +82,15 @@ static int calib_num(const char *s, double lo, int positive, double *out)
 	return 0;
 }
 
-/* "cublas" or "eBMxBNsS". */
+/* "cublas", "gemmex" or "eBMxBNsS". */
 static int calib_path(const char *s, struct mk_calib_gemm *g)
 {
 	unsigned int bm, bn, sp;
 	char tail;
 
-	if (strcmp(s, "cublas") == 0) {
+	if (strcmp(s, "cublas") == 0 || strcmp(s, "gemmex") == 0) {
 		g->engine = 0;
+		g->gemmex = s[1] == 'e';
 		return 0;
 	}
 	if (sscanf(s, "e%ux%us%u%c", &bm, &bn, &sp, &tail) != 3 || (bm != 64 && bm != 128) ||
@@ -122,8 +123,8 @@ static int calib_gemm_record(const struct calib_line *l, struct mk_calib_gemm *g
 		return -EINVAL;
 	}
 	if (calib_path(l->tok[5], g)) {
-		*why = "gemm record: path must be cublas or eBMxBNsS (BM 64|128, BN 128|256, S "
-		       "1..16)";
+		*why = "gemm record: path must be cublas, gemmex or eBMxBNsS (BM 64|128, BN "
+		       "128|256, S 1..16)";
 		return -EINVAL;
 	}
 	if (calib_num(l->tok[6], 0, 1, &us) || us > 1e9) {
@@ -276,8 +277,10 @@ static int calib_device_record(const struct calib_line *l, struct mk_calib *c, c
 static int calib_cmp(const void *pa, const void *pb)
 {
 	const struct mk_calib_gemm *a = pa, *b = pb;
-	const uint64_t ka[] = { a->b_nk, a->m, a->n, a->k, a->engine, a->bm, a->bn, a->splits };
-	const uint64_t kb[] = { b->b_nk, b->m, b->n, b->k, b->engine, b->bm, b->bn, b->splits };
+	const uint64_t ka[] = { a->b_nk,   a->m,  a->n,	 a->k,	   a->engine,
+				a->gemmex, a->bm, a->bn, a->splits };
+	const uint64_t kb[] = { b->b_nk,   b->m,  b->n,	 b->k,	   b->engine,
+				b->gemmex, b->bm, b->bn, b->splits };
 
 	for (size_t i = 0; i < sizeof(ka) / sizeof(ka[0]); i++) {
 		if (ka[i] != kb[i])
@@ -549,12 +552,13 @@ int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint6
 	     j++) {
 		const struct mk_calib_gemm *g = &c->gemm[j];
 
-		if (!g->engine)
-			blas = g;
+		if (!g->engine && (blas == NULL || g->us < blas->us))
+			blas = g; /* the faster of cuBLASLt and cublasGemmEx */
 		else if ((ok == NULL || ok(g, arg)) && (eng == NULL || g->us < eng->us))
 			eng = g;
 	}
 	out->cublas_us = blas != NULL ? blas->us : 0;
+	out->gemmex = blas != NULL && blas->gemmex;
 	if (eng != NULL && (blas == NULL || eng->us < blas->us * (1.0 - MK_CALIB_TIE))) {
 		out->engine = 1;
 		out->bm = eng->bm;

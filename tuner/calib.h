@@ -22,8 +22,9 @@
  *	                                           nodes of LOCAL ranks at M rows, on SHARE SMs:
  *	                                           CTAs of each communication role
  *
- * PATH is `cublas` (cuBLASLt, the heuristic's algorithm) or `eBMxBNsS`, mkernel's engine with
- * BM x BN tiles and S k-splits (e128x256s1, e64x128s4, ...). OP is a policy op name
+ * PATH is `cublas` (cuBLASLt, the heuristic's algorithm), `gemmex` (cublasGemmEx: on some small
+ * and odd shapes its own algorithm choice beats Lt's heuristic) or `eBMxBNsS`, mkernel's engine
+ *with BM x BN tiles and S k-splits (e128x256s1, e64x128s4, ...). OP is a policy op name
  * (gemm_allreduce, ...). A file with any malformed record is rejected as a whole.
  *
  * Shape classes. The measured (M, N, K) points of one B layout are the classes. A query's
@@ -56,10 +57,10 @@ enum mk_calib_link {
 /* One measured (shape, path). */
 struct mk_calib_gemm {
 	uint32_t m, n, k;
-	uint8_t b_nk;	/* 1: B is N x K */
-	uint8_t engine; /* 0: cuBLAS, 1: mkernel's engine */
-	uint8_t splits; /* engine: k-splits */
-	uint8_t pad;
+	uint8_t b_nk;	 /* 1: B is N x K */
+	uint8_t engine;	 /* 0: cuBLAS, 1: mkernel's engine */
+	uint8_t splits;	 /* engine: k-splits */
+	uint8_t gemmex;	 /* cuBLAS: 1 cublasGemmEx, 0 cuBLASLt */
 	uint16_t bm, bn; /* engine: tile shape */
 	float us;
 };
@@ -126,9 +127,10 @@ extern const char mk_calib_builtin[];
 /* What to run for one GEMM. */
 struct mk_calib_choice {
 	int engine; /* 0: cuBLAS, 1: the engine with bm x bn tiles and `splits` */
+	int gemmex; /* cuBLAS: 1 cublasGemmEx, 0 cuBLASLt */
 	int bm, bn, splits;
 	double us;	  /* the chosen path's time at the class */
-	double cublas_us; /* cuBLAS's time at the class, 0 if not measured */
+	double cublas_us; /* the faster cuBLAS call's time at the class, 0 if not measured */
 	uint32_t m, n, k; /* the class */
 };
 

@@ -182,8 +182,11 @@ static void disp_decide(const struct disp_call *x, int dev_ok, struct mk_gemm_pi
 		pick->tile = disp_tile_of((unsigned int)ch.bm, (unsigned int)ch.bn);
 		pick->splits = ch.splits;
 		*why = "calibrated: the engine is faster at this class";
+	} else if (ch.gemmex) {
+		pick->path = MK_GEMM_PATH_CUBLAS;
+		*why = "calibrated: cublasGemmEx is faster at this class";
 	} else {
-		*why = ch.cublas_us > 0 ? "calibrated: cuBLAS is faster at this class"
+		*why = ch.cublas_us > 0 ? "calibrated: cuBLASLt is faster at this class"
 					: "calibrated: no engine path runs this call";
 	}
 	MK_INFO(MK_SUBSYS_TUNING,

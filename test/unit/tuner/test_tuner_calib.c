@@ -474,12 +474,44 @@ static void test_time_estimate_scales_from_the_class(void **state)
 	assert_true(mk_calib_gemm_us(&lookup_cal, 2, 4096, 4096, 1) < 0);
 }
 
+/* cuBLAS has two calls: the faster of cuBLASLt and cublasGemmEx at a class stands for cuBLAS, and
+ * the engine must beat that one. */
+static void test_choose_faster_cublas_call(void **state)
+{
+	struct mk_calib c;
+	struct mk_calib_choice ch;
+	const char *why;
+	int line;
+
+	(void)state;
+	assert_int_equal(parse(HEADER "gemm 1024 1024 1024 nk cublas 47.7\n"
+				      "gemm 1024 1024 1024 nk gemmex 35.0\n"
+				      "gemm 1024 1024 1024 nk e128x128s1 40.0\n"
+				      "gemm 4096 4096 4096 nk cublas 190\n"
+				      "gemm 4096 4096 4096 nk gemmex 210\n",
+			       &c, &line, &why),
+			 0);
+	assert_int_equal(c.ngemm, 5);
+	assert_int_equal(mk_calib_gemm_choose(&c, 1001, 1003, 1000, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.engine, 0); /* 40 us loses to gemmex's 35 */
+	assert_int_equal(ch.gemmex, 1);
+	assert_true(fabs(ch.us - 35.0) < 1e-6 && fabs(ch.cublas_us - 35.0) < 1e-6);
+	assert_int_equal(mk_calib_gemm_choose(&c, 4096, 4096, 4096, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.engine, 0);
+	assert_int_equal(ch.gemmex, 0); /* Lt is the faster call here */
+	assert_true(fabs(ch.cublas_us - 190.0) < 1e-6);
+	mk_calib_free(&c);
+	/* the same path twice in one class is still a malformed file */
+	reject(HEADER "gemm 1 1 1 nk gemmex 1\ngemm 1 1 1 nk gemmex 2\n", 0, "measured twice");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_every_record),
 		cmocka_unit_test(test_parse_rejects_malformed_records),
 		cmocka_unit_test(test_builtin_table_is_valid),
+		cmocka_unit_test(test_choose_faster_cublas_call),
 		cmocka_unit_test(test_split_records),
 		cmocka_unit_test(test_coll_records),
 		cmocka_unit_test_setup_teardown(test_env_file_used_when_valid, setup_env,
