@@ -173,8 +173,9 @@ def main():
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device")
         return 77
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+    dev = int(os.environ.get("LOCAL_RANK", "0"))  # the rank's GPU (python-rank.sh)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", dev))
     rank, world = dist.get_rank(), dist.get_world_size()
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
     from mkernel.comm import Comm  # noqa: E402 (the package of this tree or the bundle)

@@ -96,7 +96,9 @@ def bench(rank, world, dev, reps, iters, label):
         busbw = nbytes / t.item() * 2 * (world - 1) / world / 1e9
         rows.append({"tool": "nccl-fake-nodes", "config": label, "op": "all_reduce",
                      "bytes": nbytes, "time_us_median": t.item() * 1e6,
-                     "busbw_gbps": busbw, "world": world, "emulated": True})
+                     "busbw_gbps": busbw, "world": world,
+                     # ranks sharing one GPU are emulation; one GPU each is not
+                     "emulated": os.environ.get("MK_EMULATED", "1") != "0"})
     return rows
 
 
@@ -108,8 +110,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(0)
-    dev = torch.device("cuda", 0)
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # the rank's GPU
+    torch.cuda.set_device(dev)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     t0 = time.time()
     if args.mode == "check":

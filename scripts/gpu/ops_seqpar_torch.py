@@ -8,11 +8,12 @@ run) against all_gather_into_tensor + matmul and matmul + reduce_scatter_tensor 
 inputs, timed the same way (CUDA events around one call, interleaved rounds, medians, the
 slowest rank's) over mKernel's sweep shapes (GEMM + RS: M = N, K = N / 16; AG + GEMM: M = K,
 N = M / ranks). Every rank is a process on GPU 0 with its own NCCL_HOSTID (as in the mkernel
-tests, so NCCL accepts several ranks on one GPU). Symmetric memory maps the other processes'
-buffers through CUDA IPC; where that (or anything else) does not run, a JSON line says
-"unsupported" with the error instead of a figure.
+tests, so NCCL accepts several ranks on one GPU), or with --per-gpu on GPU <rank> of one node
+(one host identity: NVLink between the GPUs, a host of several GPUs). Symmetric memory maps the
+other processes' buffers through CUDA IPC; where that (or anything else) does not run, a JSON
+line says "unsupported" with the error instead of a figure.
 
-usage: ops_seqpar_torch.py [--ranks 1 2 4] [--top N] [--out FILE]
+usage: ops_seqpar_torch.py [--ranks 1 2 4] [--top N] [--out FILE] [--per-gpu]
 """
 import argparse
 import json
@@ -48,17 +49,19 @@ def sweep(op, top, world):
     return shapes
 
 
-def worker(rank, world, port, top, out):
+def worker(rank, world, port, top, out, dev):
     import torch
     import torch.distributed as dist
 
-    torch.cuda.set_device(0)
+    torch.cuda.set_device(dev)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, device_id=torch.device("cuda", 0))
+                            world_size=world, device_id=torch.device("cuda", dev))
     group = dist.group.WORLD
     name = group.group_name
+    # ranks of their own GPUs (dev differs from 0 on some) are no emulation
+    per_gpu = os.environ.get("MK_ASYNC_TP_PER_GPU") == "1"
     base = {"bench": "torch_async_tp", "nranks": world, "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name(0), "emulated": True}
+            "gpu": torch.cuda.get_device_name(dev), "emulated": not per_gpu}
     try:
         from torch.distributed import _symmetric_memory as symm_mem
 
@@ -137,16 +140,17 @@ def worker(rank, world, port, top, out):
     return 0
 
 
-def run(world, top, out, limit):
+def run(world, top, out, limit, per_gpu):
     port = free_port()
     procs = []
     for rank in range(world):
-        env = dict(os.environ, NCCL_HOSTID=f"fake-node-{rank}", NCCL_SOCKET_IFNAME="lo",
-                   NCCL_IB_DISABLE="1", NCCL_NVLS_ENABLE="0", NCCL_MNNVL_ENABLE="0",
-                   TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+        env = dict(os.environ, NCCL_HOSTID="gpu-node-0" if per_gpu else f"fake-node-{rank}",
+                   NCCL_SOCKET_IFNAME="lo", NCCL_IB_DISABLE="1", NCCL_NVLS_ENABLE="0",
+                   NCCL_MNNVL_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+                   NVSHMEM_DISABLE_NVLS="1", MK_ASYNC_TP_PER_GPU="1" if per_gpu else "0")
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--worker", str(rank), str(world), str(port), str(top),
-             out or ""], env=env))
+             out or "", str(rank if per_gpu else 0)], env=env))
     t0, rcs = time.time(), []
     for p in procs:
         try:
@@ -157,23 +161,25 @@ def run(world, top, out, limit):
         for p in procs:
             p.kill()
         emit({"bench": "torch_async_tp", "nranks": world, "status": "unsupported",
-              "error": f"no result within {limit} s (killed)", "emulated": True}, out)
+              "error": f"no result within {limit} s (killed)", "emulated": not per_gpu}, out)
         return 0
     if any(rc != 0 for rc in rcs):
         emit({"bench": "torch_async_tp", "nranks": world, "status": "unsupported",
-              "error": f"worker exits {rcs}", "emulated": True}, out)
+              "error": f"worker exits {rcs}", "emulated": not per_gpu}, out)
     return 0
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         rank, world, port, top = (int(x) for x in sys.argv[2:6])
-        return worker(rank, world, port, top, sys.argv[6] or None)
+        return worker(rank, world, port, top, sys.argv[6] or None, int(sys.argv[7]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--top", type=int, default=16384)
     ap.add_argument("--out", default=None)
     ap.add_argument("--limit", type=int, default=150, help="seconds per rank count")
+    ap.add_argument("--per-gpu", action="store_true",
+                    help="rank r on GPU r, one node (a host with at least max(--ranks) GPUs)")
     args = ap.parse_args()
     try:
         import torch  # noqa: F401 - only to say so when it is missing
@@ -181,7 +187,7 @@ def main():
         emit({"bench": "torch_async_tp", "status": "unsupported", "error": str(e)}, args.out)
         return 0
     for world in args.ranks:
-        run(world, args.top, args.out, args.limit)
+        run(world, args.top, args.out, args.limit, args.per_gpu)
     return 0
 
 

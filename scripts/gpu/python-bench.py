@@ -91,9 +91,10 @@ def main():
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(0)
+    dev = int(os.environ.get("LOCAL_RANK", "0"))  # the rank's GPU (python-rank.sh)
+    torch.cuda.set_device(dev)
     dist.init_process_group("nccl", rank=rank, world_size=world,
-                            device_id=torch.device("cuda", 0),
+                            device_id=torch.device("cuda", dev),
                             timeout=datetime.timedelta(seconds=300))
     g = dist.group.WORLD
     h, f = args.hidden, args.intermediate

@@ -1,44 +1,66 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Run a per-rank GPU test (test-comm-gpu, test-gar-gpu) as one process per rank on GPU 0, one
-# NCCL_HOSTID per process (NCCL sees each as a node and sends everything through the net
-# plugin) and one MKERNEL_HOSTID per emulated node (mkernel's nodes: NLOCAL ranks each).
+# Run a per-rank GPU test (test-comm-gpu, test-gar-gpu, ...) as one process per rank, placed by a
+# layout of scripts/gpu/layout.sh: every rank on GPU 0 with fake nodes (one NCCL_HOSTID per
+# process, one MKERNEL_HOSTID per emulated node), or one GPU per rank on a host of several GPUs
+# (one host identity per node, MK_TEST_DEVICE = the rank's GPU).
 # Usage: scripts/gpu/runtime-comm.sh TEST_BIN LAYOUT [test options...]
-#   LAYOUT s: 1 rank;             a: 2 fake nodes x 1 rank;   a4: 4 fake nodes x 1 rank;
-#          b: 1 node x 2 ranks;   c: 2 nodes x 2 ranks.
-#   Nodes of several ranks: NCCL rejects two ranks with one host identity on one GPU ("Duplicate
-#   GPU"), so every process keeps its own NCCL_HOSTID and the ranks of an emulated node share an
-#   MKERNEL_HOSTID: mkernel then maps their heaps into each other (CUDA IPC on the one GPU) and
-#   sends only between nodes through the transport. Run b and c with MPS=1: the ranks' kernels
-#   wait for each other and must run side by side.
+#   LAYOUT on GPU 0: s 1 rank; a 2 fake nodes x 1 rank; a4 4 fake nodes x 1 rank; b 1 node x 2
+#          ranks; c 2 nodes x 2 ranks. Run b and c with MPS=1: the ranks' kernels wait for each
+#          other and must run side by side.
+#   LAYOUT one GPU per rank: g 1 node x G ranks; h 2 nodes x G/2 ranks; gN, hN on N GPUs (G from
+#          MK_GPUS, CUDA_VISIBLE_DEVICES or nvidia-smi -L). MPS is never started for these.
+# Each rank runs as `TEST_BIN RANK NRANKS IDFILE NNODES NLOCAL [test options...]`.
 # WRAP="compute-sanitizer --tool memcheck --error-exitcode 3" runs every rank under that command.
 # MPS=1 starts an MPS daemon first (ranks' kernels then run side by side instead of
-# time-slicing) and stops it at the end. Exit: 0 pass, 1 fail, 77 no GPU.
+# time-slicing) and stops it at the end. RANK_TIMEOUT: seconds per rank (default 150).
+# DRY_RUN=1 prints each rank's command with its environment and runs nothing.
+# Exit: 0 pass, 1 fail, 2 bad layout, 77 no GPU (or fewer GPUs than the layout needs).
 set -u
+set -o pipefail
 bin=$1
 layout=$2
 shift 2
-case $layout in
-s) n=1 nodes=1 nlocal=1 ;;
-a) n=2 nodes=2 nlocal=1 ;;
-a4) n=4 nodes=4 nlocal=1 ;;
-b) n=2 nodes=1 nlocal=2 ;;
-c) n=4 nodes=2 nlocal=2 ;;
-*) echo "unknown layout $layout"; exit 2 ;;
-esac
+here=$(dirname "$0")
+# shellcheck source=layout.sh
+. "$here/layout.sh"
+mk_layout "$layout" || exit $?
+n=$MK_L_RANKS nodes=$MK_L_NODES nlocal=$MK_L_NLOCAL
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_MNNVL_ENABLE=0
 export MKERNEL_TRANSPORT=${MKERNEL_TRANSPORT:-ofi}
 export MKERNEL_OFI_PROVIDER=${MKERNEL_OFI_PROVIDER:-tcp;ofi_rxm}
 export MKERNEL_OFI_IFACE=${MKERNEL_OFI_IFACE:-lo}
+mps=${MPS:-0}
+[ "$MK_L_PER_GPU" = 1 ] && mps=0 # one process per GPU: nothing to share
+
+if [ "${DRY_RUN:-0}" = 1 ]; then
+	echo "layout $layout: $n rank(s), $nodes node(s) x $nlocal, $([ "$MK_L_PER_GPU" = 1 ] &&
+		echo "one GPU per rank (GPUs 0-$((MK_L_GPUS - 1)))" || echo "every rank on GPU 0"), MPS $mps"
+	# what the ranks inherit that matters to them, then each rank's own variables
+	mapfile -t common < <(env | grep -E '^(NCCL_|MKERNEL_|MK_|CUDA_VISIBLE_DEVICES=|CUDA_MPS_|TORCH_|NVSHMEM_|MASTER_|KILLED_RANK=|PYTHONPATH=|LD_LIBRARY_PATH=)' |
+		grep -vE '^(MK_TEST_DEVICE|NCCL_HOSTID|MKERNEL_HOSTID|MK_GPUS)=' | LC_ALL=C sort)
+	for r in $(seq 0 $((n - 1))); do
+		mapfile -t own < <(mk_layout_env "$r")
+		printf 'rank %d: env' "$r"
+		# shellcheck disable=SC2086 # WRAP is a command line to split
+		printf ' %q' "${common[@]}" "${own[@]}" timeout "${RANK_TIMEOUT:-150}" ${WRAP:-} "$bin" \
+			"$r" "$n" IDFILE "$nodes" "$nlocal" "$@"
+		printf '\n'
+	done
+	exit 0
+fi
+
 tmp=$(mktemp -d)
 # shellcheck source=mps.sh
-. "$(dirname "$0")/mps.sh"
-[ "${MPS:-0}" = 1 ] && mps_start "$tmp"
+. "$here/mps.sh"
+[ "$mps" = 1 ] && mps_start "$tmp"
 pids=()
 for r in $(seq 0 $((n - 1))); do
-	NCCL_HOSTID=fake-node-$r MKERNEL_HOSTID=mk-node-$((r / nlocal)) timeout ${RANK_TIMEOUT:-150} ${WRAP:-} "$bin" "$r" "$n" "$tmp/ncclid" "$nodes" "$nlocal" "$@" \
-		>"$tmp/rank$r.log" 2>&1 &
+	mapfile -t own < <(mk_layout_env "$r")
+	# shellcheck disable=SC2086 # WRAP is a command line to split
+	env "${own[@]}" timeout "${RANK_TIMEOUT:-150}" ${WRAP:-} "$bin" "$r" "$n" "$tmp/ncclid" \
+		"$nodes" "$nlocal" "$@" >"$tmp/rank$r.log" 2>&1 &
 	pids+=($!)
 done
 rcs=()

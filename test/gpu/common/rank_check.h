@@ -87,16 +87,21 @@ static int cmp_f(const void *a, const void *b)
 
 struct rank_args {
 	int rank, nranks, nnodes, nlocal;
+	int device; /* CUDA device of this rank: MK_TEST_DEVICE, default 0 */
 	const char *idfile;
 };
 
 /*
  * "RANK NRANKS IDFILE NNODES NLOCAL [options]": 0 and *a filled (g_rank set), 2 after printing
- * the usage (`opts` lists the options), or 77 where there is no CUDA device.
+ * the usage (`opts` lists the options) or when MK_TEST_DEVICE names no device, or 77 where there
+ * is no CUDA device. The launcher (scripts/gpu/runtime-comm.sh) sets MK_TEST_DEVICE to the rank's
+ * GPU where each rank has its own; every rank on GPU 0 otherwise.
  */
 static int rank_args_parse(int argc, char **argv, const char *opts, struct rank_args *a)
 {
+	const char *dev = getenv("MK_TEST_DEVICE");
 	int ndev = 0;
+	char *end;
 
 	if (argc < 6) {
 		fprintf(stderr, "usage: %s RANK NRANKS IDFILE NNODES NLOCAL %s\n", argv[0], opts);
@@ -111,6 +116,17 @@ static int rank_args_parse(int argc, char **argv, const char *opts, struct rank_
 	a->idfile = argv[3];
 	a->nnodes = atoi(argv[4]);
 	a->nlocal = atoi(argv[5]);
+	a->device = 0;
+	if (dev != NULL && dev[0] != '\0') {
+		long d = strtol(dev, &end, 10);
+
+		if (*end != '\0' || d < 0 || d >= ndev) {
+			fprintf(stderr, "rank %d: MK_TEST_DEVICE=%s is not one of the %d devices\n",
+				a->rank, dev, ndev);
+			return 2;
+		}
+		a->device = (int)d;
+	}
 	return 0;
 }
 
@@ -124,12 +140,12 @@ static int rank_has_opt(int argc, char **argv, const char *name)
 	return 0;
 }
 
-/* GPU 0 and an NCCL communicator over all ranks (the unique id through a->idfile). */
+/* The rank's GPU and an NCCL communicator over all ranks (the unique id through a->idfile). */
 static void rank_nccl_init(const struct rank_args *a, ncclComm_t *nccl)
 {
 	ncclUniqueId id;
 
-	CK(cudaSetDevice(0));
+	CK(cudaSetDevice(a->device));
 	get_id(a->rank, a->idfile, &id);
 	NK(ncclCommInitRank(nccl, a->nranks, id, a->rank));
 }

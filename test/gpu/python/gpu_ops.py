@@ -441,8 +441,9 @@ def main():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     timeout_ms = int(os.environ.setdefault("MKERNEL_TIMEOUT", "5000" if args.mode == "kill"
                                            else "30000"))
-    torch.cuda.set_device(0)
-    kw = {} if args.lazy else {"device_id": torch.device("cuda", 0)}
+    dev = int(os.environ.get("LOCAL_RANK", "0"))  # the rank's GPU (python-rank.sh)
+    torch.cuda.set_device(dev)
+    kw = {} if args.lazy else {"device_id": torch.device("cuda", dev)}
     dist.init_process_group("nccl", rank=RANK, world_size=world,
                             timeout=datetime.timedelta(seconds=120), **kw)
     group = dist.group.WORLD
