@@ -19,7 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#define BENCH_MAX_IMPLS 24
+#define BENCH_MAX_IMPLS 32
 
 static int bench_cuda(cudaError_t e, const char *what)
 {
@@ -53,6 +53,9 @@ static int bench_time(struct bench_impl *impl, int n, int warmup, int reps, cuda
 	float *t = (float *)calloc((size_t)reps, sizeof(float));
 	int rc = -1, created = 0;
 
+	if (n > BENCH_MAX_IMPLS)
+		fprintf(stderr, "bench: %d implementations to time, at most %d\n", n,
+			BENCH_MAX_IMPLS);
 	if (ev == NULL || t == NULL || n > BENCH_MAX_IMPLS)
 		goto out;
 	for (; created < reps * n * 2; created++)

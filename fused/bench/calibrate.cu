@@ -36,6 +36,8 @@
 #include "mk_git.h"
 
 #define CAL_MAX_PATHS 24
+/* cuBLASLt, cublasGemmEx and every engine path are timed together */
+static_assert(CAL_MAX_PATHS + 2 <= BENCH_MAX_IMPLS, "bench_time() would refuse a class");
 
 /* Classes: every M with every (N, K) pair, both layouts (the benchmark's grid and more M). */
 static const int cal_ms[] = { 1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 };
