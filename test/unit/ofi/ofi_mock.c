@@ -157,7 +157,7 @@ static int m_close(struct fid *fid)
 	case FI_CLASS_EP:
 		mock.ep_live--;
 		for (int i = 0; i < mock.neps; i++) {
-			if (&mock.eps[i]->ep.fid == fid)
+			if (mock.eps[i] != NULL && &mock.eps[i]->ep.fid == fid)
 				mock.eps[i] = NULL;
 		}
 		break;
