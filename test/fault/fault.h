@@ -68,6 +68,18 @@ int fault_read_all(int fd, void *buf, size_t len, double timeout_s);
 int fault_recv_setup(struct fault_net *n, int hfd, void **lc, void **rc, double timeout_s);
 int fault_send_setup(struct fault_net *n, int hfd, void **sc, double timeout_s);
 
+/* One end of a connection in a peer process: the module opened, then connected or accepted. */
+struct fault_side {
+	struct fault_net n;
+	bool recv;
+	void *lc, *comm; /* listener (receiver only) and the connected comm */
+};
+
+/* fault_net_open + fault_recv_setup / fault_send_setup; 0 or 1 (with a message). */
+int fault_side_open(struct fault_side *s, const char *plugin, bool recv, int hfd, double timeout_s);
+/* Close the comm (and the receiver's listener), then finalize. */
+void fault_side_close(struct fault_side *s);
+
 /* Process facts for the soak and the strangers. */
 long fault_rss_kib(pid_t pid);
 int fault_nfds(pid_t pid);

@@ -38,8 +38,7 @@ struct bad_peer {
 	int hfd;    /* the listen handles, recv -> send */
 	int tx, rx; /* tokens to and from the other peer */
 	const char *name;
-	struct fault_net n;
-	void *lc, *comm;
+	struct fault_side s;
 };
 
 static int bad_fail(struct bad_peer *p, const char *fmt, const char *what)
@@ -74,7 +73,7 @@ static int checked_transfer(struct bad_peer *p, void *comm, int tag)
 	if (buf == NULL)
 		return 1;
 	memset(buf, p->recv ? 0 : 0x3c, SMALL);
-	if (p->n.t->regMr(comm, buf, SMALL, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
+	if (p->s.n.t->regMr(comm, buf, SMALL, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
 		goto out;
 	while (req == NULL && fault_now() < end) {
 		ncclResult_t r;
@@ -83,22 +82,22 @@ static int checked_transfer(struct bad_peer *p, void *comm, int tag)
 			void *data = buf;
 			size_t size = SMALL;
 
-			r = p->n.t->irecv(comm, 1, &data, &size, &tag, &mh, NULL, &req);
+			r = p->s.n.t->irecv(comm, 1, &data, &size, &tag, &mh, NULL, &req);
 		} else {
-			r = p->n.t->isend(comm, buf, SMALL, tag, mh, NULL, &req);
+			r = p->s.n.t->isend(comm, buf, SMALL, tag, mh, NULL, &req);
 		}
 		if (r != ncclSuccess)
 			goto dereg;
 	}
 	while (req != NULL && !done && fault_now() < end) {
-		if (p->n.t->test(req, &done, &sz) != ncclSuccess)
+		if (p->s.n.t->test(req, &done, &sz) != ncclSuccess)
 			goto dereg;
 	}
 	rc = !done || sz != SMALL;
 	for (int i = 0; p->recv && rc == 0 && i < SMALL; i++)
 		rc = buf[i] != 0x3c;
 dereg:
-	p->n.t->deregMr(comm, mh);
+	p->s.n.t->deregMr(comm, mh);
 out:
 	free(buf);
 	return rc ? bad_fail(p, "%s: the transfer after the refusals failed", "check") : 0;
@@ -126,22 +125,22 @@ static int case_oversize(struct bad_peer *p, bool on_recv)
 	if (buf == NULL)
 		return 1;
 	if (p->recv == on_recv) {
-		if (p->n.t->regMr(p->comm, buf, SMALL, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
+		if (p->s.n.t->regMr(p->s.comm, buf, SMALL, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
 			return bad_fail(p, "%s failed", "regMr of 4 KiB");
 		if (p->recv) {
 			void *data = buf;
 			size_t size = BIG;
 
-			r = p->n.t->irecv(p->comm, 1, &data, &size, &tag, &mh, NULL, &req);
+			r = p->s.n.t->irecv(p->s.comm, 1, &data, &size, &tag, &mh, NULL, &req);
 			rc = refused(p, "irecv of 256 KiB into a 4 KiB registration", r, req, w);
 		} else {
-			r = p->n.t->isend(p->comm, buf, BIG, tag, mh, NULL, &req);
+			r = p->s.n.t->isend(p->s.comm, buf, BIG, tag, mh, NULL, &req);
 			rc = refused(p, "isend of 256 KiB from a 4 KiB registration", r, req, w);
 		}
-		p->n.t->deregMr(p->comm, mh);
+		p->s.n.t->deregMr(p->s.comm, mh);
 	}
 	free(buf);
-	return rc || checked_transfer(p, p->comm, 1);
+	return rc || checked_transfer(p, p->s.comm, 1);
 }
 
 static int case_irecv_oversize(struct bad_peer *p)
@@ -163,16 +162,17 @@ static int case_null_data(struct bad_peer *p)
 	int tag = 1, rc;
 	ncclResult_t r;
 
-	if (buf == NULL || p->n.t->regMr(p->comm, buf, SMALL, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
+	if (buf == NULL ||
+	    p->s.n.t->regMr(p->s.comm, buf, SMALL, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
 		return bad_fail(p, "%s failed", "regMr");
 	if (p->recv)
-		r = p->n.t->irecv(p->comm, 1, &data, &size, &tag, &mh, NULL, &req);
+		r = p->s.n.t->irecv(p->s.comm, 1, &data, &size, &tag, &mh, NULL, &req);
 	else
-		r = p->n.t->isend(p->comm, NULL, SMALL, tag, mh, NULL, &req);
+		r = p->s.n.t->isend(p->s.comm, NULL, SMALL, tag, mh, NULL, &req);
 	rc = refused(p, p->recv ? "irecv into NULL" : "isend from NULL", r, req, w);
-	p->n.t->deregMr(p->comm, mh);
+	p->s.n.t->deregMr(p->s.comm, mh);
 	free(buf);
-	return rc || checked_transfer(p, p->comm, 1);
+	return rc || checked_transfer(p, p->s.comm, 1);
 }
 
 static int case_regmr_bad(struct bad_peer *p)
@@ -200,21 +200,21 @@ static int case_regmr_bad(struct bad_peer *p)
 		unsigned w = fault_warns(NULL);
 		void *mh = NULL;
 		ncclResult_t r =
-			p->n.t->regMr(p->comm, bad[i].addr, bad[i].len, MK_NCCL_PTR_HOST, &mh);
+			p->s.n.t->regMr(p->s.comm, bad[i].addr, bad[i].len, MK_NCCL_PTR_HOST, &mh);
 
 		rc |= refused(p, bad[i].what, r, mh, w);
 		if (r == ncclSuccess)
-			p->n.t->deregMr(p->comm, mh);
+			p->s.n.t->deregMr(p->s.comm, mh);
 	}
 	free(buf);
-	return rc || checked_transfer(p, p->comm, 1);
+	return rc || checked_transfer(p, p->s.comm, 1);
 }
 
 /* The sender opens a second comm to the receiver's second listener. */
 static int second_pair(struct bad_peer *p, void **lc2, void **c2)
 {
-	return p->recv ? fault_recv_setup(&p->n, p->hfd, lc2, c2, SETUP_S)
-		       : fault_send_setup(&p->n, p->hfd, c2, SETUP_S);
+	return p->recv ? fault_recv_setup(&p->s.n, p->hfd, lc2, c2, SETUP_S)
+		       : fault_send_setup(&p->s.n, p->hfd, c2, SETUP_S);
 }
 
 static int case_dereg_twice(struct bad_peer *p)
@@ -228,31 +228,31 @@ static int case_dereg_twice(struct bad_peer *p)
 	if (buf == NULL || second_pair(p, &lc2, &c2))
 		return 1;
 	if (!p->recv) {
-		if (p->n.t->regMr(p->comm, buf, SMALL, MK_NCCL_PTR_HOST, &ha) != ncclSuccess ||
-		    p->n.t->regMr(c2, buf, SMALL, MK_NCCL_PTR_HOST, &hb) != ncclSuccess)
+		if (p->s.n.t->regMr(p->s.comm, buf, SMALL, MK_NCCL_PTR_HOST, &ha) != ncclSuccess ||
+		    p->s.n.t->regMr(c2, buf, SMALL, MK_NCCL_PTR_HOST, &hb) != ncclSuccess)
 			return bad_fail(p, "%s failed", "regMr of one range on two comms");
 		if (ha == hb)
 			rc |= bad_fail(p, "%s", "two comms got the same registration handle");
-		if (p->n.t->deregMr(p->comm, ha) != ncclSuccess)
+		if (p->s.n.t->deregMr(p->s.comm, ha) != ncclSuccess)
 			rc |= bad_fail(p, "%s failed", "the first deregMr");
 		w = fault_warns(NULL);
-		rc |= refused(p, "a second deregMr of one handle", p->n.t->deregMr(p->comm, ha),
+		rc |= refused(p, "a second deregMr of one handle", p->s.n.t->deregMr(p->s.comm, ha),
 			      NULL, w);
 		w = fault_warns(NULL);
 		rc |= refused(p, "deregMr of comm A's handle through comm B",
-			      p->n.t->deregMr(c2, ha), NULL, w);
+			      p->s.n.t->deregMr(c2, ha), NULL, w);
 		/* a new registration may reuse the memory of the old handle: the old one stays dead
 		 */
-		if (p->n.t->regMr(p->comm, buf + SMALL, SMALL, MK_NCCL_PTR_HOST, &hc) !=
+		if (p->s.n.t->regMr(p->s.comm, buf + SMALL, SMALL, MK_NCCL_PTR_HOST, &hc) !=
 		    ncclSuccess)
 			rc |= bad_fail(p, "%s failed", "regMr after deregMr");
 		w = fault_warns(NULL);
-		r = p->n.t->isend(p->comm, buf, SMALL, tag, ha, NULL, &req);
+		r = p->s.n.t->isend(p->s.comm, buf, SMALL, tag, ha, NULL, &req);
 		rc |= refused(p, "isend with a deregistered handle", r, req, w);
 		/* comm B's registration of the same range still works */
 		for (double end = fault_now() + SETUP_S; req == NULL && fault_now() < end;) {
 			memset(buf, 0x3c, SMALL);
-			if (p->n.t->isend(c2, buf, SMALL, tag, hb, NULL, &req) != ncclSuccess)
+			if (p->s.n.t->isend(c2, buf, SMALL, tag, hb, NULL, &req) != ncclSuccess)
 				break;
 		}
 	} else {
@@ -260,15 +260,15 @@ static int case_dereg_twice(struct bad_peer *p)
 		size_t size = SMALL;
 
 		memset(buf, 0, SMALL);
-		if (p->n.t->regMr(c2, buf, SMALL, MK_NCCL_PTR_HOST, &hb) != ncclSuccess)
+		if (p->s.n.t->regMr(c2, buf, SMALL, MK_NCCL_PTR_HOST, &hb) != ncclSuccess)
 			return bad_fail(p, "%s failed", "regMr");
 		while (req == NULL)
-			if (p->n.t->irecv(c2, 1, &data, &size, &tag, &hb, NULL, &req) !=
+			if (p->s.n.t->irecv(c2, 1, &data, &size, &tag, &hb, NULL, &req) !=
 			    ncclSuccess)
 				return bad_fail(p, "%s failed", "irecv on the second comm");
 	}
 	for (int done = 0, sz; req != NULL && !done;) {
-		if (p->n.t->test(req, &done, &sz) != ncclSuccess) {
+		if (p->s.n.t->test(req, &done, &sz) != ncclSuccess) {
 			rc |= bad_fail(p, "%s failed", "the transfer on comm B");
 			break;
 		}
@@ -277,47 +277,47 @@ static int case_dereg_twice(struct bad_peer *p)
 		for (int i = 0; i < SMALL && rc == 0; i++)
 			rc = buf[i] != 0x3c ? bad_fail(p, "%s", "comm B received wrong bytes") : 0;
 	if (hc != NULL)
-		p->n.t->deregMr(p->comm, hc);
-	p->n.t->deregMr(c2, hb);
+		p->s.n.t->deregMr(p->s.comm, hc);
+	p->s.n.t->deregMr(c2, hb);
 	token(p, !p->recv); /* both done with comm B before either closes it */
 	token(p, p->recv);
 	if (p->recv) {
-		p->n.t->closeRecv(c2);
-		p->n.t->closeListen(lc2);
+		p->s.n.t->closeRecv(c2);
+		p->s.n.t->closeListen(lc2);
 	} else {
-		p->n.t->closeSend(c2);
+		p->s.n.t->closeSend(c2);
 	}
 	free(buf);
-	return rc || checked_transfer(p, p->comm, 1);
+	return rc || checked_transfer(p, p->s.comm, 1);
 }
 
 static int case_stale_comm(struct bad_peer *p)
 {
-	void *lc2 = NULL, *c2 = NULL, *old = p->comm, *oldl = p->lc;
+	void *lc2 = NULL, *c2 = NULL, *old = p->s.comm, *oldl = p->s.lc;
 	unsigned w;
 	int rc = 0, done = 0;
 
 	/* close the first pair, open a second: its objects may take the old memory */
 	if (p->recv) {
-		p->n.t->closeRecv(old);
-		p->n.t->closeListen(oldl);
+		p->s.n.t->closeRecv(old);
+		p->s.n.t->closeListen(oldl);
 	} else {
-		p->n.t->closeSend(old);
+		p->s.n.t->closeSend(old);
 	}
 	if (second_pair(p, &lc2, &c2))
 		return 1;
 	w = fault_warns(NULL);
 	rc |= refused(p, "closing a closed comm",
-		      p->recv ? p->n.t->closeRecv(old) : p->n.t->closeSend(old), NULL, w);
+		      p->recv ? p->s.n.t->closeRecv(old) : p->s.n.t->closeSend(old), NULL, w);
 	w = fault_warns(NULL);
-	rc |= refused(p, "test() on a closed comm's pointer", p->n.t->test(old, &done, NULL), NULL,
-		      w);
+	rc |= refused(p, "test() on a closed comm's pointer", p->s.n.t->test(old, &done, NULL),
+		      NULL, w);
 	if (p->recv) {
 		w = fault_warns(NULL);
-		rc |= refused(p, "closing a closed listener", p->n.t->closeListen(oldl), NULL, w);
+		rc |= refused(p, "closing a closed listener", p->s.n.t->closeListen(oldl), NULL, w);
 	}
-	p->comm = c2;
-	p->lc = lc2;
+	p->s.comm = c2;
+	p->s.lc = lc2;
 	return rc || checked_transfer(p, c2, 1);
 }
 
@@ -330,18 +330,18 @@ static int case_closed_listener(struct bad_peer *p)
 	struct mk_nccl_net_dev_handle *dc = NULL;
 
 	if (p->recv)
-		return checked_transfer(p, p->comm, 1);
-	if (p->n.t->listen(p->n.ctx, 0, handle, &lc) != ncclSuccess)
+		return checked_transfer(p, p->s.comm, 1);
+	if (p->s.n.t->listen(p->s.n.ctx, 0, handle, &lc) != ncclSuccess)
 		return bad_fail(p, "%s failed", "listen");
-	p->n.t->closeListen(lc);
+	p->s.n.t->closeListen(lc);
 	while (sc == NULL && r == ncclSuccess && fault_now() < end)
-		r = p->n.t->connect(p->n.ctx, 0, handle, &sc, &dc);
+		r = p->s.n.t->connect(p->s.n.ctx, 0, handle, &sc, &dc);
 	if (sc != NULL)
 		return bad_fail(p, "%s", "connect to a closed listener succeeded");
 	if (r == ncclSuccess)
 		return bad_fail(p, "%s",
 				"connect to a closed listener neither failed nor timed out");
-	return checked_transfer(p, p->comm, 1);
+	return checked_transfer(p, p->s.comm, 1);
 }
 
 static const struct bad_case {
@@ -366,21 +366,12 @@ static int bad_peer_main(void *arg)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		if (strcmp(cases[i].name, p->name) == 0)
 			c = &cases[i];
-	if (c == NULL || fault_net_open(&p->n, p->o->plugin) != 0)
-		return 1;
-	if (p->recv ? fault_recv_setup(&p->n, p->hfd, &p->lc, &p->comm, SETUP_S)
-		    : fault_send_setup(&p->n, p->hfd, &p->comm, SETUP_S))
+	if (c == NULL || fault_side_open(&p->s, p->o->plugin, p->recv, p->hfd, SETUP_S))
 		return 1;
 	rc = c->run(p);
 	token(p, !p->recv); /* neither closes while the other still transfers */
 	token(p, p->recv);
-	if (p->recv) {
-		p->n.t->closeRecv(p->comm);
-		p->n.t->closeListen(p->lc);
-	} else {
-		p->n.t->closeSend(p->comm);
-	}
-	fault_net_close(&p->n);
+	fault_side_close(&p->s);
 	return rc;
 }
 

@@ -92,38 +92,30 @@ static int kill_stream(struct fault_net *n, void *comm, bool recv, char *buf, vo
 static int kill_peer_main(void *arg)
 {
 	struct kill_peer *p = arg;
-	struct fault_net n;
-	void *lc = NULL, *comm = NULL, *mh = NULL;
+	struct fault_side side;
+	void *mh = NULL;
 	const char *call = "setup";
+	size_t len = (size_t)MSG * WINDOW;
 	char *buf;
 	int r;
 
-	if (fault_net_open(&n, p->o->plugin) != 0)
+	if (fault_side_open(&side, p->o->plugin, p->recv, p->hfd, SETUP_S))
 		return 1;
-	if (p->recv ? fault_recv_setup(&n, p->hfd, &lc, &comm, SETUP_S)
-		    : fault_send_setup(&n, p->hfd, &comm, SETUP_S))
-		return 1;
-	buf = aligned_alloc(4096, (size_t)MSG * WINDOW);
+	buf = aligned_alloc(4096, len);
 	if (buf == NULL)
 		return 1;
-	memset(buf, 0x5a, (size_t)MSG * WINDOW);
-	if (n.t->regMr(comm, buf, (size_t)MSG * WINDOW, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
+	memset(buf, 0x5a, len);
+	if (side.n.t->regMr(side.comm, buf, len, MK_NCCL_PTR_HOST, &mh) != ncclSuccess)
 		return 1;
-	r = kill_stream(&n, comm, p->recv, buf, mh, p->rep, &call);
+	r = kill_stream(&side.n, side.comm, p->recv, buf, mh, p->rep, &call);
 	if (r == ncclSuccess) {
 		report(p->rep, 'T', call, 0);
 		return 1;
 	}
 	report(p->rep, 'E', call, r);
 	/* what NCCL does after an error: tear everything down, which must not hang */
-	n.t->deregMr(comm, mh);
-	if (p->recv) {
-		n.t->closeRecv(comm);
-		n.t->closeListen(lc);
-	} else {
-		n.t->closeSend(comm);
-	}
-	fault_net_close(&n);
+	side.n.t->deregMr(side.comm, mh);
+	fault_side_close(&side);
 	report(p->rep, 'C', NULL, 0);
 	free(buf);
 	return 0;

@@ -230,6 +230,29 @@ int fault_send_setup(struct fault_net *n, int hfd, void **sc, double timeout_s)
 	return 0;
 }
 
+int fault_side_open(struct fault_side *s, const char *plugin, bool recv, int hfd, double timeout_s)
+{
+	memset(s, 0, sizeof(*s));
+	s->recv = recv;
+	if (fault_net_open(&s->n, plugin) != 0)
+		return 1;
+	return recv ? fault_recv_setup(&s->n, hfd, &s->lc, &s->comm, timeout_s)
+		    : fault_send_setup(&s->n, hfd, &s->comm, timeout_s);
+}
+
+void fault_side_close(struct fault_side *s)
+{
+	if (s->recv) {
+		s->n.t->closeRecv(s->comm);
+		s->n.t->closeListen(s->lc);
+	} else {
+		s->n.t->closeSend(s->comm);
+	}
+	s->comm = NULL;
+	s->lc = NULL;
+	fault_net_close(&s->n);
+}
+
 long fault_rss_kib(pid_t pid)
 {
 	char path[64], line[256];

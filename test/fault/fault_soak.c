@@ -171,22 +171,12 @@ static int soak_peer_main(void *arg)
 {
 	struct soak_peer *p = arg;
 	struct soak_report r = { 0 };
-	struct fault_net n;
-	void *lc = NULL, *comm = NULL;
+	struct fault_side side;
 
-	if (fault_net_open(&n, p->o->plugin) != 0)
+	if (fault_side_open(&side, p->o->plugin, p->recv, p->hfd, SETUP_S))
 		return 1;
-	if (p->recv ? fault_recv_setup(&n, p->hfd, &lc, &comm, SETUP_S)
-		    : fault_send_setup(&n, p->hfd, &comm, SETUP_S))
-		return 1;
-	r.error = soak_run(&n, comm, p->recv, p->o->messages, &r);
-	if (p->recv) {
-		n.t->closeRecv(comm);
-		n.t->closeListen(lc);
-	} else {
-		n.t->closeSend(comm);
-	}
-	fault_net_close(&n);
+	r.error = soak_run(&side.n, side.comm, p->recv, p->o->messages, &r);
+	fault_side_close(&side);
 	fault_write_all(p->rep, &r, sizeof(r));
 	return 0;
 }

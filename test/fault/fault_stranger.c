@@ -167,29 +167,19 @@ static int live_peer_main(void *arg)
 {
 	struct live_peer *p = arg;
 	struct live_report r = { 0 };
-	struct fault_net n;
-	void *lc = NULL, *comm = NULL;
+	struct fault_side side;
 
-	if (fault_net_open(&n, p->o->plugin) != 0)
-		return 1;
-	if (p->recv ? fault_recv_setup(&n, p->hfd, &lc, &comm, SETUP_S)
-		    : fault_send_setup(&n, p->hfd, &comm, SETUP_S))
+	if (fault_side_open(&side, p->o->plugin, p->recv, p->hfd, SETUP_S))
 		return 1;
 	fcntl(p->rep, F_SETFL, O_NONBLOCK);
-	r.error = live_stream(&n, comm, p, &r);
+	r.error = live_stream(&side.n, side.comm, p, &r);
 	fcntl(p->rep, F_SETFL, 0);
 	/* every WARN counts: a stranger must be reported, but not once per byte */
 	r.warns = fault_warns(NULL);
 	r.type = 'D';
 	fault_write_all(p->rep, &r, sizeof(r));
-	if (p->recv) {
-		n.t->closeRecv(comm);
-		n.t->closeListen(lc);
-	} else {
-		n.t->closeSend(comm);
-	}
+	fault_side_close(&side);
 	free(p->buf);
-	fault_net_close(&n);
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../fuzz.h"
 #include "fake_tp.h"
 #include "mk/compiler.h"
 #include "mk/param.h"
@@ -27,33 +28,23 @@
 #define ROUNDS 2000
 #define CANARY 0xa5
 
-static uint64_t rng_state;
-
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
-
 static void mutate(uint8_t *b, size_t len)
 {
-	int n = 1 + (int)(rng() % 6);
+	int n = 1 + (int)(fuzz_rng() % 6);
 
 	for (int i = 0; i < n; i++) {
-		size_t at = rng() % len;
+		size_t at = fuzz_rng() % len;
 
-		switch (rng() % 4) {
+		switch (fuzz_rng() % 4) {
 		case 0:
-			b[at] ^= (uint8_t)(1u << (rng() % 8));
+			b[at] ^= (uint8_t)(1u << (fuzz_rng() % 8));
 			break;
 		case 1:
-			b[at] = (uint8_t)rng();
+			b[at] = (uint8_t)fuzz_rng();
 			break;
 		case 2: /* a whole 8-byte field */
 			for (size_t k = at & ~(size_t)7; k < len && k < (at & ~(size_t)7) + 8; k++)
-				b[k] = (uint8_t)rng();
+				b[k] = (uint8_t)fuzz_rng();
 			break;
 		default:
 			b[at] = 0;
@@ -138,19 +129,19 @@ static void wild_blob(uint8_t *b, size_t *len, const uint8_t *real, size_t real_
 	struct mk_rdv_blob w;
 
 	memcpy(&w, real, sizeof(w) <= real_len ? sizeof(w) : real_len);
-	switch (rng() % 4) {
+	switch (fuzz_rng() % 4) {
 	case 0:
-		w.ring_addr = rng();
+		w.ring_addr = fuzz_rng();
 		break;
 	case 1:
-		w.probe_addr = rng();
+		w.probe_addr = fuzz_rng();
 		break;
 	case 2:
-		w.rkey.key = rng();
+		w.rkey.key = fuzz_rng();
 		break;
 	default:
-		w.ring_addr += (rng() % 2 ? 1 : -1) * (uint64_t)(rng() % 8192);
-		w.probe_addr += (rng() % 2 ? 1 : -1) * (uint64_t)(rng() % 8192);
+		w.ring_addr += (fuzz_rng() % 2 ? 1 : -1) * (uint64_t)(fuzz_rng() % 8192);
+		w.probe_addr += (fuzz_rng() % 2 ? 1 : -1) * (uint64_t)(fuzz_rng() % 8192);
 		break;
 	}
 	memcpy(b, &w, sizeof(w));
@@ -208,33 +199,33 @@ static int run_one(long input, uint8_t *sbuf, uint8_t *rbuf, struct outcome *o)
 	struct mk_rdv_comm *l = NULL, *s = NULL, *r = NULL;
 	struct mk_rdv_handle_tail tail;
 	size_t real_len;
-	bool handle_fuzz = rng() % 3 == 0, ours;
+	bool handle_fuzz = fuzz_rng() % 3 == 0, ours;
 	int rc = 0, e;
 
 	memset(o, 0, sizeof(*o));
 	fake_tp_reset();
-	fuzz_side = rng() % 2 ? SIDE_RECV : SIDE_SEND;
+	fuzz_side = fuzz_rng() % 2 ? SIDE_RECV : SIDE_SEND;
 	real_blob(fuzz_side, real, &real_len);
 	if (real_len == 0)
 		return 1;
 	if (mk_rdv_listen(&fuzz_ops, 0, handle, &l))
 		return 1;
 	if (handle_fuzz) {
-		if (rng() % 4 == 0)
+		if (fuzz_rng() % 4 == 0)
 			for (size_t k = 0; k < sizeof(handle); k++)
-				handle[k] = (uint8_t)rng();
+				handle[k] = (uint8_t)fuzz_rng();
 		else
 			mutate(handle, sizeof(handle));
 		fuzz_side = SIDE_NONE;
 	} else {
 		memcpy(fuzz_blob, real, real_len);
 		fuzz_blob_len = real_len;
-		if (rng() % 2)
+		if (fuzz_rng() % 2)
 			mutate(fuzz_blob, real_len);
 		else
 			wild_blob(fuzz_blob, &fuzz_blob_len, real, real_len);
-		if (rng() % 8 == 0)
-			fuzz_blob_len = rng() % (real_len + 1); /* short */
+		if (fuzz_rng() % 8 == 0)
+			fuzz_blob_len = fuzz_rng() % (real_len + 1); /* short */
 	}
 	memcpy(&tail, handle + MK_RDV_TAIL_OFF, sizeof(tail));
 	ours = tail.tag == MK_RDV_HANDLE_TAG;
@@ -298,7 +289,7 @@ int main(int argc, char **argv)
 	for (long i = 0; i < inputs; i++) {
 		struct outcome o;
 
-		rng_state = (seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull | 1;
+		fuzz_input(seed, i);
 		if (run_one(i, sbuf, rbuf, &o)) {
 			fprintf(stderr, "replay: fuzz-rdv-wire %ld %#llx\n", i + 1,
 				(unsigned long long)seed);

@@ -13,20 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../fuzz.h"
 #include "mk/hash.h"
 #include "ofi.h"
 
 #define H_CSUM (MK_TP_HANDLE_MAX - 4)
-
-static uint64_t rng_state;
-
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
 
 /* The layout as docs/ofi.md describes it, checked independently of the decoder. */
 static bool model_valid(const uint8_t *b)
@@ -62,27 +53,27 @@ int main(int argc, char **argv)
 		uint8_t b[MK_TP_HANDLE_MAX];
 		int rc;
 
-		rng_state = (seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull | 1;
-		h.nonce = rng();
-		h.addrlen = 1 + rng() % MK_OFI_ADDR_MAX;
+		fuzz_input(seed, i);
+		h.nonce = fuzz_rng();
+		h.addrlen = 1 + fuzz_rng() % MK_OFI_ADDR_MAX;
 		for (size_t k = 0; k < h.addrlen; k++)
-			h.addr[k] = (uint8_t)rng();
+			h.addr[k] = (uint8_t)fuzz_rng();
 		if (mk_ofi_handle_encode(&h, b) != 0)
 			return 1;
-		switch (rng() % 4) {
+		switch (fuzz_rng() % 4) {
 		case 0: /* as sent */
 			break;
 		case 1: /* damaged in transit */
-			b[rng() % sizeof(b)] ^= (uint8_t)(1 + rng() % 255);
+			b[fuzz_rng() % sizeof(b)] ^= (uint8_t)(1 + fuzz_rng() % 255);
 			break;
 		case 2: /* crafted: fields changed, checksum recomputed */
-			for (int k = 0; k < 1 + (int)(rng() % 3); k++)
-				b[rng() % H_CSUM] = (uint8_t)rng();
+			for (int k = 0; k < 1 + (int)(fuzz_rng() % 3); k++)
+				b[fuzz_rng() % H_CSUM] = (uint8_t)fuzz_rng();
 			fix_csum(b);
 			break;
 		default:
 			for (size_t k = 0; k < sizeof(b); k++)
-				b[k] = (uint8_t)rng();
+				b[k] = (uint8_t)fuzz_rng();
 			break;
 		}
 		rc = mk_ofi_handle_decode(b, &d);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../fuzz.h"
 #include "fake_tp.h"
 #include "fused/runtime/proxy.h"
 
@@ -26,36 +27,26 @@
 #define MAX_SEQ 6
 #define SWEEPS	20000
 
-static uint64_t rng_state;
-
-static uint64_t rng(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
-
 /* Offsets and lengths where validation goes wrong if it goes wrong anywhere. */
 static uint64_t pick(bool length)
 {
-	switch (rng() % 10) {
+	switch (fuzz_rng() % 10) {
 	case 0:
 		return 0;
 	case 1:
 		return HEAP;
 	case 2:
-		return HEAP - 1 - rng() % 64;
+		return HEAP - 1 - fuzz_rng() % 64;
 	case 3:
-		return HEAP + 1 + rng() % 64;
+		return HEAP + 1 + fuzz_rng() % 64;
 	case 4:
-		return UINT32_MAX - 1 + rng() % 3;
+		return UINT32_MAX - 1 + fuzz_rng() % 3;
 	case 5:
-		return UINT64_MAX - rng() % 8;
+		return UINT64_MAX - fuzz_rng() % 8;
 	case 6:
-		return rng();
+		return fuzz_rng();
 	default:
-		return length ? rng() % 512 : rng() % HEAP;
+		return length ? fuzz_rng() % 512 : fuzz_rng() % HEAP;
 	}
 }
 
@@ -63,10 +54,10 @@ static struct mk_cmdq_slot random_cmd(void)
 {
 	struct mk_cmdq_slot c = { 0 };
 
-	c.op = rng() % 8 == 0 ? (uint8_t)rng() : (uint8_t)(rng() % MK_CMD_OP_MAX);
-	c.peer = rng() % 8 == 0 ? (uint32_t)rng() : (uint32_t)(rng() % (NRANKS + 1));
-	c.signal = rng() % 8 == 0 ? (uint32_t)rng() : (uint32_t)(rng() % (NSIG + 1));
-	c.lane = (uint8_t)rng();
+	c.op = fuzz_rng() % 8 == 0 ? (uint8_t)fuzz_rng() : (uint8_t)(fuzz_rng() % MK_CMD_OP_MAX);
+	c.peer = fuzz_rng() % 8 == 0 ? (uint32_t)fuzz_rng() : (uint32_t)(fuzz_rng() % (NRANKS + 1));
+	c.signal = fuzz_rng() % 8 == 0 ? (uint32_t)fuzz_rng() : (uint32_t)(fuzz_rng() % (NSIG + 1));
+	c.lane = (uint8_t)fuzz_rng();
 	c.bytes = pick(true);
 	c.src_off = pick(false);
 	c.dst_off = pick(false);
@@ -145,7 +136,7 @@ static int world_open(struct world *w)
 			.queues = qs,
 			.nqueues = 1,
 			.nthreads = 1,
-			.batch = 1 + (int)(rng() % 4),
+			.batch = 1 + (int)(fuzz_rng() % 4),
 			.timeout_ms = 5000,
 		};
 
@@ -154,7 +145,7 @@ static int world_open(struct world *w)
 				(struct mk_proxy_peer){ .conn = w->conn[i][j], .heap = w->rkey[j] };
 		if (mk_cmdq_init(&w->q[i], aligned_alloc(64, NSLOTS * sizeof(struct mk_cmdq_slot)),
 				 aligned_alloc(64, sizeof(struct mk_cmdq_ctrl)), NSLOTS,
-				 (uint32_t)rng(), &w->prod[i]) ||
+				 (uint32_t)fuzz_rng(), &w->prod[i]) ||
 		    mk_proxy_create(&a, &w->proxy[i]))
 			return -1;
 	}
@@ -184,7 +175,7 @@ static int run_one(long input, bool *had_bad)
 	static char model[NRANKS][HEAP];
 	uint64_t msig[NRANKS][NSIG] = { { 0 } };
 	struct mk_cmdq_slot cmds[MAX_SEQ];
-	int n = 1 + (int)(rng() % MAX_SEQ), first_bad = -1, rc, err;
+	int n = 1 + (int)(fuzz_rng() % MAX_SEQ), first_bad = -1, rc, err;
 	struct world w;
 
 	fake_tp_reset();
@@ -200,7 +191,7 @@ static int run_one(long input, bool *had_bad)
 	for (int i = 0; i < n; i++) {
 		/* most sequences stay valid for a while, so valid commands run too */
 		cmds[i] = random_cmd();
-		for (int t = 0; t < 16 && !model_valid(&cmds[i]) && rng() % 8 != 0; t++)
+		for (int t = 0; t < 16 && !model_valid(&cmds[i]) && fuzz_rng() % 8 != 0; t++)
 			cmds[i] = random_cmd();
 		if (first_bad < 0 && !model_valid(&cmds[i]))
 			first_bad = i;
@@ -268,7 +259,7 @@ int main(int argc, char **argv)
 		bool bad = false;
 
 		/* each input has its own stream: input i of a seed is the same in every run */
-		rng_state = (seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull | 1;
+		fuzz_input(seed, i);
 		if (run_one(i, &bad)) {
 			fprintf(stderr, "replay: fuzz-proxy-cmd %ld %#llx\n", i + 1,
 				(unsigned long long)seed);
