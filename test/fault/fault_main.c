@@ -17,42 +17,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include <rdma/fabric.h>
-
+#include "../loopback/provider_offered.h"
 #include "fault.h"
-
-/*
- * Is the provider there at all? Asked of libfabric directly, never of the module under test, and
- * in a child: the peers are forked later from a process that never initialised libfabric.
- */
-static int provider_check(void *arg)
-{
-	const char *prov = arg;
-	struct fi_info *hints = fi_allocinfo(), *info = NULL;
-	bool ok;
-
-	if (hints == NULL)
-		return 1;
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_RMA;
-	hints->fabric_attr->prov_name = strdup(prov);
-	ok = fi_getinfo(FI_VERSION(1, 17), strcmp(prov, "shm") == 0 ? NULL : "127.0.0.1", NULL, 0,
-			hints, &info) == 0 &&
-	     info != NULL;
-	if (info != NULL)
-		fi_freeinfo(info);
-	fi_freeinfo(hints);
-	return ok ? 0 : 1;
-}
-
-static bool provider_present(const char *prov)
-{
-	bool killed;
-	pid_t pid = fault_spawn(provider_check, (void *)prov);
-	int st = fault_reap(pid, fault_now() + 30, &killed);
-
-	return !killed && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
 
 static void usage(const char *argv0)
 {
@@ -139,7 +105,7 @@ int main(int argc, char **argv)
 
 		o.max_detect_s = (t != NULL ? atof(t) / 1000.0 : 30.0) + 2.0;
 	}
-	if (!provider_present(o.provider)) {
+	if (lb_provider_offered(o.provider) != 1) {
 		printf("# libfabric offers no %s provider here\n", o.provider);
 		return FAULT_EXIT_SKIP;
 	}
