@@ -185,7 +185,7 @@ static struct policy_inputs *inputs_read(void)
 	in->links.net_gbps = (double)mk_param_tuner_net_gbps();
 	in->links.net_lat_us = (double)mk_param_tuner_net_lat_ns() / 1e3;
 	in->gemm_tflops =
-		mk_param_tuner_gemm_tflops() > 0 ? (double)mk_param_tuner_gemm_tflops() : 730.0;
+		mk_param_tuner_gemm_tflops() > 0 ? (double)mk_param_tuner_gemm_tflops() : 631.0;
 	in->attn_tflops =
 		mk_param_tuner_attn_tflops() > 0 ? (double)mk_param_tuner_attn_tflops() : 600.0;
 	in->fused_overhead_us = (double)mk_param_tuner_fused_overhead_us();
