@@ -247,6 +247,37 @@ static void test_mr_app_keys_unique_per_domain(void **state)
 	live_all_zero();
 }
 
+/*
+ * Where the application picks keys from a wide space they are random: a stranger who reached the
+ * endpoint cannot guess one (small integers 1, 2, 3 were). A key the provider says is taken is
+ * drawn again.
+ */
+static void test_mr_app_keys_random_where_wide(void **state)
+{
+	struct mk_bmr *mrs[16];
+	struct mk_rkey k;
+	int small = 0;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	for (int i = 0; i < 16; i++) {
+		assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[i], &k), 0);
+		assert_int_equal(k.key, mock.requested_keys[i]);
+		small += k.key < (1u << 20);
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal(mock.requested_keys[j], k.key);
+	}
+	assert_true(small <= 1); /* 16 draws below 2^20 of 2^64: not by chance */
+	mock.enokey_next = 2;	 /* taken twice, then free */
+	assert_int_equal(tp->dereg_mr(0, mrs[0]), 0);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mrs[0], &k), 0);
+	assert_int_equal(mock.nkeys, 19);
+	assert_int_equal(k.key, mock.requested_keys[18]);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(tp->dereg_mr(0, mrs[i]), 0);
+	live_all_zero();
+}
+
 static void test_mr_prov_key_used_as_given(void **state)
 {
 	struct mk_bmr *a;
@@ -976,6 +1007,7 @@ int main(void)
 		T(test_props_filled),
 		T(test_drop_domain_without_cq_data),
 		T(test_mr_app_keys_unique_per_domain),
+		T(test_mr_app_keys_random_where_wide),
 		T(test_mr_prov_key_used_as_given),
 		T(test_mr_key_exhaustion_unwinds),
 		T(test_mr_reg_failure_unwinds),
