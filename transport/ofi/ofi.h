@@ -213,7 +213,11 @@ struct mk_ofi_conn {
 	int peer_pidfd; /* pidfd of peer_pid, -1 where the kernel has none */
 	char peer_region[MK_OFI_ADDR_MAX + 16]; /* its region file in /dev/shm */
 	uint64_t peer_checked_ns; /* last liveness check of peer_pid (CLOCK_MONOTONIC) */
-	int cq_batch;		  /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
+	uint64_t last_cq_ns;	  /* last completion read: a quiet connection checks every post */
+	/* a call was abandoned inside the provider (ofi_guard.c): never call it again */
+	bool wedged;
+	bool guarded; /* counted by the shm watchdog (mk_ofi_guard_watch) */
+	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	/*
 	 * MKERNEL_OFI_PROGRESS_THREAD: a thread that only drives the provider's progress
 	 * (fi_cq_read of zero entries; the domain is FI_THREAD_SAFE), so socket copies run beside
@@ -316,7 +320,26 @@ void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);
 bool mk_ofi_peer_left_cleanly(const struct mk_ofi_conn *conn);
 /* 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. */
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
+/*
+ * -ECONNREFUSED (with a WARN) when a shm address names an endpoint whose region is gone (closed,
+ * in this process or another): inserting it would reach a region that no longer exists.
+ */
+int mk_ofi_shm_peer_present(const struct mk_ofi_conn *conn, const void *addr, size_t len);
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);
+
+/*
+ * Provider calls that may wait on a lock a shm peer holds (ofi_guard.c): on a connection to a
+ * shm peer they run under a guard that abandons the call when the peer is dead and the thread
+ * spins on its lock (the connection is then wedged); elsewhere they are the plain calls.
+ * Return what the provider call returns, or -ECONNRESET once wedged.
+ */
+ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, bool write, const struct fi_msg_rma *msg,
+			   uint64_t flags);
+ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fi_cq_data_entry *ent,
+			       size_t count);
+/* A connection starts (stops) watching a shm peer: the watchdog runs while any does. */
+void mk_ofi_guard_watch(void);
+void mk_ofi_guard_unwatch(void);
 
 extern const struct mk_transport_ops mk_ofi_ops;
 

@@ -226,8 +226,8 @@ static void *ofi_progress_main(void *arg)
 {
 	struct mk_ofi_conn *conn = arg;
 
-	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE)) {
-		fi_cq_read(conn->cq, NULL, 0); /* progress only: completions stay queued */
+	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE) && !conn->wedged) {
+		mk_ofi_guarded_cq_read(conn, NULL, 0); /* progress only: completions stay queued */
 		sched_yield();
 	}
 	return NULL;
@@ -256,6 +256,15 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 	}
 
 	mk_ofi_peer_unwatch(conn);
+	if (conn->wedged) {
+		/*
+		 * A dead peer holds a lock these objects would take to close, and the provider may
+		 * still name op contexts inside conn: all of it stays until the process exits.
+		 */
+		MK_INFO(MK_SUBSYS_NET, "ofi: %s: leaving a wedged connection's endpoint open",
+			conn->dev->props.name);
+		return 0;
+	}
 	r = fi_close(&conn->ep->fid);
 	rc = rc ? rc : r;
 	if (conn->ctrl_mr != NULL) {
@@ -383,7 +392,11 @@ static void ofi_fill_ctrl(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind, 
 
 static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr, size_t len)
 {
-	int n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
+	int n = mk_ofi_shm_peer_present(conn, addr, len);
+
+	if (n)
+		return n;
+	n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
 
 	if (n == 1) {
 		mk_ofi_peer_watch(conn, addr, len);

@@ -85,10 +85,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 	if (op == NULL)
 		return -EAGAIN;
 	msg.context = &op->ctx;
-	if (kind == MK_OFI_OP_WRITE)
-		rc = fi_writemsg(conn->ep, &msg, flags);
-	else
-		rc = fi_readmsg(conn->ep, &msg, flags);
+	rc = mk_ofi_guarded_rma(conn, kind == MK_OFI_OP_WRITE, &msg, flags);
 	if (mk_unlikely(rc)) {
 		ofi_op_put(conn, op);
 		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
@@ -266,11 +263,13 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	 * spin on it: stop here. One that closed its endpoint first cannot; what it sent before
 	 * it left is still delivered, and the error comes once nothing is left to read.
 	 */
-	if (conn->peer_pid != 0 && mk_ofi_peer_gone(conn) && !mk_ofi_peer_left_cleanly(conn))
+	if (conn->wedged ||
+	    (conn->peer_pid != 0 && mk_ofi_peer_gone(conn) && !mk_ofi_peer_left_cleanly(conn)))
 		return conn->err;
-	got = fi_cq_read(conn->cq, ent, (size_t)want);
+	got = mk_ofi_guarded_cq_read(conn, ent, (size_t)want);
 	if (got > 0) {
 		conn->stall_since_ns = 0;
+		conn->last_cq_ns = mk_now_ns();
 		for (ssize_t i = 0; i < got; i++)
 			ofi_entry(conn, &s, &ent[i]);
 	} else if (got == -FI_EAVAIL) {

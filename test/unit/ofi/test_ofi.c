@@ -883,7 +883,8 @@ static void shm_peer_killed(bool with_pidfd, bool region_left)
 	close(gate[0]);
 	snprintf(name, sizeof(name), "fi_shm://%d:0:0", (int)peer);
 	snprintf(region_file, sizeof(region_file), "/dev/shm/%d:0:0", (int)peer);
-	if (region_left) {
+	{
+		/* the peer's region exists while it listens: connect refuses a vanished one */
 		FILE *f = fopen(region_file, "w");
 
 		assert_non_null(f);
@@ -892,6 +893,8 @@ static void shm_peer_killed(bool with_pidfd, bool region_left)
 	mock.next_addr = name; /* the listener's address names the peer process */
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	open_pair(&p, "shm", FI_MR_VIRT_ADDR, 8);
+	if (!region_left)
+		unlink(region_file); /* it closed its endpoint before it died */
 	assert_int_equal(mk_ofi_conn_of(p.c)->peer_pid, peer); /* parsed from the name */
 	if (!with_pidfd)
 		mk_ofi_peer_unwatch(mk_ofi_conn_of(p.c));
