@@ -203,8 +203,10 @@ struct mk_ofi_conn {
 	bool rx_full;		   /* ctrl_rx holds a message not yet consumed */
 	uint64_t tx_not_before_ns; /* resend pace after a failed setup send */
 	bool len_in_data;
-	bool virt_addr; /* FI_MR_VIRT_ADDR: remote addresses are VAs */
-	bool blocked;	/* the last post was refused with -FI_EAGAIN */
+	bool virt_addr;		       /* FI_MR_VIRT_ADDR: remote addresses are VAs */
+	bool blocked;		       /* the last post was refused with -FI_EAGAIN */
+	uint64_t refused_idle_ns;      /* posts refused with nothing in flight since then (0: no) */
+	uint64_t idle_refuse_limit_ns; /* MKERNEL_KEEPALIVE: such refusals mean a dead peer */
 	/*
 	 * shm only: the peer's process. A peer killed while it holds a lock in the shared region
 	 * makes every later post and poll spin inside libfabric, so both check it is alive first.

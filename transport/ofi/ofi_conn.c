@@ -207,6 +207,9 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	if (conn->cq_batch < 1 || conn->cq_batch > MK_OFI_CQ_BATCH_MAX)
 		conn->cq_batch = MK_OFI_CQ_BATCH_MAX;
 	conn->timeout_ns = (uint64_t)mk_param_timeout_ms() * 1000000ull;
+	conn->idle_refuse_limit_ns = (uint64_t)mk_param_keepalive_ms() * 1000000ull;
+	if (conn->timeout_ns != 0 && conn->idle_refuse_limit_ns > conn->timeout_ns)
+		conn->idle_refuse_limit_ns = conn->timeout_ns;
 	*out = conn;
 	return 0;
 

@@ -54,6 +54,23 @@ static int ofi_refused(struct mk_ofi_conn *conn)
 		conn->stall_since_ns = now;
 	else if (conn->timeout_ns != 0 && now - conn->stall_since_ns >= conn->timeout_ns)
 		conn->err = -ETIMEDOUT;
+	/*
+	 * Refused while nothing of ours is in flight: the queue is empty, so this is not
+	 * back-pressure but a provider that cannot reach the peer (tcp;ofi_rxm and net keep
+	 * reconnecting to a dead peer and refuse meanwhile). After MKERNEL_KEEPALIVE of that the
+	 * peer is gone, seconds before MKERNEL_TIMEOUT would say so.
+	 */
+	if (conn->inflight > 0)
+		conn->refused_idle_ns = 0;
+	else if (conn->refused_idle_ns == 0)
+		conn->refused_idle_ns = now;
+	else if (conn->err == 0 && now - conn->refused_idle_ns >= conn->idle_refuse_limit_ns) {
+		MK_WARN("ofi: %s: every post refused for %llu ms with nothing in flight: the peer "
+			"is unreachable",
+			conn->dev->props.name,
+			(unsigned long long)((now - conn->refused_idle_ns) / 1000000));
+		conn->err = -ECONNRESET;
+	}
 	return conn->err ? conn->err : -EAGAIN;
 }
 
@@ -91,6 +108,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
 	}
 	conn->blocked = false;
+	conn->refused_idle_ns = 0;
 	op->kind = (uint8_t)kind;
 	op->user = ctx;
 	op->len = len;

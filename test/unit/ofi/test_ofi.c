@@ -833,6 +833,35 @@ static void test_refused_posts_time_out(void **state)
 	close_pair(&p);
 }
 
+/*
+ * A provider that refuses posts while nothing of ours is in flight cannot reach the peer (tcp and
+ * net after the peer died): broken after MKERNEL_KEEPALIVE, well before MKERNEL_TIMEOUT. With a
+ * write in flight the same refusals are back-pressure and only the timeout applies.
+ */
+static void test_refused_while_idle_breaks_after_keepalive(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct pair p;
+	int ctx;
+
+	set_env("MKERNEL_TIMEOUT", "10000");
+	set_env("MKERNEL_KEEPALIVE", "20");
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, &ctx), 0);
+	mock.write_rc = -FI_EAGAIN;
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	usleep(30 * 1000);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	close_pair(&p);
+
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	mock.write_rc = -FI_EAGAIN; /* nothing in flight */
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	usleep(30 * 1000);
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -ECONNRESET);
+	close_pair(&p);
+}
+
 static void test_refusal_cleared_by_progress(void **state)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
@@ -1037,6 +1066,7 @@ int main(void)
 		T(test_pool_exhaustion_then_recovery),
 		T(test_stalled_writes_time_out),
 		T(test_refused_posts_time_out),
+		T(test_refused_while_idle_breaks_after_keepalive),
 		T(test_refusal_cleared_by_progress),
 		T(test_shm_killed_peer_detected_by_pidfd),
 		T(test_shm_killed_peer_detected_without_pidfd),
