@@ -36,6 +36,7 @@ struct fault_opts {
 	unsigned seed;
 	double max_detect_s; /* a survivor must see its error within this */
 	long messages;	     /* soak */
+	long churn;	     /* soak: messages between re-registrations (0: default 1000) */
 	double seconds;	     /* strangers: length of the attack */
 	const char *victim;  /* kill: "send", "recv" or "both" (alternating) */
 	const char *only;    /* bad: run one case */

@@ -5,7 +5,7 @@
  * Usage: mkernel-fault SCENARIO [options] PLUGIN
  *   kill       --victim send|recv|both --trials N [--max-detect S]
  *   strangers  [--seconds S]
- *   soak       [--messages N]
+ *   soak       [--messages N] [--churn N]
  *   bad        [--case NAME]
  * Common: --provider P (default tcp;ofi_rxm), --seed N, --verbose (the module's INFO lines).
  * Exit: 0 pass, 1 fail, 2 usage, 77 when the provider is not offered by this host's libfabric
@@ -25,7 +25,9 @@ static void usage(const char *argv0)
 	fprintf(stderr,
 		"usage: %s kill|strangers|soak|bad [--provider P] [--trials N] [--victim "
 		"send|recv|both]\n"
-		"          [--max-detect S] [--messages N] [--seconds S] [--case NAME] [--seed N]\n"
+		"          [--max-detect S] [--messages N] [--churn N] [--seconds S] [--case "
+		"NAME]\n"
+		"          [--seed N]\n"
 		"          [--verbose] PLUGIN\n",
 		argv0);
 }
@@ -38,6 +40,7 @@ int main(int argc, char **argv)
 		{ "victim", required_argument, NULL, 'v' },
 		{ "max-detect", required_argument, NULL, 'd' },
 		{ "messages", required_argument, NULL, 'm' },
+		{ "churn", required_argument, NULL, 'C' },
 		{ "seconds", required_argument, NULL, 's' },
 		{ "case", required_argument, NULL, 'c' },
 		{ "seed", required_argument, NULL, 'S' },
@@ -77,6 +80,9 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			o.messages = atol(optarg);
+			break;
+		case 'C':
+			o.churn = atol(optarg);
 			break;
 		case 's':
 			o.seconds = atof(optarg);

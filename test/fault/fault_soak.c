@@ -6,6 +6,7 @@
  * RSS and open file descriptors are sampled after the first tenth and at the end: the fds must be
  * equal and RSS may grow by at most RSS_SLACK_KIB (allocator noise), on both sides.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +17,12 @@
 
 #define WINDOW	      16
 #define SLOT	      4096
-#define CHURN	      1000
 #define OFFSETS	      8 /* registration moves over this many slot-sized offsets */
 #define RSS_SLACK_KIB 2048
-#define SETUP_S	      30.0
+
+/* messages between two re-registrations (--churn) */
+static long churn_every = 1000;
+#define SETUP_S 30.0
 
 struct soak_peer {
 	const struct fault_opts *o;
@@ -31,6 +34,7 @@ struct soak_peer {
 struct soak_report {
 	long messages, mismatches;
 	long rss0, rss1;
+	long heap0, heap1; /* bytes malloc has handed out: tells a leak from pages first touched */
 	int fds0, fds1;
 	double seconds;
 	int error; /* the first failed call's result, 0 if none */
@@ -101,7 +105,7 @@ static int soak_churn(struct fault_net *n, void *comm, void **req, const long *s
 	if (rc == 0 && *mh != NULL)
 		rc = n->t->deregMr(comm, *mh);
 	*mh = NULL;
-	*base = buf + (size_t)SLOT * (size_t)(next / CHURN % OFFSETS);
+	*base = buf + (size_t)SLOT * (size_t)(next / churn_every % OFFSETS);
 	if (rc == 0)
 		rc = n->t->regMr(comm, *base, (size_t)SLOT * WINDOW, MK_NCCL_PTR_HOST, mh);
 	return rc;
@@ -135,16 +139,18 @@ static int soak_run(struct fault_net *n, void *comm, bool recv, long total, stru
 		return ncclSystemError;
 	memset(buf, 0, len);
 	while (rc == 0 && r->messages < total) {
-		bool hold = next % CHURN == 0 && churned != next && next < total;
+		if (r->fds0 == 0 && r->messages >= total / 10) {
+			/* after the warm-up: what is allocated from here on must be given back */
+			r->rss0 = fault_rss_kib(getpid());
+			r->fds0 = fault_nfds(getpid());
+			r->heap0 = (long)mallinfo2().uordblks;
+		}
+		bool hold = next % churn_every == 0 && churned != next && next < total;
 
 		if (hold && r->messages == next) {
 			rc = soak_churn(n, comm, req, seqs, buf, &base, &mh, next, recv, r);
 			churned = next;
 			hold = false;
-			if (next == total / 10) {
-				r->rss0 = fault_rss_kib(getpid());
-				r->fds0 = fault_nfds(getpid());
-			}
 		}
 		for (int i = 0; i < WINDOW && rc == 0; i++) {
 			if (req[i] != NULL)
@@ -155,7 +161,7 @@ static int soak_run(struct fault_net *n, void *comm, bool recv, long total, stru
 			rc = soak_post(n, comm, recv, base + (size_t)i * SLOT, next, mh, &req[i]);
 			if (rc == 0 && req[i] != NULL)
 				next++;
-			hold = next % CHURN == 0 && churned != next && next < total;
+			hold = next % churn_every == 0 && churned != next && next < total;
 		}
 	}
 	r->seconds = fault_now() - t0;
@@ -163,6 +169,7 @@ static int soak_run(struct fault_net *n, void *comm, bool recv, long total, stru
 		n->t->deregMr(comm, mh);
 	r->rss1 = fault_rss_kib(getpid());
 	r->fds1 = fault_nfds(getpid());
+	r->heap1 = (long)mallinfo2().uordblks;
 	free(buf);
 	return rc;
 }
@@ -188,9 +195,11 @@ int fault_soak_main(const struct fault_opts *o)
 	int h[2], rp[2][2], fails = 0;
 	pid_t pid[2];
 	/* generous: a soak of a million messages takes tens of seconds on a 2-vCPU host */
-	double deadline = fault_now() + 60 + (double)o->messages / 5000.0;
+	double deadline = fault_now() + 60 + (double)o->messages / 1000.0;
 
 	fault_env(o);
+	if (o->churn > 0)
+		churn_every = o->churn;
 	if (pipe(h) || pipe(rp[0]) || pipe(rp[1]))
 		return 1;
 	for (int i = 0; i < 2; i++) {
@@ -215,13 +224,14 @@ int fault_soak_main(const struct fault_opts *o)
 		     rep[i].rss1 - rep[i].rss0 <= RSS_SLACK_KIB;
 		printf("{\"test\":\"soak\",\"provider\":\"%s\",\"side\":\"%s\",\"messages\":%ld,"
 		       "\"mismatches\":%ld,\"error\":%d,\"rss_kib_start\":%ld,\"rss_kib_end\":%ld,"
-		       "\"fds_start\":%d,\"fds_end\":%d,\"seconds\":%.2f,\"msgs_per_s\":%.0f,"
-		       "\"churn_every\":%d,\"pass\":%s%s}\n",
+		       "\"heap_kib_start\":%ld,\"heap_kib_end\":%ld,\"fds_start\":%d,\"fds_end\":%d,\"seconds\":%.2f,\"msgs_per_s\":%.0f,"
+		       "\"churn_every\":%ld,\"pass\":%s%s}\n",
 		       o->provider, i == 0 ? "recv" : "send", rep[i].messages, rep[i].mismatches,
-		       rep[i].error, rep[i].rss0, rep[i].rss1, rep[i].fds0, rep[i].fds1,
+		       rep[i].error, rep[i].rss0, rep[i].rss1, rep[i].heap0 >> 10, rep[i].heap1 >> 10,
+		       rep[i].fds0, rep[i].fds1,
 		       rep[i].seconds,
-		       rep[i].seconds > 0 ? (double)rep[i].messages / rep[i].seconds : 0.0, CHURN,
-		       ok ? "true" : "false", killed ? ",\"hang\":true" : "");
+		       rep[i].seconds > 0 ? (double)rep[i].messages / rep[i].seconds : 0.0,
+		       churn_every, ok ? "true" : "false", killed ? ",\"hang\":true" : "");
 		fails += !ok;
 		fault_shm_cleanup(pid[i]);
 	}
