@@ -269,6 +269,8 @@ int mk_ofi_close(struct mk_conn *c);
 
 /* Setup messages seen by the data path's CQ reader (ofi_conn.c). */
 void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed);
+/* Keep an established connection's receive for stray messages posted (ofi_conn.c). */
+void mk_ofi_stray_rearm(struct mk_ofi_conn *conn);
 
 /* ---- registrations (ofi_mr.c) ---- */
 

@@ -315,6 +315,8 @@ static int ofi_send_ctrl(struct mk_ofi_conn *conn)
 	return 0;
 }
 
+static int ofi_post_recv(struct mk_ofi_conn *conn);
+
 void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed)
 {
 	if (op_context == &conn->tx_ctx) {
@@ -331,6 +333,25 @@ void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool faile
 	}
 	conn->rx_posted = false;
 	conn->rx_full = !failed;
+	if (conn->state == MK_OFI_READY) {
+		/* setup is over: whatever arrives now was sent by someone else, dropped */
+		MK_WARN_RATELIMITED("ofi: %s dropped %s message on an established connection "
+				    "(not from its peer's setup)",
+				    conn->dev->props.name, failed ? "an oversized or failed" : "a");
+		conn->rx_full = false;
+		mk_ofi_stray_rearm(conn);
+	}
+}
+
+/*
+ * An established connection keeps one receive posted: messages nobody expects (a stranger
+ * reached the endpoint) are taken and dropped there instead of piling up in the provider's
+ * queue of unexpected messages, which only grows.
+ */
+void mk_ofi_stray_rearm(struct mk_ofi_conn *conn)
+{
+	if (conn->state == MK_OFI_READY && !conn->rx_posted && !conn->wedged)
+		ofi_post_recv(conn);
 }
 
 /* Checks a received setup message; false (with a WARN) means drop it and receive again. */
@@ -339,18 +360,21 @@ static bool ofi_ctrl_valid(const struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind
 	const struct mk_ofi_ctrl *m = &conn->ctrl_rx;
 
 	if (m->magic != MK_OFI_CTRL_MAGIC || m->version != MK_OFI_WIRE_VERSION || m->kind != kind) {
-		MK_WARN("ofi: %s dropped a setup message that is not ours (magic 0x%08x kind %u)",
-			conn->dev->props.name, m->magic, m->kind);
+		MK_WARN_RATELIMITED("ofi: %s dropped a setup message that is not ours (magic "
+				    "0x%08x kind %u)",
+				    conn->dev->props.name, m->magic, m->kind);
 		return false;
 	}
 	if (m->nonce != conn->nonce) {
-		MK_WARN("ofi: %s dropped a setup message with a foreign nonce (stale handle?)",
-			conn->dev->props.name);
+		MK_WARN_RATELIMITED("ofi: %s dropped a setup message with a foreign nonce (stale "
+				    "handle, or a stranger)",
+				    conn->dev->props.name);
 		return false;
 	}
 	if (m->bloblen > MK_TP_BLOB_MAX || m->addrlen > MK_OFI_ADDR_MAX ||
 	    (kind == MK_OFI_CTRL_CONNECT && m->addrlen == 0)) {
-		MK_WARN("ofi: %s dropped a setup message with bad lengths", conn->dev->props.name);
+		MK_WARN_RATELIMITED("ofi: %s dropped a setup message with bad lengths",
+				    conn->dev->props.name);
 		return false;
 	}
 	return true;
@@ -499,6 +523,7 @@ int mk_ofi_connected(struct mk_conn *c)
 		memcpy(c->peer_blob, conn->ctrl_rx.blob, c->peer_blob_len);
 		conn->rx_full = false;
 		conn->state = MK_OFI_READY;
+		mk_ofi_stray_rearm(conn);
 		mk_ofi_progress_start(conn);
 		return 1;
 	}
@@ -547,6 +572,7 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, st
 	if (conn->tx_due || conn->tx_posted)
 		return 0;
 	conn->state = MK_OFI_READY;
+	mk_ofi_stray_rearm(conn);
 	mk_ofi_progress_start(conn);
 	l->pending = NULL;
 	*out = &conn->base;

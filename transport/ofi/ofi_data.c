@@ -223,7 +223,14 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
 		return;
 	}
 	if (err.op_context == NULL || (err.flags & FI_REMOTE_WRITE)) {
-		conn->err = status; /* a target-side failure: no op to blame, the link is bad */
+		/*
+		 * A failure at this end of someone's write (a stranger's guessed key, say): no op
+		 * of ours to fail. The writer learns from its own completion; our peer's failures
+		 * reach us through the protocol or the liveness checks.
+		 */
+		MK_WARN_RATELIMITED("ofi: %s: a remote write into this endpoint failed (%s); "
+				    "nothing of ours was affected",
+				    conn->dev->props.name, mk_ofi.lib->strerror(err.err));
 		return;
 	}
 	ofi_op_done(conn, s, container_of(err.op_context, struct mk_ofi_op, ctx), status);
@@ -284,6 +291,8 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	if (conn->wedged ||
 	    (conn->peer_pid != 0 && mk_ofi_peer_gone(conn) && !mk_ofi_peer_left_cleanly(conn)))
 		return conn->err;
+	if (mk_unlikely(!conn->rx_posted))
+		mk_ofi_stray_rearm(conn); /* a post refused earlier (-FI_EAGAIN) */
 	got = mk_ofi_guarded_cq_read(conn, ent, (size_t)want);
 	if (got > 0) {
 		conn->stall_since_ns = 0;

@@ -745,11 +745,13 @@ static void test_poll_error_entry_is_error_event(void **state)
 	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
 	assert_int_equal(ev[0].status, -ECONNRESET);
 	assert_ptr_equal(ev[0].ctx, &ctx);
-	/* a target-side error has no op: the connection is broken from then on */
+	/*
+	 * A target-side error has no op of ours (a stranger's write with a guessed key fails
+	 * here too): it is logged and dropped, the connection goes on.
+	 */
 	mock_cq_push_err(p.la, NULL, FI_REMOTE_WRITE, FI_EIO);
-	assert_int_equal(tp->poll(p.a, ev, 4), -EIO);
-	assert_int_equal(tp->poll(p.a, ev, 4), -EIO);
-	assert_int_equal(tp->write(p.a, 0, region, 64, NULL, 0, &rk, true, 1, &ctx), -EIO);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0);
+	assert_int_equal(tp->write(p.a, 0, region, 64, NULL, 0, &rk, true, 1, &ctx), 0);
 	close_pair(&p);
 }
 
