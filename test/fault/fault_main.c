@@ -8,6 +8,7 @@
  *   soak       [--messages N] [--churn N]
  *   bad        [--case NAME]
  * Common: --provider P (default tcp;ofi_rxm), --seed N, --verbose (the module's INFO lines).
+ * MKERNEL_FAULT_SCALE=F (0 < F < 1) scales trials, messages and seconds down for a quick run.
  * Exit: 0 pass, 1 fail, 2 usage, 77 when the provider is not offered by this host's libfabric
  * (the only skip: with the provider present, a module that cannot run is a failure).
  */
@@ -106,6 +107,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	o.plugin = argv[optind];
+	if (getenv("MKERNEL_FAULT_SCALE") != NULL) {
+		/* a shorter run of the same scenarios (the sanitize suite's copy of the tier) */
+		double f = atof(getenv("MKERNEL_FAULT_SCALE"));
+
+		if (f > 0 && f < 1) {
+			o.trials = o.trials * f < 3 ? 3 : (int)(o.trials * f);
+			o.messages = o.messages * f < 10000 ? 10000 : (long)(o.messages * f);
+			o.seconds = o.seconds * f < 4 ? 4 : o.seconds * f;
+		}
+	}
 	if (o.max_detect_s <= 0) {
 		const char *t = getenv("MKERNEL_TIMEOUT");
 
