@@ -98,6 +98,12 @@ void fault_env(const struct fault_opts *o);
 /* Remove the /dev/shm files of a process killed before it could clean up. */
 void fault_shm_cleanup(pid_t pid);
 
+/*
+ * One JSON line on stdout: "{" + the fields fmt makes + the source revision the harness was built
+ * from and the date + "}" (records in docs/data must name the commit they measured).
+ */
+void fault_json(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Median and maximum of n values (sorts v). */
 void fault_stats(double *v, int n, double *median, double *max);
 

@@ -428,8 +428,8 @@ int fault_bad_main(const struct fault_opts *o)
 		if (o->only != NULL && strcmp(o->only, cases[i].name) != 0)
 			continue;
 		rc = bad_run(o, cases[i].name);
-		printf("{\"test\":\"bad\",\"provider\":\"%s\",\"case\":\"%s\",\"pass\":%s}\n",
-		       o->provider, cases[i].name, rc ? "false" : "true");
+		fault_json("\"test\":\"bad\",\"provider\":\"%s\",\"case\":\"%s\",\"pass\":%s",
+			   o->provider, cases[i].name, rc ? "false" : "true");
 		fails += rc != 0;
 		ran++;
 	}

@@ -231,12 +231,13 @@ int fault_kill_main(const struct fault_opts *o)
 		struct kill_result res;
 
 		kill_trial(o, kill_recv, &res);
-		printf("{\"test\":\"kill\",\"provider\":\"%s\",\"victim\":\"%s\",\"trial\":%d,"
-		       "\"detect_ms\":%.1f,\"call\":\"%s\",\"result\":%d,\"hang\":%s,\"crash\":%s,"
-		       "\"setup_failed\":%s}\n",
-		       o->provider, kill_recv ? "recv" : "send", i, res.detect_s * 1e3, res.call,
-		       res.result, res.hang ? "true" : "false", res.crash ? "true" : "false",
-		       res.setup_failed ? "true" : "false");
+		fault_json(
+			"\"test\":\"kill\",\"provider\":\"%s\",\"victim\":\"%s\",\"trial\":%d,"
+			"\"detect_ms\":%.1f,\"call\":\"%s\",\"result\":%d,\"hang\":%s,\"crash\":%s,"
+			"\"setup_failed\":%s",
+			o->provider, kill_recv ? "recv" : "send", i, res.detect_s * 1e3, res.call,
+			res.result, res.hang ? "true" : "false", res.crash ? "true" : "false",
+			res.setup_failed ? "true" : "false");
 		fflush(stdout);
 		if (res.detect_s >= 0)
 			detect[ndetect++] = res.detect_s;
@@ -246,11 +247,11 @@ int fault_kill_main(const struct fault_opts *o)
 		setup += res.setup_failed;
 	}
 	fault_stats(detect, ndetect, &median, &max);
-	printf("{\"test\":\"kill\",\"summary\":true,\"provider\":\"%s\",\"victim\":\"%s\","
-	       "\"trials\":%d,\"detected\":%d,\"detect_median_ms\":%.1f,\"detect_max_ms\":%.1f,"
-	       "\"limit_ms\":%.0f,\"slow\":%d,\"hangs\":%d,\"crashes\":%d,\"setup_failed\":%d}\n",
-	       o->provider, o->victim, o->trials, ndetect, median * 1e3, max * 1e3,
-	       o->max_detect_s * 1e3, slow, hangs, crashes, setup);
+	fault_json("\"test\":\"kill\",\"summary\":true,\"provider\":\"%s\",\"victim\":\"%s\","
+		   "\"trials\":%d,\"detected\":%d,\"detect_median_ms\":%.1f,\"detect_max_ms\":%.1f,"
+		   "\"limit_ms\":%.0f,\"slow\":%d,\"hangs\":%d,\"crashes\":%d,\"setup_failed\":%d",
+		   o->provider, o->victim, o->trials, ndetect, median * 1e3, max * 1e3,
+		   o->max_detect_s * 1e3, slow, hangs, crashes, setup);
 	free(detect);
 	return ndetect == o->trials && slow == 0 && hangs == 0 && crashes == 0 && setup == 0 ? 0
 											     : 1;

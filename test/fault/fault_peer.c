@@ -19,6 +19,7 @@
 
 #include "../loopback/shm_leftovers.h"
 #include "fault.h"
+#include "mk_git.h"
 
 #define LOG_WARN 2
 #define LOG_INFO 3
@@ -335,6 +336,22 @@ void fault_env(const struct fault_opts *o)
 void fault_shm_cleanup(pid_t pid)
 {
 	shm_remove_regions_of(pid);
+}
+
+void fault_json(const char *fmt, ...)
+{
+	char date[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	va_list ap;
+
+	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+	putchar('{');
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf(",\"git\":\"%s\",\"date\":\"%s\"}\n", MK_GIT_HASH, date);
+	fflush(stdout);
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -239,17 +239,18 @@ int fault_soak_main(const struct fault_opts *o)
 		     rep[i].mismatches == 0 && rep[i].fds1 == rep[i].fds0 &&
 		     rep[i].heap1 - rep[i].heap0 <= HEAP_SLACK &&
 		     rep[i].rss1 - rep[i].rss0 <= RSS_SLACK_KIB + (rep[i].pools0 >> 10);
-		printf("{\"test\":\"soak\",\"provider\":\"%s\",\"side\":\"%s\",\"messages\":%ld,"
-		       "\"mismatches\":%ld,\"error\":%d,\"rss_kib_start\":%ld,\"rss_kib_end\":%ld,"
-		       "\"heap_kib_start\":%ld,\"heap_kib_end\":%ld,\"pools_kib\":%ld,"
-		       "\"fds_start\":%d,\"fds_end\":%d,\"seconds\":%.2f,\"msgs_per_s\":%.0f,"
-		       "\"churn_every\":%ld,\"pass\":%s%s}\n",
-		       o->provider, i == 0 ? "recv" : "send", rep[i].messages, rep[i].mismatches,
-		       rep[i].error, rep[i].rss0, rep[i].rss1, rep[i].heap0 >> 10,
-		       rep[i].heap1 >> 10, rep[i].pools0 >> 10, rep[i].fds0, rep[i].fds1,
-		       rep[i].seconds,
-		       rep[i].seconds > 0 ? (double)rep[i].messages / rep[i].seconds : 0.0,
-		       churn_every, ok ? "true" : "false", killed ? ",\"hang\":true" : "");
+		fault_json(
+			"\"test\":\"soak\",\"provider\":\"%s\",\"side\":\"%s\",\"messages\":%ld,"
+			"\"mismatches\":%ld,\"error\":%d,\"rss_kib_start\":%ld,\"rss_kib_end\":%ld,"
+			"\"heap_kib_start\":%ld,\"heap_kib_end\":%ld,\"pools_kib\":%ld,"
+			"\"fds_start\":%d,\"fds_end\":%d,\"seconds\":%.2f,\"msgs_per_s\":%.0f,"
+			"\"churn_every\":%ld,\"pass\":%s%s",
+			o->provider, i == 0 ? "recv" : "send", rep[i].messages, rep[i].mismatches,
+			rep[i].error, rep[i].rss0, rep[i].rss1, rep[i].heap0 >> 10,
+			rep[i].heap1 >> 10, rep[i].pools0 >> 10, rep[i].fds0, rep[i].fds1,
+			rep[i].seconds,
+			rep[i].seconds > 0 ? (double)rep[i].messages / rep[i].seconds : 0.0,
+			churn_every, ok ? "true" : "false", killed ? ",\"hang\":true" : "");
 		fails += !ok;
 		fault_shm_cleanup(pid[i]);
 	}

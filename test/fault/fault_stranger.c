@@ -658,14 +658,15 @@ int fault_stranger_main(const struct fault_opts *o)
 		fault_sleep(COOLDOWN_S);
 		for (int i = 0; i < 2; i++)
 			rss[w + 1][i] = fault_rss_kib(pid[i]);
-		printf("{\"test\":\"strangers\",\"provider\":\"%s\",\"wave\":%d,\"seconds\":%.1f,"
-		       "\"ports\":%d,\"handshake_bytes\":%zu,\"silent\":%ld,\"random\":%ld,"
-		       "\"random_bytes\":%u,\"replays\":%ld,\"mutated\":%ld,\"garbage_msgs\":%ld,"
-		       "\"wrong_nonce\":%ld,\"guessed_key_writes\":%ld,\"messages_during\":%ld,"
-		       "\"rss_kib_growth\":[%ld,%ld]}\n",
-		       o->provider, w + 1, att.seconds, c.ports, c.handshake, c.silent, c.random,
-		       RANDOM_BYTES, c.replays, c.mutated, c.garbage, c.wrong_nonce, c.key_writes,
-		       during1 - during0, rss[w + 1][0] - rss[w][0], rss[w + 1][1] - rss[w][1]);
+		fault_json(
+			"\"test\":\"strangers\",\"provider\":\"%s\",\"wave\":%d,\"seconds\":%.1f,"
+			"\"ports\":%d,\"handshake_bytes\":%zu,\"silent\":%ld,\"random\":%ld,"
+			"\"random_bytes\":%u,\"replays\":%ld,\"mutated\":%ld,\"garbage_msgs\":%ld,"
+			"\"wrong_nonce\":%ld,\"guessed_key_writes\":%ld,\"messages_during\":%ld,"
+			"\"rss_kib_growth\":[%ld,%ld]",
+			o->provider, w + 1, att.seconds, c.ports, c.handshake, c.silent, c.random,
+			RANDOM_BYTES, c.replays, c.mutated, c.garbage, c.wrong_nonce, c.key_writes,
+			during1 - during0, rss[w + 1][0] - rss[w][0], rss[w + 1][1] - rss[w][1]);
 		if (c.ports < 1 || during1 <= during0)
 			fails++;
 		for (int i = 0; i < 2; i++)
@@ -687,11 +688,12 @@ stop:
 		ok = last[i].type == 'D' && last[i].error == 0 && last[i].mismatches == 0 &&
 		     !killed && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
 		     last[i].warns <= WARN_FLOOD;
-		printf("{\"test\":\"strangers\",\"provider\":\"%s\",\"side\":\"%s\",\"messages\":%"
-		       "ld,"
-		       "\"mismatches\":%ld,\"error\":%d,\"warns\":%u,\"pass\":%s}\n",
-		       o->provider, i == 0 ? "recv" : "send", last[i].messages, last[i].mismatches,
-		       last[i].error, last[i].warns, ok ? "true" : "false");
+		fault_json(
+			"\"test\":\"strangers\",\"provider\":\"%s\",\"side\":\"%s\",\"messages\":%"
+			"ld,"
+			"\"mismatches\":%ld,\"error\":%d,\"warns\":%u,\"pass\":%s",
+			o->provider, i == 0 ? "recv" : "send", last[i].messages, last[i].mismatches,
+			last[i].error, last[i].warns, ok ? "true" : "false");
 		fails += !ok;
 		fault_shm_cleanup(pid[i]);
 	}
