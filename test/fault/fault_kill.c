@@ -185,7 +185,8 @@ static void kill_trial(const struct fault_opts *o, bool kill_recv, struct kill_r
 		kill(pid[1], SIGKILL);
 	} else {
 		fault_sleep(MAX_DELAY * (double)(fault_rand() % 1000) / 1000.0);
-		/* the time the kill was issued: the survivor may see it before kill() returns here */
+		/* the time the kill was issued: the survivor may see it before kill() returns here
+		 */
 		t_kill = fault_now();
 		kill(pid[victim], SIGKILL);
 		if (wait_report(rep[survivor][0], 'E', o->max_detect_s + 5, &r) == 0) {
