@@ -248,6 +248,19 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn)
 			     conn->dev->props.name, strerror(errno));
 }
 
+/* Wedged connections stay referenced: kept on purpose, not leaked. */
+static pthread_mutex_t ofi_wedged_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mk_ofi_conn *ofi_wedged[64];
+static int ofi_nwedged;
+
+static void ofi_keep_wedged(struct mk_ofi_conn *conn)
+{
+	pthread_mutex_lock(&ofi_wedged_lock);
+	if (ofi_nwedged < (int)MK_ARRAY_SIZE(ofi_wedged))
+		ofi_wedged[ofi_nwedged++] = conn;
+	pthread_mutex_unlock(&ofi_wedged_lock);
+}
+
 static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 {
 	int rc = 0, r;
@@ -266,6 +279,7 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 		 */
 		MK_INFO(MK_SUBSYS_NET, "ofi: %s: leaving a wedged connection's endpoint open",
 			conn->dev->props.name);
+		ofi_keep_wedged(conn);
 		return 0;
 	}
 	r = fi_close(&conn->ep->fid);
