@@ -840,7 +840,7 @@ static void test_refused_posts_time_out(void **state)
  * net after the peer died): broken after MKERNEL_KEEPALIVE, well before MKERNEL_TIMEOUT. With a
  * write in flight the same refusals are back-pressure and only the timeout applies.
  */
-static void test_refused_while_idle_breaks_after_keepalive(void **state)
+static void test_refused_with_ops_in_flight_is_backpressure(void **state)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
 	struct pair p;
@@ -855,7 +855,15 @@ static void test_refused_while_idle_breaks_after_keepalive(void **state)
 	usleep(30 * 1000);
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
 	close_pair(&p);
+}
 
+static void test_refused_with_nothing_in_flight_breaks(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct pair p;
+
+	set_env("MKERNEL_TIMEOUT", "10000");
+	set_env("MKERNEL_KEEPALIVE", "20");
 	open_pair(&p, "tcp;ofi_rxm", 0, 8);
 	mock.write_rc = -FI_EAGAIN; /* nothing in flight */
 	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
@@ -1068,7 +1076,8 @@ int main(void)
 		T(test_pool_exhaustion_then_recovery),
 		T(test_stalled_writes_time_out),
 		T(test_refused_posts_time_out),
-		T(test_refused_while_idle_breaks_after_keepalive),
+		T(test_refused_with_ops_in_flight_is_backpressure),
+		T(test_refused_with_nothing_in_flight_breaks),
 		T(test_refusal_cleared_by_progress),
 		T(test_shm_killed_peer_detected_by_pidfd),
 		T(test_shm_killed_peer_detected_without_pidfd),
