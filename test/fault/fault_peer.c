@@ -336,7 +336,7 @@ void fault_env(const struct fault_opts *o)
 
 void fault_shm_cleanup(pid_t pid)
 {
-	shm_remove_regions_of(pid);
+	mk_test_shm_remove_regions_of(pid);
 }
 
 void fault_json(const char *fmt, ...)
