@@ -171,6 +171,26 @@ static int live_stream(struct fault_net *n, void *comm, struct live_peer *p, str
 	return rc;
 }
 
+/*
+ * The sender keeps its connection until the parent says the receiver is done ('C' on the stop
+ * pipe, after the 'S' that asked for the sentinel), or the parent is gone. Its last sends
+ * complete once their data is out, while the receiver may still be testing earlier messages
+ * and posting a receive for each (a clear-to-send write to the sender): a sender that closed
+ * at once made those fail, a failure of the harness, not of the transfer.
+ */
+static void live_wait_release(int fd)
+{
+	double end = fault_now() + SETUP_S;
+	char b = 0;
+
+	while (b != 'C' && fault_now() < end) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+		if (poll(&pfd, 1, 100) == 1 && read(fd, &b, 1) != 1)
+			break;
+	}
+}
+
 static int live_peer_main(void *arg)
 {
 	struct live_peer *p = arg;
@@ -182,6 +202,8 @@ static int live_peer_main(void *arg)
 	fcntl(p->rep, F_SETFL, O_NONBLOCK);
 	r.error = live_stream(&side.n, side.comm, p, &r);
 	fcntl(p->rep, F_SETFL, 0);
+	if (!p->recv)
+		live_wait_release(p->ctl);
 	/* every WARN counts: a stranger must be reported, but not once per byte */
 	r.warns = fault_warns(NULL);
 	r.type = 'D';
@@ -681,6 +703,9 @@ stop:
 		int st;
 		bool ok;
 
+		/* the receiver is done (or gone): the sender may close now */
+		if (i == 1 && write(ctl[1], "C", 1) != 1)
+			fails++;
 		while (last[i].type != 'D' &&
 		       fault_read_all(rp[i][0], &last[i], sizeof(last[i]), SETUP_S) == 0)
 			;
