@@ -34,11 +34,14 @@ typedef enum {
 
 /*
  * C = A @ B in bf16 with fp32 accumulation, enqueued on `stream`. type must be ncclBfloat16;
- * m, n, k >= 1 and <= INT_MAX. On Hopper (compute capability 9.0) with A and B 16-byte aligned, K a
- * multiple of 8, and (for mkLayoutRowMajorKN) N a multiple of 8, mkernel's own persistent GEMM
- * runs; any other valid call runs cuBLAS. MKERNEL_GEMM_FORCE_FALLBACK=1 always runs cuBLAS.
- * Returns ncclInvalidArgument for NULL pointers, zero or too large sizes, another type or layout;
- * ncclUnhandledCudaError if a launch fails.
+ * m, n, k >= 1 and <= INT_MAX. The path is chosen per shape from measured data: the faster of
+ * mkernel's persistent GEMM engine (Hopper, compute capability 9.0, its variants of tile shape
+ * and split-K) and cuBLASLt for the shape's class in the calibration (MKERNEL_CALIBRATION, else
+ * the built-in table), restricted to what can run the call (the engine needs A and B 16-byte
+ * aligned, K a multiple of 8 and, for mkLayoutRowMajorKN, N a multiple of 8). MKERNEL_GEMM_PATH
+ * forces a path, MKERNEL_GEMM_FORCE_FALLBACK=1 always runs cuBLAS.
+ * Returns ncclInvalidArgument for NULL pointers or pointers not aligned to the 2-byte element,
+ * zero or too large sizes, another type or layout; ncclUnhandledCudaError if a launch fails.
  */
 MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size_t n, size_t k,
 			   ncclDataType_t type, mkLayout_t bLayout, cudaStream_t stream);
@@ -122,7 +125,12 @@ typedef struct {
  * The caller's current CUDA device must be the one `nccl` uses.
  */
 MK_API ncclResult_t mkCommInit(ncclComm_t nccl, const mkConfig_t *config, mkComm_t *comm);
-/* Collective: waits (bounded) until no rank still sends, then frees everything. */
+/*
+ * Collective: waits (bounded) until no rank still sends, then frees everything. Every call below
+ * that takes a comm refuses, with ncclInvalidArgument and without reading it, a pointer that
+ * mkCommInit did not hand out or that was destroyed or aborted: a second mkCommDestroy, an
+ * mkCommAbort after it, or mkCommGetAsyncError on a destroyed comm are errors, not crashes.
+ */
 MK_API ncclResult_t mkCommDestroy(mkComm_t comm);
 /* Local: stops the proxy and frees everything without talking to any peer. */
 MK_API ncclResult_t mkCommAbort(mkComm_t comm);
@@ -132,8 +140,11 @@ MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError)
 /*
  * Symmetric memory, collective: every rank allocates the same size in the same order and gets a
  * buffer at the same offset of its symmetric heap; peers can put into it. The pointer is usable
- * from the host and from kernels. ncclInvalidUsage when the heap is exhausted (MKERNEL_SYMM_HEAP,
- * mkConfig_t.heapBytes) or the ranks asked for different sizes.
+ * from the host and from kernels. The ranks agree before anything is kept: bad arguments (size
+ * 0, ptr NULL), an exhausted heap (MKERNEL_SYMM_HEAP, mkConfig_t.heapBytes) or different sizes
+ * on any rank make every rank return an error with nothing allocated, instead of leaving the
+ * others waiting: ncclInvalidArgument on a rank whose own arguments were bad, ncclInvalidUsage
+ * on the others and for an exhausted heap or different sizes.
  */
 MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr);
 MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr);
@@ -165,8 +176,10 @@ MK_API ncclResult_t mkRingAttention(const void *q, const void *k, const void *v,
 
 /*
  * All-to-all with ncclAllToAll's meaning: block r (count elements) of sendbuff goes to rank r,
- * block r of recvbuff comes from rank r. Both buffers must come from mkMemAlloc. Enqueued on
- * `stream`; GPU-initiated puts through the command queue and the host proxy.
+ * block r of recvbuff comes from rank r. Both buffers must come from mkMemAlloc and hold
+ * count x nranks elements; a count whose size in bytes (times the ranks) does not fit 64 bits is
+ * ncclInvalidArgument. Enqueued on `stream`; GPU-initiated puts through the command queue and the
+ * host proxy.
  */
 MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t count,
 			       ncclDataType_t datatype, mkComm_t comm, cudaStream_t stream);
@@ -174,20 +187,27 @@ MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t coun
 /*
  * C = allreduce_sum over the comm's ranks of (A @ B), every rank passing its own A (row-major
  * M x K) and B (layout as in mkGemm) and receiving the whole M x N sum in C (row-major, any
- * device memory). Collective: every rank calls it with the same M, N, K, type and layout.
- * Where it can and the policy engine's cost model expects it to win (MKERNEL_GEMM_AR_FUSED=1
- * forces it, =0 forbids it), one persistent kernel computes the GEMM tiles, reduces them within
- * the node through the ranks' mapped heaps as they are ready (fp32 sums of the bf16 partials)
- * and, with several nodes, sends only each rank's node slice to the other nodes through the
- * command queue. Otherwise (another type than ncclBfloat16, a GPU other than sm_90, shapes the
- * engine does not run, nodes of different sizes, a heap too small for the shape) it runs cuBLAS
- * and then ncclAllReduce on `stream`. MKERNEL_DEBUG=INFO says which ran and why. The fused path
- * keeps its per-shape memory in the symmetric heap; the first call of a new shape allocates it
- * (collective, synchronises the host: call once before capturing a CUDA graph, or that call
- * takes the unfused path); later calls enqueue without host synchronisation and replay under
- * graphs. Returns ncclInvalidArgument (NULL pointers, a pointer that is not a live comm, zero or
- * too large sizes, another type, misaligned buffers, a comm of another device) with nothing
- * launched; ncclRemoteError when a peer stopped answering within the comm's timeout.
+ * device memory). Collective: every rank calls it with the same M, N, K, type and layout; type
+ * is ncclBfloat16, ncclFloat16 or ncclFloat32. Three paths, the calibrated cost model of the
+ * policy engine choosing the cheapest that can run the call (MKERNEL_GEMM_AR_PATH forces one,
+ * MKERNEL_GEMM_AR_FUSED=1 the fused one, =0 the unfused one):
+ *  - fused: one persistent kernel computes the GEMM tiles, reduces them within the node through
+ *    the ranks' mapped heaps as they are ready (fp32 sums of the bf16 partials) and, with several
+ *    nodes, sends only each rank's node slice to the other nodes through the command queue;
+ *  - one-shot (decode sizes, outputs up to 8 MiB, several ranks): the GEMM, then one kernel in
+ *    which every rank publishes its partial in its heap and sums its node peers' through the
+ *    mapped heaps; across nodes one put per node of each rank's slice;
+ *  - unfused: the GEMM (mkGemm's choice; cuBLAS for fp16 and fp32), then ncclAllReduce on
+ *    `stream` (no all-reduce with one rank).
+ * The fused and one-shot paths are bf16 only, on sm_90, with nodes of equal size and a heap that
+ * holds the shape; other calls take the unfused path. MKERNEL_DEBUG=INFO says which ran and why.
+ * The fused and one-shot paths keep their per-shape memory in the symmetric heap; the first call
+ * of a new output shape allocates it (collective, synchronises the host: call once before
+ * capturing a CUDA graph, or that call takes the unfused path); later calls enqueue without host
+ * synchronisation and replay under graphs. Returns ncclInvalidArgument (NULL pointers, a pointer
+ * that is not a live comm, zero or too large sizes, a type other than those three, buffers not
+ * aligned to their element size, a comm of another device) with nothing launched;
+ * ncclRemoteError when a peer stopped answering within the comm's timeout.
  */
 MK_API ncclResult_t mkGemmAllReduce(const void *a, const void *b, void *c, size_t m, size_t n,
 				    size_t k, ncclDataType_t type, mkLayout_t bLayout,

@@ -65,14 +65,6 @@ static int net_ctx_check(const void *ctx)
 	return 0;
 }
 
-/* A comm that carries data: send or receive side. */
-static int net_data_comm_check(const void *comm)
-{
-	if (mk_rdv_check(comm, MK_RDV_SEND) == 0)
-		return 0;
-	return mk_rdv_check(comm, MK_RDV_RECV);
-}
-
 /* Take a backend reference and build a context; under net_lock. */
 static int net_ctx_create(uint64_t comm_id, const struct mk_nccl_net_comm_config *config,
 			  struct mk_net_ctx **out)
@@ -147,6 +139,27 @@ fail:
 	return mk_result_net(rc);
 }
 
+/* A comm behind a handle: 0 and the rendezvous object, or -EBADF. */
+static int net_comm(const void *handle, unsigned kinds, struct mk_rdv_comm **out)
+{
+	struct mk_net_hent e;
+	int rc = mk_net_handle_get(handle, kinds, &e);
+
+	*out = rc == 0 ? e.obj : NULL;
+	return rc;
+}
+
+/* Hand a new comm to NCCL as a handle; on failure the comm is closed again. */
+static int net_comm_out(struct mk_rdv_comm *c, enum mk_net_hkind kind, void **out)
+{
+	struct mk_net_hent e = { .kind = kind, .obj = c };
+	int rc = mk_net_handle_new(&e, out);
+
+	if (rc)
+		mk_rdv_close(c);
+	return rc;
+}
+
 ncclResult_t mk_net11_listen(void *ctx, int dev, void *handle, void **listenComm)
 {
 	struct mk_net_ctx *c = ctx;
@@ -161,9 +174,10 @@ ncclResult_t mk_net11_listen(void *ctx, int dev, void *handle, void **listenComm
 		rc = mk_net_dev_check(dev);
 	if (rc == 0)
 		rc = mk_rdv_listen(c->ops, dev, handle, &l);
+	if (rc == 0)
+		rc = net_comm_out(l, MK_NET_H_LISTEN, listenComm);
 	if (rc)
 		goto fail;
-	*listenComm = l;
 	return ncclSuccess;
 
 fail:
@@ -188,13 +202,14 @@ ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_com
 		rc = mk_net_dev_check(dev);
 	if (rc == 0)
 		rc = mk_rdv_connect(c->ops, dev, handle, &s);
+	if (rc == 0 && s != NULL)
+		rc = net_comm_out(s, MK_NET_H_SEND, sendComm);
 	if (rc)
 		goto fail;
 	if (s != NULL)
 		MK_INFO(MK_SUBSYS_NET, "connected on dev %d (comm 0x%" PRIx64 ", traffic class %d)",
 			dev, c->comm_id,
 			config != NULL ? config->trafficClass : MK_NCCL_NET_TRAFFIC_CLASS_UNDEF);
-	*sendComm = s;
 	return ncclSuccess;
 
 fail:
@@ -215,21 +230,22 @@ ncclResult_t mk_net11_connect(void *ctx, int dev, void *handle, void **sendComm,
 ncclResult_t mk_net11_accept(void *listenComm, void **recvComm,
 			     struct mk_nccl_net_dev_handle **recvDevComm)
 {
-	struct mk_rdv_comm *r = NULL;
+	struct mk_rdv_comm *l = NULL, *r = NULL;
 	int rc = -EINVAL;
 
 	(void)recvDevComm; /* HOST device type */
 	if (recvComm == NULL)
 		goto fail;
 	*recvComm = NULL;
-	rc = mk_rdv_check(listenComm, MK_RDV_LISTEN);
+	rc = net_comm(listenComm, MK_NET_H_BIT(MK_NET_H_LISTEN), &l);
 	if (rc == 0)
-		rc = mk_rdv_accept(listenComm, &r);
+		rc = mk_rdv_accept(l, &r);
+	if (rc == 0 && r != NULL)
+		rc = net_comm_out(r, MK_NET_H_RECV, recvComm);
 	if (rc)
 		goto fail;
 	if (r != NULL)
 		MK_INFO(MK_SUBSYS_NET, "accepted on dev %d", r->dev);
-	*recvComm = r;
 	return ncclSuccess;
 
 fail:
@@ -241,22 +257,29 @@ fail:
 static int net_reg(void *comm, void *data, size_t size, int type, int fd, uint64_t offset,
 		   void **mhandle)
 {
+	struct mk_net_hent e = { .kind = MK_NET_H_MR, .owner = comm };
+	struct mk_rdv_comm *c;
 	struct mk_mr *mr = NULL;
 	int rc;
 
 	if (mhandle == NULL)
 		return -EINVAL;
 	*mhandle = NULL;
-	rc = net_data_comm_check(comm);
+	rc = net_comm(comm, MK_NET_H_DATA, &c);
 	if (rc)
 		return rc;
 	if (type != MK_NCCL_PTR_HOST && type != MK_NCCL_PTR_CUDA)
 		return -EINVAL;
-	rc = mk_rdv_reg(comm, data, size, type, fd, offset, &mr);
+	rc = mk_rdv_reg(c, data, size, type, fd, offset, &mr);
 	if (rc)
 		return rc;
-	*mhandle = mr;
-	return 0;
+	e.obj = mr;
+	e.addr = (uintptr_t)data;
+	e.len = size;
+	rc = mk_net_handle_new(&e, mhandle);
+	if (rc)
+		mk_rdv_dereg(c, mr);
+	return rc;
 }
 
 ncclResult_t mk_net11_regMr(void *comm, void *data, size_t size, int type, void **mhandle)
@@ -287,42 +310,66 @@ ncclResult_t mk_net11_regMrDmaBuf(void *comm, void *data, size_t size, int type,
 
 ncclResult_t mk_net11_deregMr(void *comm, void *mhandle)
 {
-	int rc = net_data_comm_check(comm);
+	struct mk_rdv_comm *c;
+	struct mk_net_hent e;
+	int rc = net_comm(comm, MK_NET_H_DATA, &c);
 
-	if (rc == 0 && mhandle == NULL)
-		rc = -EINVAL;
-	if (rc == 0 && !mk_mr_valid(mhandle))
+	/* registrations are per comm: another comm's handle is refused, not released */
+	if (rc == 0)
+		rc = mk_net_handle_get(mhandle, MK_NET_H_BIT(MK_NET_H_MR), &e);
+	if (rc == 0 && e.owner != comm)
 		rc = -EBADF;
 	if (rc == 0)
-		rc = mk_rdv_dereg(comm, mhandle);
+		rc = mk_net_handle_drop(mhandle, MK_NET_H_BIT(MK_NET_H_MR), &e);
+	if (rc == 0)
+		rc = mk_rdv_dereg(c, e.obj);
 	if (rc == 0)
 		return ncclSuccess;
 	MK_WARN("deregMr(comm %p, mhandle %p) failed: %s", comm, mhandle, mk_strerror(rc));
 	return mk_result_net(rc);
 }
 
+/*
+ * The registration behind mhandle, made through comm, and [data, data + size) inside the range
+ * that was registered: a transfer outside it would read or write memory nobody registered.
+ */
+static int net_mr(const void *comm, const void *mhandle, const void *data, size_t size,
+		  struct mk_mr **out)
+{
+	struct mk_net_hent e;
+	uintptr_t p = (uintptr_t)data;
+
+	if (mhandle == NULL || size > MK_NET_MAX_BYTES)
+		return -EINVAL;
+	if (mk_net_handle_get(mhandle, MK_NET_H_BIT(MK_NET_H_MR), &e) || e.owner != comm)
+		return -EBADF;
+	if (size > 0 &&
+	    (data == NULL || p < e.addr || p - e.addr > e.len || size > e.len - (p - e.addr))) {
+		MK_WARN("%zu bytes at %p are not inside the registration of %zu bytes at %p", size,
+			data, e.len, (void *)e.addr);
+		return -EINVAL;
+	}
+	*out = e.obj;
+	return 0;
+}
+
 ncclResult_t mk_net11_isend(void *sendComm, void *data, size_t size, int tag, void *mhandle,
 			    void *phandle, void **request)
 {
 	struct mk_rdv_req *r = NULL;
+	struct mk_rdv_comm *s;
+	struct mk_mr *mr;
 	int rc = -EINVAL;
 
 	(void)phandle; /* profiler handles are not used */
 	if (request == NULL)
 		goto fail;
 	*request = NULL;
-	rc = mk_rdv_check(sendComm, MK_RDV_SEND);
-	if (rc)
-		goto fail;
-	if (mhandle == NULL || size > MK_NET_MAX_BYTES) {
-		rc = -EINVAL;
-		goto fail;
-	}
-	if (!mk_mr_valid(mhandle)) {
-		rc = -EBADF; /* deregistered: refused, never dereferenced */
-		goto fail;
-	}
-	rc = mk_rdv_isend(sendComm, data, size, tag, mhandle, &r);
+	rc = net_comm(sendComm, MK_NET_H_BIT(MK_NET_H_SEND), &s);
+	if (rc == 0)
+		rc = net_mr(sendComm, mhandle, data, size, &mr);
+	if (rc == 0)
+		rc = mk_rdv_isend(s, data, size, tag, mr, &r);
 	if (rc)
 		goto fail;
 	*request = r;
@@ -335,20 +382,25 @@ fail:
 }
 
 /*
- * Shape of a grouped receive or flush: 1 <= n <= maxRecvs, every array present, every handle a
- * live registration.
+ * Shape of a grouped receive or flush: 1 <= n <= maxRecvs, every array present, every buffer
+ * inside a live registration of this comm (sizes are size_t for irecv, int for iflush).
  */
-static int net_group_check(int n, void **data, const void *sizes, void **mhandles,
-			   struct mk_mr **mrs)
+static int net_group_check(const void *comm, int n, void **data, const size_t *zsizes,
+			   const int *isizes, void **mhandles, struct mk_mr **mrs)
 {
-	if (n < 1 || n > mk_rdv_max_recvs() || data == NULL || sizes == NULL || mhandles == NULL)
+	if (n < 1 || n > mk_rdv_max_recvs() || data == NULL || mhandles == NULL ||
+	    (zsizes == NULL && isizes == NULL))
 		return -EINVAL;
 	for (int i = 0; i < n; i++) {
-		if (mhandles[i] == NULL)
+		size_t size;
+		int rc;
+
+		if (isizes != NULL && isizes[i] < 0)
 			return -EINVAL;
-		if (!mk_mr_valid(mhandles[i]))
-			return -EBADF;
-		mrs[i] = mhandles[i];
+		size = zsizes != NULL ? zsizes[i] : (size_t)isizes[i];
+		rc = net_mr(comm, mhandles[i], data[i], size, &mrs[i]);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -358,6 +410,7 @@ ncclResult_t mk_net11_irecv(void *recvComm, int n, void **data, size_t *sizes, i
 {
 	struct mk_mr *mrs[MK_RDV_MAX_RECVS];
 	struct mk_rdv_req *r = NULL;
+	struct mk_rdv_comm *c;
 	bool optional;
 	int rc = -EINVAL;
 
@@ -367,15 +420,14 @@ ncclResult_t mk_net11_irecv(void *recvComm, int n, void **data, size_t *sizes, i
 	/* NCCL may pre-store NCCL_NET_OPTIONAL_RECV_COMPLETION; always overwrite it. */
 	optional = *request == (void *)MK_NCCL_NET_OPTIONAL_RECV_COMPLETION;
 	*request = NULL;
-	rc = mk_rdv_check(recvComm, MK_RDV_RECV);
+	rc = net_comm(recvComm, MK_NET_H_BIT(MK_NET_H_RECV), &c);
 	if (rc == 0)
-		rc = net_group_check(n, data, sizes, mhandles, mrs);
+		rc = sizes != NULL ? net_group_check(recvComm, n, data, sizes, NULL, mhandles, mrs)
+				   : -EINVAL;
 	if (rc == 0 && tags == NULL)
 		rc = -EINVAL;
-	for (int i = 0; rc == 0 && i < n; i++)
-		rc = sizes[i] > MK_NET_MAX_BYTES ? -EINVAL : 0;
 	if (rc == 0)
-		rc = mk_rdv_irecv(recvComm, n, data, sizes, tags, mrs, optional, &r);
+		rc = mk_rdv_irecv(c, n, data, sizes, tags, mrs, optional, &r);
 	if (rc)
 		goto fail;
 	*request = r;
@@ -393,18 +445,18 @@ ncclResult_t mk_net11_iflush(void *recvComm, int n, void **data, int *sizes, voi
 {
 	struct mk_mr *mrs[MK_RDV_MAX_RECVS];
 	struct mk_rdv_req *r = NULL;
+	struct mk_rdv_comm *c;
 	int rc = -EINVAL;
 
 	if (request == NULL)
 		goto fail;
 	*request = NULL;
-	rc = mk_rdv_check(recvComm, MK_RDV_RECV);
+	rc = net_comm(recvComm, MK_NET_H_BIT(MK_NET_H_RECV), &c);
 	if (rc == 0)
-		rc = net_group_check(n, data, sizes, mhandles, mrs);
-	for (int i = 0; rc == 0 && i < n; i++)
-		rc = sizes[i] < 0 ? -EINVAL : 0;
+		rc = sizes != NULL ? net_group_check(recvComm, n, data, NULL, sizes, mhandles, mrs)
+				   : -EINVAL;
 	if (rc == 0)
-		rc = mk_rdv_iflush(recvComm, n, data, sizes, mrs, &r);
+		rc = mk_rdv_iflush(c, n, data, sizes, mrs, &r);
 	if (rc)
 		goto fail;
 	*request = r;
@@ -423,7 +475,8 @@ ncclResult_t mk_net11_test(void *request, int *done, int *sizes)
 
 	if (request == NULL || done == NULL)
 		goto fail;
-	rc = mk_rdv_req_check(request);
+	/* a comm or registration handle passed as a request is refused before it is read */
+	rc = mk_net_handle_tagged(request) ? -EBADF : mk_rdv_req_check(request);
 	if (rc)
 		goto fail;
 	for (int i = 0; i < MK_RDV_MAX_RECVS; i++)
@@ -443,12 +496,26 @@ fail:
 	return mk_result_net(rc);
 }
 
-static ncclResult_t net_close(void *comm, enum mk_rdv_kind kind, const char *call)
-{
-	int rc = mk_rdv_check(comm, kind);
+#define NET_OWNED_BATCH 64
 
+/*
+ * Close a comm handle: the handle turns stale first (a second close is refused), registrations
+ * NCCL left on the comm are released with it, then the comm itself.
+ */
+static ncclResult_t net_close(void *comm, enum mk_net_hkind kind, const char *call)
+{
+	struct mk_net_hent e, owned[NET_OWNED_BATCH];
+	int rc = mk_net_handle_drop(comm, MK_NET_H_BIT(kind), &e), n;
+
+	if (rc == 0 && kind != MK_NET_H_LISTEN) {
+		do {
+			n = mk_net_handle_drop_owned(comm, owned, NET_OWNED_BATCH);
+			for (int i = 0; i < n; i++)
+				mk_rdv_dereg(e.obj, owned[i].obj);
+		} while (n == NET_OWNED_BATCH);
+	}
 	if (rc == 0)
-		rc = mk_rdv_close(comm);
+		rc = mk_rdv_close(e.obj);
 	if (rc == 0)
 		return ncclSuccess;
 	MK_WARN("%s(comm %p) failed: %s", call, comm, mk_strerror(rc));
@@ -457,17 +524,17 @@ static ncclResult_t net_close(void *comm, enum mk_rdv_kind kind, const char *cal
 
 ncclResult_t mk_net11_closeSend(void *sendComm)
 {
-	return net_close(sendComm, MK_RDV_SEND, "closeSend");
+	return net_close(sendComm, MK_NET_H_SEND, "closeSend");
 }
 
 ncclResult_t mk_net11_closeRecv(void *recvComm)
 {
-	return net_close(recvComm, MK_RDV_RECV, "closeRecv");
+	return net_close(recvComm, MK_NET_H_RECV, "closeRecv");
 }
 
 ncclResult_t mk_net11_closeListen(void *listenComm)
 {
-	return net_close(listenComm, MK_RDV_LISTEN, "closeListen");
+	return net_close(listenComm, MK_NET_H_LISTEN, "closeListen");
 }
 
 ncclResult_t mk_net11_finalize(void *ctx)

@@ -8,6 +8,7 @@
 #ifndef MK_NCCL_PLUGIN_NET_H
 #define MK_NCCL_PLUGIN_NET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +69,44 @@ ncclResult_t mk_net_connect_cfg(void *ctx, int dev, const struct mk_nccl_net_com
  */
 int mk_net_devs_select(const struct mk_transport_ops *ops);
 int mk_net_dev_check(int dev);
+
+/*
+ * The handles NCCL holds (net_handles.c): tokens of a generation-checked table, never object
+ * pointers, so a stale, repeated or foreign handle is refused without reading any object.
+ */
+enum mk_net_hkind {
+	MK_NET_H_LISTEN = 1,
+	MK_NET_H_SEND = 2,
+	MK_NET_H_RECV = 3,
+	MK_NET_H_MR = 4,
+};
+
+#define MK_NET_H_BIT(kind) (1u << (kind))
+#define MK_NET_H_DATA	   (MK_NET_H_BIT(MK_NET_H_SEND) | MK_NET_H_BIT(MK_NET_H_RECV))
+
+/* What a handle stands for (handed out as a copy). */
+struct mk_net_hent {
+	enum mk_net_hkind kind;
+	void *obj;	/* struct mk_rdv_comm * (comms) or struct mk_mr * (registrations) */
+	void *owner;	/* registrations: the comm handle they were made through */
+	uintptr_t addr; /* registrations: the caller's range, [addr, addr + len) */
+	size_t len;
+};
+
+/* A new handle for e. 0, -ENOMEM or -ENOSPC. */
+int mk_net_handle_new(const struct mk_net_hent *e, void **handle);
+/* 0 and a copy of what a live handle of one of the kinds (MK_NET_H_BIT mask) stands for; else
+ * -EBADF: NULL, not a handle, released, reused since, or another kind. */
+int mk_net_handle_get(const void *handle, unsigned kinds, struct mk_net_hent *out);
+/* Release a live handle (it and every copy of it turn stale); 0 and what it stood for, or -EBADF.
+ */
+int mk_net_handle_drop(const void *handle, unsigned kinds, struct mk_net_hent *out);
+/* Release the registrations made through comm handle owner (at most max); returns how many. */
+int mk_net_handle_drop_owned(const void *owner, struct mk_net_hent *out, int max);
+/* True for anything shaped like one of these handles (live or not): never a request. */
+bool mk_net_handle_tagged(const void *p);
+/* Tests: the object behind a live handle, else NULL. */
+void *mk_net_handle_obj(const void *handle);
 
 /*
  * Versions without a context (v10, v9, v8) share one process-wide context, created by the

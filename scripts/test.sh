@@ -13,8 +13,9 @@ fi
 ninja -C "$build" || { echo "0 passed, 1 failed"; exit 1; }
 
 rm -f "$build/meson-logs/testlog.json"
-# Network and GPU suites busy-poll: run them one test at a time (2 vCPUs on CI).
-for suite in ${MKERNEL_SUITES:-unit fuzz loopback rdma gpu}; do
+# Network and GPU suites busy-poll: run them one test at a time (2 vCPUs on CI). The sanitize
+# suite builds a second tree (ASan + UBSan) and runs unit, fuzz and loopback in it.
+for suite in ${MKERNEL_SUITES:-unit fuzz loopback sanitize rdma gpu}; do
 	if [ -n "$(meson test -C "$build" --list --suite "$suite" 2>/dev/null)" ]; then
 		echo "=== suite $suite"
 		meson test -C "$build" --suite "$suite" --print-errorlogs --num-processes 1 \

@@ -368,7 +368,7 @@ int mk_calib_parse(const char *text, size_t len, struct mk_calib *out, int *line
 		*why = "no 'mkernel-calibration 1' record";
 		rc = -EINVAL;
 	}
-	if (rc == 0) {
+	if (rc == 0 && out->ngemm > 0) { /* qsort of NULL, even of 0 entries, is undefined */
 		qsort(out->gemm, out->ngemm, sizeof(*out->gemm), calib_cmp);
 		for (size_t i = 1; i < out->ngemm; i++) {
 			if (calib_cmp(&out->gemm[i - 1], &out->gemm[i]) == 0) {

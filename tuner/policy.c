@@ -54,10 +54,16 @@ struct mk_policy {
 	int undecided_logged;
 	int last_coll; /* last decision logged (MKERNEL_TUNER_LOG_DECISIONS) */
 	uint64_t last_bytes;
+	struct mk_policy *next; /* on policies_live */
 };
 
 static pthread_mutex_t inputs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct policy_inputs *inputs_cur;
+/*
+ * Live policies, under inputs_lock: a context NCCL finalizes twice (or never had) is looked up
+ * here instead of being read, and the last one out releases inputs_cur.
+ */
+static struct mk_policy *policies_live;
 
 static const char *const src_names[] = { "nccl", "env", "rule", "model" };
 
@@ -179,7 +185,7 @@ static struct policy_inputs *inputs_read(void)
 	in->links.net_gbps = (double)mk_param_tuner_net_gbps();
 	in->links.net_lat_us = (double)mk_param_tuner_net_lat_ns() / 1e3;
 	in->gemm_tflops =
-		mk_param_tuner_gemm_tflops() > 0 ? (double)mk_param_tuner_gemm_tflops() : 730.0;
+		mk_param_tuner_gemm_tflops() > 0 ? (double)mk_param_tuner_gemm_tflops() : 631.0;
 	in->attn_tflops =
 		mk_param_tuner_attn_tflops() > 0 ? (double)mk_param_tuner_attn_tflops() : 600.0;
 	in->fused_overhead_us = (double)mk_param_tuner_fused_overhead_us();
@@ -270,6 +276,10 @@ int mk_policy_create(const struct mk_policy_topo *topo, struct mk_policy **out)
 	rc = policy_filter_rules(p);
 	if (rc)
 		goto undo_inputs;
+	pthread_mutex_lock(&inputs_lock);
+	p->next = policies_live;
+	policies_live = p;
+	pthread_mutex_unlock(&inputs_lock);
 	*out = p;
 	return 0;
 
@@ -280,13 +290,31 @@ undo_alloc:
 	return rc;
 }
 
-void mk_policy_destroy(struct mk_policy *p)
+int mk_policy_destroy(struct mk_policy *p)
 {
+	struct policy_inputs *cache = NULL;
+	struct mk_policy **pp;
+
 	if (p == NULL)
-		return;
+		return 0;
+	pthread_mutex_lock(&inputs_lock);
+	for (pp = &policies_live; *pp != NULL && *pp != p; pp = &(*pp)->next)
+		;
+	if (*pp == NULL) {
+		pthread_mutex_unlock(&inputs_lock);
+		return -EBADF;
+	}
+	*pp = p->next;
+	if (policies_live == NULL) {
+		cache = inputs_cur; /* the snapshot's own reference goes with the last policy */
+		inputs_cur = NULL;
+	}
+	pthread_mutex_unlock(&inputs_lock);
 	free(p->store);
 	inputs_put(p->in);
+	inputs_put(cache);
 	free(p);
+	return 0;
 }
 
 static const struct mk_rule *policy_match(const struct mk_policy *p, int coll, uint64_t nbytes,

@@ -74,7 +74,12 @@ struct mk_policy;
 /* Create the policy of one communicator: reads the environment and the rules file (once per
  * process, shared). Returns 0, -EINVAL (nonsense topology) or -ENOMEM. */
 int mk_policy_create(const struct mk_policy_topo *topo, struct mk_policy **out);
-void mk_policy_destroy(struct mk_policy *p);
+/*
+ * 0, or -EBADF for a pointer that is not a live policy (destroyed already, or never created):
+ * it is refused without being read. Destroying the last live policy also releases the shared
+ * snapshot of the inputs (the next create reads them again), so nothing outlives finalize.
+ */
+int mk_policy_destroy(struct mk_policy *p);
 
 /* What mk_policy_coll decided, for logs and tests. */
 struct mk_policy_choice {

@@ -87,8 +87,13 @@ static ncclResult_t tuner5_get_coll_info(void *context, enum mk_nccl_func collTy
 
 static ncclResult_t tuner5_finalize(void *context)
 {
-	mk_policy_destroy(context);
-	return ncclSuccess;
+	int rc = mk_policy_destroy(context);
+
+	if (rc == 0)
+		return ncclSuccess;
+	MK_WARN("finalize(context %p): not a live tuner context (finalized twice?): %s", context,
+		strerror(-rc));
+	return mk_result_net(rc);
 }
 
 MK_EXPORT const struct mk_nccl_tuner_v5 ncclTunerPlugin_v5 = {

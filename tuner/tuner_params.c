@@ -38,9 +38,9 @@ MK_PARAM_STR(tuner_sm_split, "tuner", "MKERNEL_TUNER_SM_SPLIT", "",
 MK_PARAM_INT(tuner_adaptive, "tuner", "MKERNEL_TUNER_ADAPTIVE", -1,
 	     "fused ops: 1 runs the on-GPU SM controller, 0 keeps the split static; "
 	     "-1 = rules file, else static");
-MK_PARAM_INT(tuner_gemm_tflops, "tuner", "MKERNEL_TUNER_GEMM_TFLOPS", 730,
+MK_PARAM_INT(tuner_gemm_tflops, "tuner", "MKERNEL_TUNER_GEMM_TFLOPS", 631,
 	     "fused ops: dense bf16 GEMM rate the cost model assumes, TFLOP/s (the GEMM engine's "
-	     "measured rate on an H200 at 16384 x 16384 x 1024)");
+	     "median on an H200 at 16384 x 16384 x 1024, docs/data/gemm-bench-h200-2026-12-02)");
 MK_PARAM_INT(
 	tuner_attn_tflops, "tuner", "MKERNEL_TUNER_ATTN_TFLOPS", 600,
 	"fused ops: attention forward rate the ring-attention cost model assumes, TFLOP/s with "

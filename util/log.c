@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "mk/clock.h"
 #include "mk/log.h"
 
 mk_log_fn mk_log_sink = mk_log_discard;
@@ -113,4 +114,27 @@ void mk_log_stderr(int level, unsigned long flags, const char *file, int line, c
 void mk_log_set_sink(mk_log_fn fn)
 {
 	mk_log_sink = fn != NULL ? fn : mk_log_stderr;
+}
+
+int mk_ratelimit_pass(struct mk_ratelimit *rl, unsigned int *held)
+{
+	unsigned long long now = mk_now_ms();
+	int pass;
+
+	while (__atomic_exchange_n(&rl->lock, 1, __ATOMIC_ACQUIRE))
+		;
+	if (now - rl->window_ms >= MK_WARN_WINDOW_MS) {
+		rl->window_ms = now;
+		rl->n = 0;
+	}
+	pass = rl->n < MK_WARN_BURST;
+	if (pass) {
+		rl->n++;
+		*held = rl->held;
+		rl->held = 0;
+	} else {
+		rl->held++;
+	}
+	__atomic_store_n(&rl->lock, 0, __ATOMIC_RELEASE);
+	return pass;
 }

@@ -9,6 +9,7 @@
 
 #include "fused/ops/alltoall.h"
 #include "fused/runtime/comm.h"
+#include "fused/runtime/comm_live.h"
 
 struct a2a_state {
 	uint64_t signals; /* slices of all calls so far on this comm (signal targets) */
@@ -60,9 +61,14 @@ MK_API ncclResult_t mkAllToAll(const void *sendbuff, void *recvbuff, size_t coun
 	uint64_t bytes, total, soff, roff;
 	uint32_t slices;
 
-	if (comm == NULL || sendbuff == NULL || recvbuff == NULL || (int)datatype < 0 ||
-	    (size_t)datatype >= sizeof(tsize) / sizeof(tsize[0]) || tsize[datatype] == 0)
-		return mk_api_result(-EINVAL, "mkAllToAll(bad argument)");
+	if (mk_comm_live_check(comm) != 0 || sendbuff == NULL || recvbuff == NULL ||
+	    (int)datatype < 0 || (size_t)datatype >= sizeof(tsize) / sizeof(tsize[0]) ||
+	    tsize[datatype] == 0)
+		return mk_api_result(-EINVAL, "mkAllToAll(bad argument, or not a live comm)");
+	/* count x type size x ranks must not wrap: a wrapped total would pass the bounds check */
+	if (count > UINT64_MAX / tsize[datatype] ||
+	    (uint64_t)count * tsize[datatype] > UINT64_MAX / (uint64_t)comm->nranks)
+		return mk_api_result(-EINVAL, "mkAllToAll(count x type size x ranks overflows)");
 	bytes = (uint64_t)count * tsize[datatype];
 	total = bytes * (uint64_t)comm->nranks;
 	soff = (uint64_t)((const char *)sendbuff - comm->heap);

@@ -368,6 +368,12 @@ MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size
 		MK_WARN("mkGemm: unknown B layout %d", (int)bLayout);
 		return mk_result_api(-EINVAL);
 	}
+	/* cuBLAS takes any pointer it is given: an element split across two addresses is not one */
+	if ((uintptr_t)a % 2 || (uintptr_t)b % 2 || (uintptr_t)c % 2) {
+		MK_WARN("mkGemm: a %p, b %p, c %p must be aligned to their 2-byte elements", a, b,
+			c);
+		return mk_result_api(-EINVAL);
+	}
 	rc = mk_gemm_dispatch(a, b, c, (int)m, (int)n, (int)k, bLayout == mkLayoutRowMajorNK,
 			      stream, NULL, NULL);
 	return rc ? mk_result_api(rc) : ncclSuccess; /* the dispatch WARNed what failed */

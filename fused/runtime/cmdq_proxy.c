@@ -356,6 +356,7 @@ static int proxy_exec(struct mk_proxy *p, int qid, uint32_t idx, const struct mk
 	uint8_t *cs = &q->cstate[idx & q->mask];
 	struct proxy_peer *pp;
 	char *heap = p->a.heap;
+	uint64_t dst_off;
 	bool has_imm;
 	size_t len;
 	int rc;
@@ -382,13 +383,16 @@ static int proxy_exec(struct mk_proxy *p, int qid, uint32_t idx, const struct mk
 	pp = &p->peers[c->peer];
 	if (pp->pub.conn == NULL)
 		return -EHOSTUNREACH;
+	/* a SIGNAL carries no data: its offsets mean nothing and are never checked, so the
+	 * zero-length write that delivers the immediate targets the heap's first byte */
+	dst_off = len > 0 ? c->dst_off : 0;
 	__atomic_store_n(cs, MK_CSTATE_POSTED, __ATOMIC_RELAXED);
 	q->posted_ms[idx & q->mask] = mk_now_ms();
 	pthread_mutex_lock(&pp->lock);
 	rc = p->a.ops->write(pp->pub.conn,
 			     c->lane % (pp->pub.conn->nlanes > 0 ? pp->pub.conn->nlanes : 1),
 			     len > 0 ? heap + c->src_off : heap, len, p->a.heap_mr,
-			     pp->pub.heap.base + c->dst_off, &pp->pub.heap, has_imm,
+			     pp->pub.heap.base + dst_off, &pp->pub.heap, has_imm,
 			     has_imm ? mk_imm_signal(c->signal) : 0, proxy_ctx(qid, idx));
 	pthread_mutex_unlock(&pp->lock);
 	if (rc) {

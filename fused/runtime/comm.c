@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fused/runtime/comm.h"
+#include "fused/runtime/comm_live.h"
 #include "fused/runtime/runtime_params.h"
 #include "mk/core_params.h"
 #include "mk/err.h"
@@ -464,6 +465,8 @@ int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
 		rc = mk_symm_init(&c->symm, c->heap_len);
 	if (rc == 0)
 		rc = mk_comm_ops_init(c);
+	if (rc == 0)
+		rc = mk_comm_live_add(c);
 	if (rc)
 		goto undo;
 	c->magic = MK_COMM_MAGIC;
@@ -507,7 +510,9 @@ void mk_comm_free(struct mk_comm *c)
 	free(c->conns);
 	free(c->connected);
 	free(c->rkeys);
-	free(c);
+	/* the header stays, zeroed: a stale mkComm_t reads a dead comm, never freed memory */
+	memset(c, 0, sizeof(*c));
+	mk_comm_quarantine(c);
 }
 
 /* An all-reduce of one int through NCCL: every rank got here. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "fused/runtime/comm.h"
+#include "fused/runtime/comm_live.h"
 #include "mk/err.h"
 #include "mk/log.h"
 #include "mk/result.h"
@@ -30,12 +31,20 @@ MK_API ncclResult_t mkCommInit(ncclComm_t nccl, const mkConfig_t *config, mkComm
 	return mk_api_result(mk_comm_init(nccl, config, comm), "mkCommInit");
 }
 
+/* What every call on an existing comm checks first: the pointer is a live comm, unread. */
+static int api_comm(mkComm_t comm)
+{
+	return mk_comm_live_check(comm) ? -EINVAL : 0;
+}
+
 MK_API ncclResult_t mkCommDestroy(mkComm_t comm)
 {
 	int rc;
 
-	if (comm == NULL)
-		return mk_api_result(-EINVAL, "mkCommDestroy(NULL)");
+	/* taken off the live set first: a second destroy (or abort) is refused from here on */
+	if (mk_comm_live_take(comm))
+		return mk_api_result(-EINVAL, "mkCommDestroy(not a live comm: NULL, destroyed "
+					      "already, or never made by mkCommInit)");
 	rc = mk_comm_quiesce(comm);
 	mk_comm_free(comm);
 	return mk_api_result(rc, "mkCommDestroy (waiting for peers)");
@@ -43,8 +52,9 @@ MK_API ncclResult_t mkCommDestroy(mkComm_t comm)
 
 MK_API ncclResult_t mkCommAbort(mkComm_t comm)
 {
-	if (comm == NULL)
-		return mk_api_result(-EINVAL, "mkCommAbort(NULL)");
+	if (mk_comm_live_take(comm))
+		return mk_api_result(-EINVAL, "mkCommAbort(not a live comm: NULL, destroyed "
+					      "already, or never made by mkCommInit)");
 	mk_proxy_fail(comm->proxy, -ECANCELED);
 	mk_comm_free(comm);
 	return ncclSuccess;
@@ -54,8 +64,8 @@ MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError)
 {
 	int rc;
 
-	if (comm == NULL || asyncError == NULL)
-		return mk_api_result(-EINVAL, "mkCommGetAsyncError(NULL)");
+	if (asyncError == NULL || api_comm(comm))
+		return mk_api_result(-EINVAL, "mkCommGetAsyncError(NULL, or not a live comm)");
 	rc = mk_proxy_error(comm->proxy);
 	if (rc == 0)
 		rc = __atomic_load_n(comm->kerr, __ATOMIC_ACQUIRE);
@@ -63,51 +73,60 @@ MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError)
 	return ncclSuccess;
 }
 
+/*
+ * Collective. Arguments are agreed on before anything is allocated: every rank with a live comm
+ * takes part in the exchange whatever its own arguments, and a rank whose arguments are bad (or
+ * whose allocation failed) contributes a failure, so every rank returns the same error instead
+ * of some waiting forever for a rank that left early. (A rank that passes no live comm at all
+ * cannot take part: its peers then wait in NCCL as for any missing rank.)
+ */
 MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr)
 {
-	uint64_t off = 0, *all;
-	int rc;
+	uint64_t off = 0, mine, *all;
+	int rc = 0, rc2;
 
-	if (comm == NULL || ptr == NULL || size == 0)
-		return mk_api_result(-EINVAL, "mkMemAlloc(NULL or 0 bytes)");
-	rc = mk_symm_alloc(&comm->symm, size, &off);
+	if (api_comm(comm))
+		return mk_api_result(-EINVAL, "mkMemAlloc(not a live comm)");
+	all = calloc((size_t)comm->nranks, sizeof(*all));
+	if (all == NULL) /* the one failure the other ranks are not told of */
+		return mk_api_result(-ENOMEM, "mkMemAlloc");
+	if (ptr == NULL || size == 0) {
+		MK_WARN("mkMemAlloc(%zu bytes, ptr %p): bad arguments; the other ranks are told",
+			size, (void *)ptr);
+		rc = -EINVAL;
+	}
+	if (rc == 0)
+		rc = mk_symm_alloc(&comm->symm, size, &off);
 	if (rc == -ENOMEM) {
 		MK_WARN("symmetric heap exhausted: %zu bytes asked of %zu (MKERNEL_SYMM_HEAP)",
 			size, comm->heap_len);
 		rc = -ENOSPC; /* a limit of the configuration, not a failed allocation */
 	}
-	/* Symmetric by construction; check it, and that every rank succeeded. */
-	all = calloc((size_t)comm->nranks, sizeof(*all));
-	if (all == NULL) {
-		if (rc == 0)
-			mk_symm_free(&comm->symm, off);
-		return mk_api_result(-ENOMEM, "mkMemAlloc");
-	}
-	{
-		uint64_t mine = rc == 0 ? off : UINT64_MAX;
-		int rc2 = mk_comm_allgather(comm, &mine, all, sizeof(mine));
-
-		for (int r = 0; rc2 == 0 && r < comm->nranks; r++) {
-			if (all[r] != mine)
-				rc2 = -EPROTO;
-		}
-		if (rc == 0 && rc2 != 0) {
-			mk_symm_free(&comm->symm, off);
-			rc = rc2;
-		}
+	/* Symmetric by construction: check it, and that every rank succeeded. */
+	mine = rc == 0 ? off : UINT64_MAX;
+	rc2 = mk_comm_allgather(comm, &mine, all, sizeof(mine));
+	for (int r = 0; rc2 == 0 && r < comm->nranks; r++) {
+		if (all[r] != mine)
+			rc2 = -EPROTO; /* another rank failed (UINT64_MAX) or got another offset */
 	}
 	free(all);
+	if (rc == 0 && rc2 != 0)
+		mk_symm_free(&comm->symm, off);
+	if (rc == 0)
+		rc = rc2;
 	if (rc)
-		return mk_api_result(rc, "mkMemAlloc (ranks disagree or a rank ran out)");
+		return mk_api_result(rc, "mkMemAlloc (bad arguments or no room on this or another "
+					 "rank, or ranks disagree)");
 	*ptr = comm->heap + off;
 	return ncclSuccess;
 }
 
 MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr)
 {
-	if (comm == NULL || ptr == NULL || (char *)ptr < comm->heap ||
+	if (api_comm(comm) || ptr == NULL || (char *)ptr < comm->heap ||
 	    (char *)ptr >= comm->heap + comm->heap_len)
-		return mk_api_result(-EINVAL, "mkMemFree(pointer not from mkMemAlloc)");
+		return mk_api_result(-EINVAL, "mkMemFree(not a live comm, or a pointer not from "
+					      "mkMemAlloc)");
 	return mk_api_result(mk_symm_free(&comm->symm, (uint64_t)((char *)ptr - comm->heap)),
 			     "mkMemFree");
 }

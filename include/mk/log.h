@@ -75,6 +75,37 @@ void mk_log_set_sink(mk_log_fn fn);
 			MK_WARN(fmt, ##__VA_ARGS__);                                               \
 	} while (0)
 
+/*
+ * Warnings a peer or a stranger can trigger at will (rejected setup requests, stray messages,
+ * immediates nobody expects): every one is reported, but at most MK_WARN_BURST lines per call
+ * site in MK_WARN_WINDOW_MS; the first line after a quiet stretch says how many were held back.
+ */
+#define MK_WARN_BURST	  5
+#define MK_WARN_WINDOW_MS 10000
+
+struct mk_ratelimit {
+	unsigned long long window_ms; /* start of the current window */
+	unsigned int n;		      /* lines let through in it */
+	unsigned int held;	      /* lines held back since the last one let through */
+	int lock;
+};
+
+/* 1 when this line may be logged; *held then says how many were held back before it. */
+int mk_ratelimit_pass(struct mk_ratelimit *rl, unsigned int *held);
+
+#define MK_WARN_RATELIMITED(fmt, ...)                                                              \
+	do {                                                                                       \
+		static struct mk_ratelimit mk_rl_;                                                 \
+		unsigned int mk_held_ = 0;                                                         \
+		if (!mk_ratelimit_pass(&mk_rl_, &mk_held_))                                        \
+			break;                                                                     \
+		if (mk_held_ > 0)                                                                  \
+			MK_WARN(fmt " (%u such lines held back before this one)", ##__VA_ARGS__,   \
+				mk_held_);                                                         \
+		else                                                                               \
+			MK_WARN(fmt, ##__VA_ARGS__);                                               \
+	} while (0)
+
 #if MK_ENABLE_TRACE
 #define MK_TRACE(subsys, fmt, ...) MK_LOG(MK_LOG_TRACE, (subsys), fmt, ##__VA_ARGS__)
 #else

@@ -4,13 +4,15 @@
 # on GPU 0 made into two nodes with distinct NCCL_HOSTID (layout a of scripts/gpu/layout.sh);
 # LAYOUT=h puts one process on each GPU of a host of several, in two nodes of half the GPUs each
 # (NVLink inside a half, the network path between the halves). Checks exact results of every
-# collective and send/recv from 1 B to 256 MiB through the plugin, proves from NCCL's own log
-# that the plugin was loaded and assigned, then measures all_reduce bus bandwidth through the
-# plugin (tcp and shm providers) and through NCCL's internal Socket transport in the same run.
+# collective and send/recv from 1 B to 256 MiB through the plugin over libfabric's tcp, net and
+# shm providers, proves from NCCL's own log that the plugin was loaded and assigned, then
+# measures all_reduce bus bandwidth through the plugin (tcp and shm providers) and through
+# NCCL's internal Socket transport in the same run.
 #
 # usage: scripts/gpu/nccl-fake-nodes.sh <build-dir or unpacked bundle> [out-dir]
 # Environment: CONFIGS (bandwidth configurations to run; nccl-nvlink = NCCL's own transports
-# with no network forced, NVLink between the GPUs of layout g), SKIP_CHECK=1 (bandwidth only),
+# with no network forced, NVLink between the GPUs of layout g), CHECK_PROVIDERS (the providers
+# whose exact results are checked: tcp, net, shm by default), SKIP_CHECK=1 (bandwidth only),
 # LAYOUT (default a), JOB_TIMEOUT (s per job, default 600), DRY_RUN=1 (print each rank's command).
 # The plugin's libfabric must be loadable (LD_LIBRARY_PATH). Figures of layouts on one GPU are
 # one-host emulation.
@@ -80,15 +82,26 @@ fail=0
 plugin_env=("NCCL_NET_PLUGIN=$plugin" NCCL_NET=mkernel MKERNEL_TRANSPORT=ofi MKERNEL_OFI_IFACE=lo)
 echo "nccl-fake-nodes: layout ${LAYOUT:-a}: $nranks ranks, $MK_L_NODES node(s) x $MK_L_NLOCAL"
 if [ -z "${SKIP_CHECK:-}" ]; then
-	run_job mkernel-tcp check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1
-	if [ "$dry" != 1 ]; then
+	# exact results over each provider the plugin is used with (CHECK_PROVIDERS selects)
+	for prov in ${CHECK_PROVIDERS:-tcp net shm}; do
+		ofi=$prov
+		[ "$prov" = tcp ] && ofi="tcp;ofi_rxm"
+		label=mkernel-$prov
+		run_job "$label" check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=$ofi" ||
+			{ echo "FAILED: exact results over $ofi"; fail=1; }
+		[ "$dry" = 1 ] && continue
 		# NCCL writes its INFO lines to stdout, its WARN lines to stderr: search both.
-		logs=("$out/mkernel-tcp-check-rank0.out" "$out/mkernel-tcp-check-rank0.log")
+		logs=("$out/$label-check-rank0.out" "$out/$label-check-rank0.log")
 		for want in "Loaded net plugin mkernel" "Assigned NET plugin mkernel" "NET/mkernel"; do
-			if grep -qh "$want" "${logs[@]}"; then echo "log: found '$want'"; else echo "log: MISSING '$want'"; fail=1; fi
+			if grep -qh "$want" "${logs[@]}"; then
+				echo "log ($prov): found '$want'"
+			else
+				echo "log ($prov): MISSING '$want'"
+				fail=1
+			fi
 		done
 		grep -h -m3 "NET/mkernel" "${logs[@]}"
-	fi
+	done
 fi
 # Bandwidth configurations (CONFIGS selects a subset): the plugin over libfabric's tcp, net and
 # shm providers, tcp with a progress thread per connection, NCCL's own Socket transport, and

@@ -5,7 +5,7 @@
 # environment, ARGS are the program and its arguments. LOCAL_RANK is the rank's GPU
 # (MK_TEST_DEVICE from the layout: 0 where every rank shares GPU 0). KILLED_RANK=r: rank r must die by SIGKILL
 # (exit 137 becomes 0, anything else 1).
-set -u
+set -uo pipefail
 export RANK=$1 WORLD_SIZE=$2 LOCAL_RANK=${MK_TEST_DEVICE:-0} MK_NLOCAL=$5
 shift 5
 python3 "$@"

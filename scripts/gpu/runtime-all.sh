@@ -12,7 +12,8 @@
 # Layouts with several ranks per node run under MPS (their kernels wait for each other).
 # Key lines go to stdout; all logs into OUTDIR/rt-PHASE.tgz.
 # Usage: scripts/gpu/runtime-all.sh BIN OUTDIR [test|extra|bench|gar|all]   (libfabric under .carry/root; BIN may be an unpacked bundle of scripts/bundle.sh)
-set -u
+# Exits non-zero when any step failed, naming each failed step (scripts/gpu/steps.sh).
+set -uo pipefail
 bin=$(cd "$1" && pwd)
 if [ -f "$bin/env.sh" ]; then # an unpacked bundle (scripts/bundle.sh): its lib/ and bin/
 	export LD_LIBRARY_PATH="$bin/lib:$bin/lib/fabric:${LD_LIBRARY_PATH:-}"
@@ -26,23 +27,25 @@ export LD_LIBRARY_PATH="$here/.carry/root/usr/lib/x86_64-linux-gnu:${nccl_lib:+$
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 r=$(mktemp -d)/rt-$phase
 mkdir -p "$r"
-fails=0
+# shellcheck source=steps.sh
+. "$here/scripts/gpu/steps.sh"
 # per_rank TEST NAME LAYOUT [options]: one per-rank test through runtime-comm.sh, log kept.
 per_rank() {
 	local test=$1 name=$2 rc
 	shift 2
-	"$here/scripts/gpu/runtime-comm.sh" "$bin/test-$test-gpu" "$@" >"$r/$test-$name.log" 2>&1
+	step "$test-$name" "$here/scripts/gpu/runtime-comm.sh" "$bin/test-$test-gpu" "$@" \
+		>"$r/$test-$name.log" 2>&1
 	rc=$?
 	echo "== $test $name ($*): exit $rc"
-	[ "$rc" = 0 ] || fails=$((fails + 1))
-	grep -E '^\{|FAIL|failure|node [0-9]|async|dying|exit|transport writes|ERROR SUMMARY|WARN' \
+	show -E '^\{|FAIL|failure|node [0-9]|async|dying|exit|transport writes|ERROR SUMMARY|WARN' \
 		"$r/$test-$name.log" | head -60
 }
 comm() { per_rank comm "$@"; }
 gar() { per_rank gar "$@"; }
 if [ "$phase" = test ] || [ "$phase" = all ]; then
 	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" info test 2>&1 | tee "$r/run1.log" |
-		grep -vE '^ok ' || fails=$((fails + 1))
+		show -vE '^ok '
+	check runtime-run-test $?
 	RANK_TIMEOUT=90 comm a a
 	MPS=1 RANK_TIMEOUT=90 comm b b
 	MPS=1 RANK_TIMEOUT=120 comm c c
@@ -52,8 +55,8 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 	MPS=1 RANK_TIMEOUT=40 comm kill-c c --kill
 fi
 if [ "$phase" = extra ] || [ "$phase" = all ]; then
-	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" sanitize 2>&1 | tee "$r/run2.log" ||
-		fails=$((fails + 1))
+	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" sanitize 2>&1 | tee "$r/run2.log"
+	check runtime-run-sanitize $?
 	for tool in memcheck racecheck synccheck; do
 		# NCCL's init probes kernels of other architectures: API errors it handles itself.
 		WRAP="compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 3" \
@@ -71,6 +74,7 @@ if [ "$phase" = extra ] || [ "$phase" = bench ] || [ "$phase" = all ]; then
 fi
 if [ "$phase" = extra ] || [ "$phase" = all ]; then
 	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" bench 2>&1 | tee "$r/run3.log"
+	check runtime-run-bench $?
 fi
 if [ "$phase" = gar ] || [ "$phase" = all ]; then
 	# GAR_QUICK=1: shapes up to 4096 only (a first check of a new build).
@@ -90,6 +94,5 @@ if [ "$phase" = gar ] || [ "$phase" = all ]; then
 	done
 fi
 mkdir -p "$outdir"
-tar czf "$outdir/rt-$phase.tgz" -C "$(dirname "$r")" "rt-$phase"
-echo "runtime-all $phase: $fails failing step(s)"
-exit $((fails > 0))
+step archive tar czf "$outdir/rt-$phase.tgz" -C "$(dirname "$r")" "rt-$phase"
+steps_done

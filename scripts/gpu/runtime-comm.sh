@@ -15,9 +15,9 @@
 # MPS=1 starts an MPS daemon first (ranks' kernels then run side by side instead of
 # time-slicing) and stops it at the end. RANK_TIMEOUT: seconds per rank (default 150).
 # DRY_RUN=1 prints each rank's command with its environment and runs nothing.
-# Exit: 0 pass, 1 fail, 2 bad layout, 77 no GPU (or fewer GPUs than the layout needs).
-set -u
-set -o pipefail
+# Exit: 0 pass, 1 fail (naming the failing ranks), 2 bad layout, 77 no GPU (or fewer GPUs than
+# the layout needs).
+set -uo pipefail
 bin=$1
 layout=$2
 shift 2
@@ -79,7 +79,12 @@ for rc in "${rcs[@]}"; do
 	[ "$rc" = 77 ] || skip=0
 done
 [ "$skip" = 1 ] && exit 77
-for rc in "${rcs[@]}"; do
-	[ "$rc" = 0 ] || exit 1
+failed=()
+for r in $(seq 0 $((n - 1))); do
+	[ "${rcs[$r]}" = 0 ] || failed+=("rank $r (exit ${rcs[$r]})")
 done
+if [ "${#failed[@]}" -gt 0 ]; then
+	echo "runtime-comm: failed: ${failed[*]}"
+	exit 1
+fi
 exit 0

@@ -15,6 +15,8 @@ mk_uptime() {
 }
 
 # mk_run <name> <cmd...>: run a command under a timeout; exit 0 PASS, 77 SKIP, else FAIL.
+# Once a guest script has proven rxe0 ACTIVE it sets MK_SKIP_IS_FAIL=1: from then on a test that
+# skips (77: "no device") contradicts what was proven and is a FAIL.
 # Returns 0 unless the command failed.
 mk_run() {
 	mk_run_name=$1
@@ -22,6 +24,10 @@ mk_run() {
 	echo "--- $mk_run_name: $*"
 	timeout "$MK_TIMEOUT" "$@"
 	mk_run_rc=$?
+	if [ "$mk_run_rc" = 77 ] && [ "${MK_SKIP_IS_FAIL:-0}" = 1 ]; then
+		echo "$mk_run_name: skipped (exit 77) although rxe0 is ACTIVE"
+		mk_run_rc=1
+	fi
 	case $mk_run_rc in
 	0) mk_mark "$mk_run_name PASS" ;;
 	77) mk_mark "$mk_run_name SKIP" ;;
@@ -85,6 +91,20 @@ mk_pair() {
 	echo "$mk_p_name: client exit $mk_p_crc, server exit $mk_p_src; server output:"
 	cat "/tmp/$mk_p_name.server.log"
 	mk_mark "$mk_p_name FAIL"
+	return 1
+}
+
+# mk_rxe0_active: rxe0's port is ACTIVE (then every test that can run must run: MK_SKIP_IS_FAIL).
+mk_rxe0_active() {
+	ibv_devinfo -d rxe0 2>/dev/null | grep -q "state:[ 	]*PORT_ACTIVE"
+}
+
+# mk_need <name> <path>: a binary the guest script must run; not built is a FAIL, never a SKIP
+# (the suite is only registered where the verbs backend is built). Returns 1 when missing.
+mk_need() {
+	[ -x "$2" ] && return 0
+	echo "$1: $2 not built"
+	mk_mark "$1 FAIL"
 	return 1
 }
 

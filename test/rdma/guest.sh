@@ -15,17 +15,20 @@ export MKERNEL_TRANSPORT=verbs
 fails=0
 
 mk_stock_checks || fails=$((fails + $?))
+# rxe0 is up: from here on a test that says "no device" (77) is a failure, not a skip
+if mk_rxe0_active; then
+	MK_SKIP_IS_FAIL=1
+else
+	mk_mark "rxe0-active FAIL"
+	fails=$((fails + 1))
+fi
 
-# run_built <name> <path under $BUILD> [args...]: run a project test if it was built.
+# run_built <name> <path under $BUILD> [args...]: run a project test; not built is a FAIL.
 run_built() {
 	rb_name=$1
 	rb_bin=$BUILD/$2
 	shift 2
-	if [ ! -x "$rb_bin" ]; then
-		echo "$rb_name: $rb_bin not built"
-		mk_mark "$rb_name SKIP"
-		return 0
-	fi
+	mk_need "$rb_name" "$rb_bin" || { fails=$((fails + 1)); return 0; }
 	mk_run "$rb_name" "$rb_bin" "$@" || fails=$((fails + 1))
 }
 
@@ -34,11 +37,13 @@ run_built net-loopback test/loopback/net/test-net-loopback --all --transport ver
 
 # The same plugin binary on a host without libfabric: hidden from the loader, auto selection
 # must take verbs (the host's loopback suite checks the converse).
-if [ -x "$BUILD/nccl_plugin/tools/mkernel-netbench" ]; then
+if mk_need plugin-without-libfabric "$BUILD/nccl_plugin/tools/mkernel-netbench"; then
 	MKERNEL_OFI_LIB=/nonexistent/libfabric.so.1 MKERNEL_TRANSPORT=auto \
 		mk_run plugin-without-libfabric sh "$SRC/test/loopback/net/hidden-lib.sh" \
 		"$BUILD/nccl_plugin/tools/mkernel-netbench" "$BUILD/nccl_plugin/libnccl-net-mkernel.so" \
 		verbs: || fails=$((fails + 1))
+else
+	fails=$((fails + 1))
 fi
 
 # Benchmark: the same sizes through ib_write_bw and through our plugin, alternating in this run.
@@ -49,11 +54,13 @@ for nb in nccl_plugin/tools/mkernel-netbench; do
 	[ -x "$BUILD/$nb" ] && netbench=$BUILD/$nb && break
 done
 if [ -z "$netbench" ]; then
-	echo "mkernel-netbench: not built; ib_write_bw only"
-	mk_mark "netbench SKIP"
+	echo "mkernel-netbench: not built"
+	mk_mark "netbench FAIL"
+	fails=$((fails + 1))
 elif ! "$netbench" --help 2>&1 | grep -q -- '--transport'; then
-	echo "mkernel-netbench: no --transport option; ib_write_bw only"
-	mk_mark "netbench SKIP"
+	echo "mkernel-netbench: no --transport option"
+	mk_mark "netbench FAIL"
+	fails=$((fails + 1))
 	netbench=
 fi
 
@@ -145,7 +152,7 @@ second_port() {
 # NIC fusion: every case again on the device the plugin fuses from rxe0 and rxe1
 # (makeVDevice), each port carrying its share of the QPs. The GID index is picked per port
 # (the two tables differ), and 77 (fewer than two ports seen) counts as a failure here.
-if [ -x "$BUILD/test/loopback/net/test-net-loopback" ]; then
+if mk_need net-loopback-fused "$BUILD/test/loopback/net/test-net-loopback"; then
 	if second_port; then
 		rail1=/sys/class/infiniband/rxe1/ports/1/hw_counters/sent_pkts
 		rail1_before=$(cat "$rail1" 2>/dev/null || echo 0)
@@ -169,6 +176,8 @@ if [ -x "$BUILD/test/loopback/net/test-net-loopback" ]; then
 		mk_mark "net-loopback-fused FAIL"
 		fails=$((fails + 1))
 	fi
+else
+	fails=$((fails + 1))
 fi
 
 [ "$fails" -eq 0 ]

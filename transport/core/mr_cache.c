@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "mk/compiler.h"
@@ -39,6 +40,33 @@ static struct mk_mr *mr_find(const struct mk_transport_ops *ops, int dev, int ty
 	return NULL;
 }
 
+/*
+ * A range the caller may not register: one that wraps around the address space, or host memory
+ * of which a page is not mapped (msync(MS_ASYNC) checks the mappings and does nothing else on
+ * Linux). Some providers register host memory without touching it (tcp, shm), so without this
+ * check a registration of unmapped memory, or of 2^62 bytes, would succeed and fail later.
+ * Device memory is left to the backend: it is not mapped in the host's page tables.
+ */
+static int mr_range_check(void *addr, size_t len, const struct mk_mr_attr *attr, uintptr_t page)
+{
+	uintptr_t a = (uintptr_t)addr, start;
+
+	if (len > UINTPTR_MAX - a - page) {
+		MK_WARN("registering %p + %zu bytes: the range wraps around the address space",
+			addr, len);
+		return -EINVAL;
+	}
+	if (attr->type != MK_PTR_HOST || attr->dmabuf_fd >= 0)
+		return 0;
+	start = MK_ALIGN_DOWN(a, page);
+	if (msync((void *)start, MK_ALIGN_UP(a + (len ? len : 1), page) - start, MS_ASYNC) != 0) {
+		MK_WARN("registering %p + %zu bytes: %s", addr, len,
+			errno == ENOMEM ? "part of the range is not mapped" : strerror(errno));
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int mk_mr_get(const struct mk_transport_ops *ops, int dev, void *addr, size_t len,
 	      const struct mk_mr_attr *attr, struct mk_mr **out)
 {
@@ -52,6 +80,9 @@ int mk_mr_get(const struct mk_transport_ops *ops, int dev, void *addr, size_t le
 
 	if (addr == NULL || out == NULL)
 		return -EINVAL;
+	rc = mr_range_check(addr, len, attr, page);
+	if (rc)
+		return rc;
 	if (!widen) {
 		start = (uintptr_t)addr;
 		end = (uintptr_t)addr + len;

@@ -23,7 +23,12 @@ static bool recv_complete(const struct mk_rdv_req *req)
 	return true;
 }
 
-static void recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
+/*
+ * An immediate arrived. One that names no posted receive was not sent by our peer for this
+ * connection (a stranger's write reached the endpoint): dropped with a WARN, and it fails
+ * nothing, not even as a sign of life. Returns whether it was our peer's.
+ */
+static bool recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 {
 	uint32_t seq10 = mk_rdv_imm_seq(ev->imm);
 	struct mk_rdv_req *req = &r->reqs[seq10 % MK_RDV_CTS_GROUPS];
@@ -31,15 +36,15 @@ static void recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 
 	if (req->state == MK_RDV_REQ_FREE || (req->seq & MK_RDV_IMM_SEQ_MASK) != seq10 ||
 	    idx >= (unsigned)req->n) {
-		MK_WARN("receive: immediate 0x%08x names no posted receive (seq %u, index %u)",
-			ev->imm, seq10, idx);
-		mk_rdv_fail(&r->cs, -EPROTO, "protocol violation");
-		return;
+		MK_WARN_RATELIMITED("receive: dropped an immediate 0x%08x that names no posted "
+				    "receive (seq %u, index %u)",
+				    ev->imm, seq10, idx);
+		return false;
 	}
 	if (ev->status) {
 		req->status = ev->status;
 		mk_rdv_fail(&r->cs, ev->status, "incoming data");
-		return;
+		return true;
 	}
 	req->got[idx] += ev->len;
 	req->segs_total[idx] = (uint8_t)mk_rdv_imm_nseg(ev->imm);
@@ -52,17 +57,19 @@ static void recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 	}
 	if (req->state == MK_RDV_REQ_LINGER && recv_complete(req))
 		req->state = MK_RDV_REQ_FREE; /* reported done earlier; its data is now in */
+	return true;
 }
 
 static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 {
 	struct mk_rdv_req *req = ev->ctx;
 
-	r->cs.last_event_ms = mk_now_ms();
 	if (ev->type == MK_EV_IMM) {
-		recv_imm(r, ev);
+		if (recv_imm(r, ev))
+			r->cs.last_event_ms = mk_now_ms();
 		return;
 	}
+	r->cs.last_event_ms = mk_now_ms();
 	if (ev->ctx == &r->cs) {
 		mk_rdv_probe_done(&r->cs, ev->status);
 		return;

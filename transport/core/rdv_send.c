@@ -100,6 +100,13 @@ static void send_event(struct mk_rdv_send *s, const struct mk_event *ev)
 {
 	struct mk_rdv_req *req = ev->ctx;
 
+	if (ev->type == MK_EV_IMM) {
+		/* a receiver never writes immediates to its sender: a stranger's, dropped */
+		MK_WARN_RATELIMITED("send: dropped an immediate 0x%08x: nothing expects one on a "
+				    "send connection",
+				    ev->imm);
+		return;
+	}
 	s->cs.last_event_ms = mk_now_ms();
 	if (ev->ctx == &s->cs) {
 		mk_rdv_probe_done(&s->cs, ev->status);
@@ -109,8 +116,6 @@ static void send_event(struct mk_rdv_send *s, const struct mk_event *ev)
 	    req->state != MK_RDV_REQ_POSTED) {
 		if (ev->status)
 			mk_rdv_fail(&s->cs, ev->status, "transport error");
-		else if (ev->type == MK_EV_IMM)
-			mk_rdv_fail(&s->cs, -EPROTO, "unexpected immediate on a send connection");
 		return;
 	}
 	if (ev->status && req->status == 0)

@@ -203,8 +203,10 @@ struct mk_ofi_conn {
 	bool rx_full;		   /* ctrl_rx holds a message not yet consumed */
 	uint64_t tx_not_before_ns; /* resend pace after a failed setup send */
 	bool len_in_data;
-	bool virt_addr; /* FI_MR_VIRT_ADDR: remote addresses are VAs */
-	bool blocked;	/* the last post was refused with -FI_EAGAIN */
+	bool virt_addr;		       /* FI_MR_VIRT_ADDR: remote addresses are VAs */
+	bool blocked;		       /* the last post was refused with -FI_EAGAIN */
+	uint64_t refused_idle_ns;      /* posts refused with nothing in flight since then (0: no) */
+	uint64_t idle_refuse_limit_ns; /* MKERNEL_KEEPALIVE: such refusals mean a dead peer */
 	/*
 	 * shm only: the peer's process. A peer killed while it holds a lock in the shared region
 	 * makes every later post and poll spin inside libfabric, so both check it is alive first.
@@ -213,7 +215,11 @@ struct mk_ofi_conn {
 	int peer_pidfd; /* pidfd of peer_pid, -1 where the kernel has none */
 	char peer_region[MK_OFI_ADDR_MAX + 16]; /* its region file in /dev/shm */
 	uint64_t peer_checked_ns; /* last liveness check of peer_pid (CLOCK_MONOTONIC) */
-	int cq_batch;		  /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
+	uint64_t last_cq_ns;	  /* last completion read: a quiet connection checks every post */
+	/* a call was abandoned inside the provider (ofi_guard.c): never call it again */
+	bool wedged;
+	bool guarded; /* counted by the shm watchdog (mk_ofi_guard_watch) */
+	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	/*
 	 * MKERNEL_OFI_PROGRESS_THREAD: a thread that only drives the provider's progress
 	 * (fi_cq_read of zero entries; the domain is FI_THREAD_SAFE), so socket copies run beside
@@ -263,6 +269,8 @@ int mk_ofi_close(struct mk_conn *c);
 
 /* Setup messages seen by the data path's CQ reader (ofi_conn.c). */
 void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed);
+/* Keep an established connection's receive for stray messages posted (ofi_conn.c). */
+void mk_ofi_stray_rearm(struct mk_ofi_conn *conn);
 
 /* ---- registrations (ofi_mr.c) ---- */
 
@@ -316,7 +324,26 @@ void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);
 bool mk_ofi_peer_left_cleanly(const struct mk_ofi_conn *conn);
 /* 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. */
 int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
+/*
+ * -ECONNREFUSED (with a WARN) when a shm address names an endpoint whose region is gone (closed,
+ * in this process or another): inserting it would reach a region that no longer exists.
+ */
+int mk_ofi_shm_peer_present(const struct mk_ofi_conn *conn, const void *addr, size_t len);
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);
+
+/*
+ * Provider calls that may wait on a lock a shm peer holds (ofi_guard.c): on a connection to a
+ * shm peer they run under a guard that abandons the call when the peer is dead and the thread
+ * spins on its lock (the connection is then wedged); elsewhere they are the plain calls.
+ * Return what the provider call returns, or -ECONNRESET once wedged.
+ */
+ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, bool write, const struct fi_msg_rma *msg,
+			   uint64_t flags);
+ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fi_cq_data_entry *ent,
+			       size_t count);
+/* A connection starts (stops) watching a shm peer: the watchdog runs while any does. */
+void mk_ofi_guard_watch(void);
+void mk_ofi_guard_unwatch(void);
 
 extern const struct mk_transport_ops mk_ofi_ops;
 

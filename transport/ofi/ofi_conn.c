@@ -207,6 +207,9 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	if (conn->cq_batch < 1 || conn->cq_batch > MK_OFI_CQ_BATCH_MAX)
 		conn->cq_batch = MK_OFI_CQ_BATCH_MAX;
 	conn->timeout_ns = (uint64_t)mk_param_timeout_ms() * 1000000ull;
+	conn->idle_refuse_limit_ns = (uint64_t)mk_param_keepalive_ms() * 1000000ull;
+	if (conn->timeout_ns != 0 && conn->idle_refuse_limit_ns > conn->timeout_ns)
+		conn->idle_refuse_limit_ns = conn->timeout_ns;
 	*out = conn;
 	return 0;
 
@@ -226,8 +229,8 @@ static void *ofi_progress_main(void *arg)
 {
 	struct mk_ofi_conn *conn = arg;
 
-	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE)) {
-		fi_cq_read(conn->cq, NULL, 0); /* progress only: completions stay queued */
+	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE) && !conn->wedged) {
+		mk_ofi_guarded_cq_read(conn, NULL, 0); /* progress only: completions stay queued */
 		sched_yield();
 	}
 	return NULL;
@@ -245,6 +248,19 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn)
 			     conn->dev->props.name, strerror(errno));
 }
 
+/* Wedged connections stay referenced: kept on purpose, not leaked. */
+static pthread_mutex_t ofi_wedged_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mk_ofi_conn *ofi_wedged[64];
+static int ofi_nwedged;
+
+static void ofi_keep_wedged(struct mk_ofi_conn *conn)
+{
+	pthread_mutex_lock(&ofi_wedged_lock);
+	if (ofi_nwedged < (int)MK_ARRAY_SIZE(ofi_wedged))
+		ofi_wedged[ofi_nwedged++] = conn;
+	pthread_mutex_unlock(&ofi_wedged_lock);
+}
+
 static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 {
 	int rc = 0, r;
@@ -256,6 +272,16 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 	}
 
 	mk_ofi_peer_unwatch(conn);
+	if (conn->wedged) {
+		/*
+		 * A dead peer holds a lock these objects would take to close, and the provider may
+		 * still name op contexts inside conn: all of it stays until the process exits.
+		 */
+		MK_INFO(MK_SUBSYS_NET, "ofi: %s: leaving a wedged connection's endpoint open",
+			conn->dev->props.name);
+		ofi_keep_wedged(conn);
+		return 0;
+	}
 	r = fi_close(&conn->ep->fid);
 	rc = rc ? rc : r;
 	if (conn->ctrl_mr != NULL) {
@@ -303,6 +329,8 @@ static int ofi_send_ctrl(struct mk_ofi_conn *conn)
 	return 0;
 }
 
+static int ofi_post_recv(struct mk_ofi_conn *conn);
+
 void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed)
 {
 	if (op_context == &conn->tx_ctx) {
@@ -319,6 +347,25 @@ void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool faile
 	}
 	conn->rx_posted = false;
 	conn->rx_full = !failed;
+	if (conn->state == MK_OFI_READY) {
+		/* setup is over: whatever arrives now was sent by someone else, dropped */
+		MK_WARN_RATELIMITED("ofi: %s dropped %s message on an established connection "
+				    "(not from its peer's setup)",
+				    conn->dev->props.name, failed ? "an oversized or failed" : "a");
+		conn->rx_full = false;
+		mk_ofi_stray_rearm(conn);
+	}
+}
+
+/*
+ * An established connection keeps one receive posted: messages nobody expects (a stranger
+ * reached the endpoint) are taken and dropped there instead of piling up in the provider's
+ * queue of unexpected messages, which only grows.
+ */
+void mk_ofi_stray_rearm(struct mk_ofi_conn *conn)
+{
+	if (conn->state == MK_OFI_READY && !conn->rx_posted && !conn->wedged)
+		ofi_post_recv(conn);
 }
 
 /* Checks a received setup message; false (with a WARN) means drop it and receive again. */
@@ -327,18 +374,21 @@ static bool ofi_ctrl_valid(const struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind
 	const struct mk_ofi_ctrl *m = &conn->ctrl_rx;
 
 	if (m->magic != MK_OFI_CTRL_MAGIC || m->version != MK_OFI_WIRE_VERSION || m->kind != kind) {
-		MK_WARN("ofi: %s dropped a setup message that is not ours (magic 0x%08x kind %u)",
-			conn->dev->props.name, m->magic, m->kind);
+		MK_WARN_RATELIMITED("ofi: %s dropped a setup message that is not ours (magic "
+				    "0x%08x kind %u)",
+				    conn->dev->props.name, m->magic, m->kind);
 		return false;
 	}
 	if (m->nonce != conn->nonce) {
-		MK_WARN("ofi: %s dropped a setup message with a foreign nonce (stale handle?)",
-			conn->dev->props.name);
+		MK_WARN_RATELIMITED("ofi: %s dropped a setup message with a foreign nonce (stale "
+				    "handle, or a stranger)",
+				    conn->dev->props.name);
 		return false;
 	}
 	if (m->bloblen > MK_TP_BLOB_MAX || m->addrlen > MK_OFI_ADDR_MAX ||
 	    (kind == MK_OFI_CTRL_CONNECT && m->addrlen == 0)) {
-		MK_WARN("ofi: %s dropped a setup message with bad lengths", conn->dev->props.name);
+		MK_WARN_RATELIMITED("ofi: %s dropped a setup message with bad lengths",
+				    conn->dev->props.name);
 		return false;
 	}
 	return true;
@@ -383,7 +433,11 @@ static void ofi_fill_ctrl(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind, 
 
 static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr, size_t len)
 {
-	int n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
+	int n = mk_ofi_shm_peer_present(conn, addr, len);
+
+	if (n)
+		return n;
+	n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
 
 	if (n == 1) {
 		mk_ofi_peer_watch(conn, addr, len);
@@ -483,6 +537,7 @@ int mk_ofi_connected(struct mk_conn *c)
 		memcpy(c->peer_blob, conn->ctrl_rx.blob, c->peer_blob_len);
 		conn->rx_full = false;
 		conn->state = MK_OFI_READY;
+		mk_ofi_stray_rearm(conn);
 		mk_ofi_progress_start(conn);
 		return 1;
 	}
@@ -531,6 +586,7 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, st
 	if (conn->tx_due || conn->tx_posted)
 		return 0;
 	conn->state = MK_OFI_READY;
+	mk_ofi_stray_rearm(conn);
 	mk_ofi_progress_start(conn);
 	l->pending = NULL;
 	*out = &conn->base;

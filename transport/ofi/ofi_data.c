@@ -54,6 +54,23 @@ static int ofi_refused(struct mk_ofi_conn *conn)
 		conn->stall_since_ns = now;
 	else if (conn->timeout_ns != 0 && now - conn->stall_since_ns >= conn->timeout_ns)
 		conn->err = -ETIMEDOUT;
+	/*
+	 * Refused while nothing of ours is in flight: the queue is empty, so this is not
+	 * back-pressure but a provider that cannot reach the peer (tcp;ofi_rxm and net keep
+	 * reconnecting to a dead peer and refuse meanwhile). After MKERNEL_KEEPALIVE of that the
+	 * peer is gone, seconds before MKERNEL_TIMEOUT would say so.
+	 */
+	if (conn->inflight > 0)
+		conn->refused_idle_ns = 0;
+	else if (conn->refused_idle_ns == 0)
+		conn->refused_idle_ns = now;
+	else if (conn->err == 0 && now - conn->refused_idle_ns >= conn->idle_refuse_limit_ns) {
+		MK_WARN("ofi: %s: every post refused for %llu ms with nothing in flight: the peer "
+			"is unreachable",
+			conn->dev->props.name,
+			(unsigned long long)((now - conn->refused_idle_ns) / 1000000));
+		conn->err = -ECONNRESET;
+	}
 	return conn->err ? conn->err : -EAGAIN;
 }
 
@@ -85,15 +102,13 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 	if (op == NULL)
 		return -EAGAIN;
 	msg.context = &op->ctx;
-	if (kind == MK_OFI_OP_WRITE)
-		rc = fi_writemsg(conn->ep, &msg, flags);
-	else
-		rc = fi_readmsg(conn->ep, &msg, flags);
+	rc = mk_ofi_guarded_rma(conn, kind == MK_OFI_OP_WRITE, &msg, flags);
 	if (mk_unlikely(rc)) {
 		ofi_op_put(conn, op);
 		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
 	}
 	conn->blocked = false;
+	conn->refused_idle_ns = 0;
 	op->kind = (uint8_t)kind;
 	op->user = ctx;
 	op->len = len;
@@ -208,7 +223,14 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
 		return;
 	}
 	if (err.op_context == NULL || (err.flags & FI_REMOTE_WRITE)) {
-		conn->err = status; /* a target-side failure: no op to blame, the link is bad */
+		/*
+		 * A failure at this end of someone's write (a stranger's guessed key, say): no op
+		 * of ours to fail. The writer learns from its own completion; our peer's failures
+		 * reach us through the protocol or the liveness checks.
+		 */
+		MK_WARN_RATELIMITED("ofi: %s: a remote write into this endpoint failed (%s); "
+				    "nothing of ours was affected",
+				    conn->dev->props.name, mk_ofi.lib->strerror(err.err));
 		return;
 	}
 	ofi_op_done(conn, s, container_of(err.op_context, struct mk_ofi_op, ctx), status);
@@ -266,11 +288,15 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	 * spin on it: stop here. One that closed its endpoint first cannot; what it sent before
 	 * it left is still delivered, and the error comes once nothing is left to read.
 	 */
-	if (conn->peer_pid != 0 && mk_ofi_peer_gone(conn) && !mk_ofi_peer_left_cleanly(conn))
+	if (conn->wedged ||
+	    (conn->peer_pid != 0 && mk_ofi_peer_gone(conn) && !mk_ofi_peer_left_cleanly(conn)))
 		return conn->err;
-	got = fi_cq_read(conn->cq, ent, (size_t)want);
+	if (mk_unlikely(!conn->rx_posted))
+		mk_ofi_stray_rearm(conn); /* a post refused earlier (-FI_EAGAIN) */
+	got = mk_ofi_guarded_cq_read(conn, ent, (size_t)want);
 	if (got > 0) {
 		conn->stall_since_ns = 0;
+		conn->last_cq_ns = mk_now_ns();
 		for (ssize_t i = 0; i < got; i++)
 			ofi_entry(conn, &s, &ent[i]);
 	} else if (got == -FI_EAVAIL) {

@@ -98,11 +98,13 @@ unlock:
 	return rc;
 }
 
+/*
+ * libfabric stays loaded once opened: its providers keep process-wide state (and some start
+ * threads or register exit handlers) that only its own destructor tears down, so unloading it
+ * under them is unsafe; and a leak checker can then still name the library that allocated what
+ * it reports (test/sanitize/lsan.supp suppresses libfabric's own, by name). A later open reuses
+ * the mapping.
+ */
 void mk_ofi_lib_close(void)
 {
-	pthread_mutex_lock(&lib_lock);
-	if (lib_handle != NULL)
-		dlclose(lib_handle);
-	lib_handle = NULL;
-	pthread_mutex_unlock(&lib_lock);
 }

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * Memory registration on a device's shared domain. Two key modes: FI_MR_PROV_KEY (the provider
- * picks, e.g. efa) or application keys (tcp, net, shm on 1.17), which must be unique per domain
- * and come from an atomic per-device counter. Registrations are global to the device, hold a
+ * picks, e.g. efa) or application keys (tcp, net, shm on 1.17), which must be unique per domain.
+ * A remote key is all a stranger who reached the endpoint needs to write into a registration,
+ * so application keys are random where the key space is wide (4 bytes and more: a duplicate is
+ * refused by the provider and drawn again) and a counter with reuse only where it is too small
+ * to hide anything (1-3 bytes). Registrations are global to the device, hold a
  * reference on its domain, and may run on any thread while data ops run on others (the domain
  * is opened FI_THREAD_SAFE; the device lock only guards the domain's lifetime).
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "mk/err.h"
 #include "mk/log.h"
@@ -15,12 +19,40 @@
 
 #define OFI_MR_ACCESS (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV)
 
+/* Key spaces at least this wide get random keys. */
+#define OFI_RANDOM_KEYS_MIN (1ull << 32)
+/* Draws of a random key the provider may refuse as taken before giving up. */
+#define OFI_KEY_DRAWS	    8
+
+/* A random key in 1..key_limit (0 means "no key" here). */
+static uint64_t ofi_random_key(const struct mk_ofi_dev *d)
+{
+	static uint64_t fallback;
+	uint64_t k = 0;
+
+	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k))
+		k = mk_now_ns() * 0x9e3779b97f4a7c15ull ^
+		    __atomic_add_fetch(&fallback, 0xbf58476d1ce4e5b9ull, __ATOMIC_RELAXED);
+	if (d->key_limit != UINT64_MAX)
+		k %= d->key_limit;
+	return k == 0 ? 1 : k;
+}
+
+static bool ofi_keys_random(const struct mk_ofi_dev *d)
+{
+	return !(d->mr_mode & FI_MR_PROV_KEY) && d->key_limit >= OFI_RANDOM_KEYS_MIN;
+}
+
 static int ofi_mr_key(struct mk_ofi_dev *d, uint64_t *key)
 {
 	int rc = 0;
 
 	if (d->mr_mode & FI_MR_PROV_KEY) {
 		*key = 0;
+		return 0;
+	}
+	if (ofi_keys_random(d)) {
+		*key = ofi_random_key(d);
 		return 0;
 	}
 	*key = __atomic_fetch_add(&d->next_key, 1, __ATOMIC_RELAXED);
@@ -42,8 +74,8 @@ void mk_ofi_key_put(struct mk_ofi_dev *d, uint64_t key)
 {
 	uint64_t *grown;
 
-	if (key == 0)
-		return;
+	if (key == 0 || ofi_keys_random(d))
+		return; /* random keys are drawn again, not handed back */
 	pthread_mutex_lock(&d->lock);
 	if (d->free_tail - d->free_head == d->free_cap) {
 		size_t cap = d->free_cap ? d->free_cap * 2 : 64;
@@ -73,6 +105,11 @@ int mk_ofi_mr_raw(struct mk_ofi_dev *d, void *addr, size_t len, uint64_t access,
 	if (rc)
 		return rc;
 	rc = fi_mr_reg(d->domain, addr, len, access, 0, key, 0, out, NULL);
+	/* a random key another registration holds: draw again */
+	for (int i = 1; rc == -FI_ENOKEY && ofi_keys_random(d) && i < OFI_KEY_DRAWS; i++) {
+		key = ofi_random_key(d);
+		rc = fi_mr_reg(d->domain, addr, len, access, 0, key, 0, out, NULL);
+	}
 	if (rc)
 		mk_ofi_key_put(d, key);
 	else

@@ -31,6 +31,7 @@
 #define OFI_SHM_REGION_GUESS (16ull << 20)
 
 static unsigned long long shm_region_bytes = OFI_SHM_REGION_GUESS;
+static int shm_said; /* the INFO that shm is for tests was logged */
 
 bool mk_ofi_is_shm(const struct mk_ofi_dev *d)
 {
@@ -125,6 +126,16 @@ void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len)
 	 * before 5.3).
 	 */
 	conn->peer_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (!__atomic_exchange_n(&shm_said, 1, __ATOMIC_RELAXED))
+		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
+			"ofi: %s: shm is meant for tests and single-host runs (NCCL's own SHM "
+			"transport serves one host in production): a peer killed inside the "
+			"provider can leave a lock of a shared region taken; the backend then "
+			"breaks that connection instead of waiting, and keeps its resources until "
+			"exit",
+			conn->dev->props.name);
+	mk_ofi_guard_watch();
+	conn->guarded = true;
 }
 
 void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn)
@@ -132,6 +143,21 @@ void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn)
 	if (conn->peer_pidfd >= 0)
 		close(conn->peer_pidfd);
 	conn->peer_pidfd = -1;
+	if (conn->guarded)
+		mk_ofi_guard_unwatch();
+	conn->guarded = false;
+}
+
+int mk_ofi_shm_peer_present(const struct mk_ofi_conn *conn, const void *addr, size_t len)
+{
+	char path[sizeof(OFI_SHM_DIR) + MK_OFI_ADDR_MAX + 2];
+
+	if (!mk_ofi_is_shm(conn->dev) || !ofi_shm_region_path(addr, len, path, sizeof(path)) ||
+	    access(path, F_OK) == 0 || errno != ENOENT)
+		return 0;
+	MK_WARN("ofi: %s: the peer's endpoint %s is gone (closed or exited): refusing to connect",
+		conn->dev->props.name, path);
+	return -ECONNREFUSED;
 }
 
 /* Without a pidfd: gone, or a zombie nobody reaped yet (its region is as dead as it is). */
@@ -177,11 +203,13 @@ int mk_ofi_peer_gone(struct mk_ofi_conn *conn)
 	uint64_t now = mk_now_ns();
 
 	/*
-	 * A syscall on every post and poll costs more than the shm transfer itself: look at most
-	 * every 100 us. A post racing a peer's death inside that window can still meet shm's lock
-	 * hazard (docs/ofi.md); the window only trades that rare case for the hot path.
+	 * A syscall on every post and poll costs more than the shm transfer itself: while
+	 * completions keep arriving look at most every 100 us; a connection quiet for longer is
+	 * checked before every call (its peer may have died in the silence). A peer dying between
+	 * the check and the provider's lock is left to the guard (ofi_guard.c).
 	 */
-	if (conn->err == 0 && now - conn->peer_checked_ns < 100000)
+	if (conn->err == 0 && now - conn->peer_checked_ns < 100000 &&
+	    now - conn->last_cq_ns < 100000)
 		return 0;
 	conn->peer_checked_ns = now;
 	if (!ofi_peer_exited(conn))

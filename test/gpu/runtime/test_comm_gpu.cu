@@ -440,6 +440,32 @@ static void bench_pingpong(mkComm_t comm, ncclComm_t nccl)
 	cudaEventDestroy(e1);
 }
 
+/*
+ * Misuse of the public API on a live comm: a count whose size in bytes wraps, and mkMemAlloc with
+ * bad arguments on one rank only: every rank must return an error (the same one), none may wait
+ * for the rank that had nothing to allocate.
+ */
+static void run_api_misuse(mkComm_t comm, int rank)
+{
+	void *p = (void *)1, *s = NULL, *r = NULL;
+	ncclResult_t ret;
+	uint64_t t0;
+
+	NK(mkMemAlloc(comm, 4096, &s));
+	NK(mkMemAlloc(comm, 4096, &r));
+	expect(mkAllToAll(s, r, SIZE_MAX / 2, ncclUint32, comm, 0) == ncclInvalidArgument,
+	       "mkAllToAll: a count whose bytes wrap is refused");
+	expect(mkAllToAll(s, r, (SIZE_MAX >> 2) + 1, ncclUint64, comm, 0) == ncclInvalidArgument,
+	       "mkAllToAll: count x 8 wraps to a small total, refused");
+	t0 = mk_now_ns();
+	ret = mkMemAlloc(comm, rank == 0 ? 0 : 4096, &p);
+	expect(ret != ncclSuccess, "mkMemAlloc: 0 bytes on rank 0 fails on every rank");
+	expect((mk_now_ns() - t0) < 10000000000ull, "mkMemAlloc: bad arguments on one rank, no wait");
+	/* nothing was allocated anywhere: the heap still hands out the same offsets everywhere */
+	NK(mkMemFree(comm, s));
+	NK(mkMemFree(comm, r));
+}
+
 int main(int argc, char **argv)
 {
 	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
@@ -529,8 +555,20 @@ int main(int argc, char **argv)
 		bench_pingpong(comm, nccl);
 		bench_alltoall(comm, nccl, nnodes, nlocal);
 	}
+	run_api_misuse(comm, rank);
 	NK(mkMemFree(comm, buf));
 	NK(mkCommDestroy(comm));
+	{
+		ncclResult_t ae = ncclSuccess;
+
+		/* the comm is gone: refused, without reading what it was (ASan/memcheck clean) */
+		expect(mkCommDestroy(comm) == ncclInvalidArgument, "second mkCommDestroy refused");
+		expect(mkCommAbort(comm) == ncclInvalidArgument, "mkCommAbort after destroy refused");
+		expect(mkCommGetAsyncError(comm, &ae) == ncclInvalidArgument,
+		       "mkCommGetAsyncError on a destroyed comm refused");
+		expect(mkMemAlloc(comm, 4096, (void **)&buf) == ncclInvalidArgument,
+		       "mkMemAlloc on a destroyed comm refused");
+	}
 	NK(ncclCommDestroy(nccl));
 	printf("rank %d: %d failure(s)\n", rank, g_failures);
 	return g_failures ? 1 : 0;

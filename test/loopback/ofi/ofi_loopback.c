@@ -24,6 +24,7 @@
 #include "mk/log.h"
 #include "mk/param.h"
 #include "mk/transport.h"
+#include "../provider_offered.h"
 #include "../shm_leftovers.h"
 
 #define BUF_SIZE   (16u << 20)
@@ -561,17 +562,29 @@ static void a_phase_stale(struct region *r)
 	expect(tp->listen(0, handle, &l) == 0, "listen for the stale handle");
 	expect(tp->close_listen(l) == 0, "close_listen");
 	start = now_ms();
-	expect(tp->connect(0, handle, &b, sizeof(b), &c) == 0, "connect to a stale handle");
-	while ((rc = tp->connected(c)) == 0)
-		expect(now_ms() - start < TIMEOUT_MS + 5000, "stale connect never gave up");
-	expect(rc == -ETIMEDOUT, "stale handle: connected() = %s", mk_strerror(rc));
-	expect(now_ms() - start >= TIMEOUT_MS - 100, "gave up after %llu ms, before the timeout",
-	       (unsigned long long)(now_ms() - start));
-	expect(tp->close(c) == 0, "close stale");
+	rc = tp->connect(0, handle, &b, sizeof(b), &c);
+	if (rc == -ECONNREFUSED) {
+		/* shm sees at once that the listener's region is gone (its file in /dev/shm) */
+		char *prov = getenv("MKERNEL_OFI_PROVIDER");
+
+		expect(prov != NULL && strcmp(prov, "shm") == 0, "stale handle refused on %s",
+		       prov);
+		printf("ok - stale handle -> -ECONNREFUSED at connect (shm)\n");
+	} else {
+		expect(rc == 0, "connect to a stale handle: %s", mk_strerror(rc));
+		while ((rc = tp->connected(c)) == 0)
+			expect(now_ms() - start < TIMEOUT_MS + 5000, "stale connect never gave up");
+		expect(rc == -ETIMEDOUT, "stale handle: connected() = %s", mk_strerror(rc));
+		expect(now_ms() - start >= TIMEOUT_MS - 100,
+		       "gave up after %llu ms, before the timeout",
+		       (unsigned long long)(now_ms() - start));
+		expect(tp->close(c) == 0, "close stale");
+		printf("ok - stale handle -> -ETIMEDOUT after %llu ms\n",
+		       (unsigned long long)(now_ms() - start));
+	}
 	handle[30] ^= 0x40; /* inside the address */
 	expect(tp->connect(0, handle, &b, sizeof(b), &c) == -EINVAL, "corrupted handle accepted");
-	printf("ok - stale handle -> -ETIMEDOUT after %llu ms; corrupted handle -> -EINVAL\n",
-	       (unsigned long long)(now_ms() - start));
+	printf("ok - corrupted handle -> -EINVAL\n");
 }
 
 static pid_t spawn(void (*fn)(int, int), const char *name, int *to, int *from)
@@ -643,6 +656,12 @@ int main(int argc, char **argv)
 	}
 	expect(waitpid(b, &fails, 0) == b, "probe");
 	if (!WIFEXITED(fails) || WEXITSTATUS(fails) == 77) {
+		/* a skip only where libfabric itself does not offer the provider */
+		if (lb_provider_offered(argv[1]) == 1) {
+			printf("FAIL: libfabric offers %s but the backend found no device\n",
+			       argv[1]);
+			return 1;
+		}
 		printf("# provider %s not available here: skipping\n", argv[1]);
 		return 77;
 	}
@@ -667,6 +686,7 @@ int main(int argc, char **argv)
 	a_phase_kill(c, c_from, c_to, &r);
 	a_phase_stale(&r);
 	expect(tp->dereg_mr(0, r.mr) == 0, "dereg");
+	free(r.buf);
 	tp->fini();
 	return fails;
 }

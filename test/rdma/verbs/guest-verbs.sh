@@ -7,10 +7,8 @@
 
 . "$RXE_VM_LIB"
 fails=0
-if [ ! -x "$BUILD/test/rdma/verbs/test-verbs-loopback" ]; then
-	mk_mark "verbs-loopback SKIP"
-	exit 0
-fi
+mk_rxe0_active && MK_SKIP_IS_FAIL=1
+mk_need verbs-loopback "$BUILD/test/rdma/verbs/test-verbs-loopback" || exit 1
 MK_TIMEOUT=400 mk_run verbs-loopback "$BUILD/test/rdma/verbs/test-verbs-loopback" ||
 	fails=$((fails + 1))
 [ "$fails" -eq 0 ]

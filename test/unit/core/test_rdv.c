@@ -14,6 +14,7 @@
 
 #include "fake_tp.h"
 #include "mk/clock.h"
+#include "mk/compiler.h"
 #include "mk/param.h"
 #include "mk/rdv.h"
 #include "rdv_internal.h"
@@ -120,6 +121,49 @@ static void test_rdv_send_recv_small_delivers_data_and_size(void **state)
 	assert_int_equal(size, sizeof(sbuf)); /* receive larger than send: the sent size */
 	assert_memory_equal(rbuf, sbuf, sizeof(sbuf));
 	assert_int_equal(rbuf[100], 0);
+	assert_int_equal(mk_rdv_dereg(p.s, smr), 0);
+	assert_int_equal(mk_rdv_dereg(p.r, rmr), 0);
+	pair_close(&p);
+}
+
+/*
+ * Immediates nobody on this connection sent (a stranger's writes reached the endpoints): dropped
+ * on both sides, the connection and a transfer in progress carry on.
+ */
+static void test_rdv_stray_immediates_fail_nothing(void **state)
+{
+	struct pair p;
+	char sbuf[100], rbuf[4096];
+	struct mk_mr *smr, *rmr;
+	struct mk_rdv_req *sreq = NULL, *rreq = NULL;
+	struct mk_rdv_send *s;
+	struct mk_rdv_recv *r;
+	void *data = rbuf;
+	size_t cap = sizeof(rbuf), size = 0;
+	int tag = 7, src;
+
+	pair_open(&p);
+	s = container_of(p.s, struct mk_rdv_send, head);
+	r = container_of(p.r, struct mk_rdv_recv, head);
+	memset(sbuf, 0x5c, sizeof(sbuf));
+	smr = reg(p.s, sbuf, sizeof(sbuf));
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	assert_int_equal(mk_rdv_irecv(p.r, 1, &data, &cap, &tag, &rmr, false, &rreq), 0);
+	/* into the receiver: a sequence no receive has; into the sender: any immediate */
+	assert_int_equal(s->cs.conn->ops->write(s->cs.conn, 0, NULL, 0, NULL, rmr->rkey.base,
+						&rmr->rkey, true, 0x3ff, NULL),
+			 0);
+	assert_int_equal(r->cs.conn->ops->write(r->cs.conn, 0, NULL, 0, NULL, smr->rkey.base,
+						&smr->rkey, true, 0x1234, NULL),
+			 0);
+	while (sreq == NULL)
+		assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), tag, smr, &sreq), 0);
+	assert_int_equal(wait_both(sreq, rreq, &size, &src), 0);
+	assert_int_equal(src, 0);
+	assert_int_equal(size, sizeof(sbuf));
+	assert_memory_equal(rbuf, sbuf, sizeof(sbuf));
+	assert_int_equal(s->cs.error, 0);
+	assert_int_equal(r->cs.error, 0);
 	assert_int_equal(mk_rdv_dereg(p.s, smr), 0);
 	assert_int_equal(mk_rdv_dereg(p.r, rmr), 0);
 	pair_close(&p);
@@ -569,6 +613,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_rdv_send_recv_small_delivers_data_and_size, setup),
+		cmocka_unit_test_setup(test_rdv_stray_immediates_fail_nothing, setup),
 		cmocka_unit_test_setup(test_rdv_send_larger_than_recv_fails_both_sides, setup),
 		cmocka_unit_test_setup(test_rdv_32_in_flight_keep_posting_order, setup),
 		cmocka_unit_test_setup(test_rdv_sequence_wraps_past_2_pow_32, setup),

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fake_tp.h"
@@ -586,6 +587,56 @@ static void test_net_bad_handles_are_errors_not_crashes(void **state)
 	assert_int_equal(f->d->closeListen(f->lc), ncclInternalError);
 }
 
+/*
+ * Registrations are per comm and generation-checked; a transfer must lie inside the registration
+ * it names; a registration of unmapped or wrapping memory is refused. Each refusal returns an
+ * error and no request, and the comms keep working.
+ */
+static void test_net_registration_handles_and_ranges(void **state)
+{
+	struct fixture *f = *state;
+	static char page[2][4096] __attribute__((aligned(4096)));
+	char *buf = page[0], *gone;
+	void *ma, *mb, *mc, *req = NULL, *data = buf, *none = NULL;
+	size_t cap = 8192;
+	int tag = 0;
+
+	open_pair(f, 0);
+	ma = reg(f, f->sc, buf, 4096);
+	mb = reg(f, f->rc, buf, 4096);
+	assert_ptr_not_equal(ma, mb); /* one range, two comms: two handles */
+	/* outside the registration, or from NULL with a size */
+	assert_int_equal(f->d->isend(f->sc, buf, 8192, tag, ma, &req), ncclInternalError);
+	assert_null(req);
+	assert_int_equal(f->d->isend(f->sc, buf + 4000, 200, tag, ma, &req), ncclInternalError);
+	assert_int_equal(f->d->isend(f->sc, NULL, 64, tag, ma, &req), ncclInternalError);
+	assert_int_equal(f->d->irecv(f->rc, 1, &data, &cap, &tag, &mb, &req), ncclInternalError);
+	assert_int_equal(f->d->irecv(f->rc, 1, &none, &cap, &tag, &mb, &req), ncclInternalError);
+	assert_null(req);
+	/* another comm's handle is neither usable nor releasable through this one */
+	assert_int_equal(f->d->isend(f->sc, buf, 64, tag, mb, &req), ncclInternalError);
+	assert_int_equal(f->d->deregMr(f->sc, mb), ncclInternalError);
+	/* released once only; a new registration does not revive the old handle */
+	unreg(f, ma);
+	assert_int_equal(f->d->deregMr(f->sc, ma), ncclInternalError);
+	mc = reg(f, f->sc, buf, 4096);
+	assert_ptr_not_equal(mc, ma);
+	assert_int_equal(f->d->isend(f->sc, buf, 64, tag, ma, &req), ncclInternalError);
+	/* ranges nobody could register */
+	gone = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(gone != MAP_FAILED);
+	munmap(gone, 8192);
+	assert_int_equal(f->d->regMr(f->sc, gone, 8192, MK_NCCL_PTR_HOST, &req), ncclInternalError);
+	assert_int_equal(f->d->regMr(f->sc, buf, SIZE_MAX, MK_NCCL_PTR_HOST, &req),
+			 ncclInternalError);
+	assert_int_equal(f->d->regMr(f->sc, buf, (size_t)1 << 62, MK_NCCL_PTR_HOST, &req),
+			 ncclInternalError);
+	assert_null(req);
+	/* a comm handle is not a request */
+	assert_int_equal(f->d->test(f->sc, &tag, NULL), ncclInternalError);
+	close_pair(f);
+}
+
 static void test_net_corrupted_handle_fails_connect(void **state)
 {
 	struct fixture *f = *state;
@@ -703,7 +754,7 @@ static void test_net_backend_faults_map_to_nccl_codes(void **state)
 	rmh = reg(f, f->rc, rbuf, sizeof(rbuf));
 	assert_int_equal(f->d->irecv(f->rc, 1, &data, &cap, &tag, &rmh, &rreq), ncclSuccess);
 	/* the peer dies: the pending send and receive fail as remote errors, not hangs */
-	fake_tp_kill_peer(((struct mk_rdv_send *)f->sc)->cs.conn);
+	fake_tp_kill_peer(((struct mk_rdv_send *)mk_net_handle_obj(f->sc))->cs.conn);
 	for (int i = 0; sreq == NULL && ret == ncclSuccess && i < SPIN_MAX; i++)
 		ret = f->d->isend(f->sc, sbuf, 1, tag, smh, &sreq);
 	if (ret == ncclSuccess && sreq != NULL)
@@ -900,6 +951,7 @@ int main(void)
 		PER_VERSION(test_net_32_in_flight_complete_in_order),
 		PER_VERSION(test_net_optional_request_always_overwritten),
 		PER_VERSION(test_net_bad_handles_are_errors_not_crashes),
+		PER_VERSION(test_net_registration_handles_and_ranges),
 		PER_VERSION(test_net_corrupted_handle_fails_connect),
 		PER_VERSION(test_net_size_limits_rejected),
 		PER_VERSION(test_net_send_larger_than_recv_is_invalid_usage),

@@ -157,7 +157,7 @@ static int m_close(struct fid *fid)
 	case FI_CLASS_EP:
 		mock.ep_live--;
 		for (int i = 0; i < mock.neps; i++) {
-			if (&mock.eps[i]->ep.fid == fid)
+			if (mock.eps[i] != NULL && &mock.eps[i]->ep.fid == fid)
 				mock.eps[i] = NULL;
 		}
 		break;
@@ -391,6 +391,10 @@ static int m_mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t acces
 		return mock.fail_mr_reg;
 	if (mock.nkeys < MOCK_MAX_KEYS)
 		mock.requested_keys[mock.nkeys++] = requested_key;
+	if (mock.enokey_next > 0) {
+		mock.enokey_next--;
+		return -FI_ENOKEY;
+	}
 	mr = fake(sizeof(*mr), FI_CLASS_MR, &mock.mr_live);
 	mr->key = (mock.mr_mode & FI_MR_PROV_KEY) ? mock.prov_key_next++ : requested_key;
 	mr->mem_desc = (void *)(uintptr_t)(0xd000 + mr->key);

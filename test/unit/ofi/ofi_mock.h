@@ -56,6 +56,7 @@ struct mock_ofi {
 	int fabric_live, domain_live, cq_live, av_live, ep_live, mr_live;
 
 	/* registrations */
+	int enokey_next; /* the next N registrations fail as "key in use" (-FI_ENOKEY) */
 	uint64_t requested_keys[MOCK_MAX_KEYS];
 	int nkeys;
 	uint64_t prov_key_next; /* keys handed out when FI_MR_PROV_KEY is in use */

@@ -37,6 +37,16 @@ static void test_mkgemm_invalid_arguments_before_cuda(void **state)
 			 ncclInvalidArgument);
 	assert_int_equal(mkGemm(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16, (mkLayout_t)2, 0),
 			 ncclInvalidArgument);
+	/* bf16 elements at odd addresses: refused, never handed to cuBLAS */
+	assert_int_equal(mkGemm((const char *)A_PTR + 1, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
+				mkLayoutRowMajorNK, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemm(A_PTR, (const char *)B_PTR + 3, C_PTR, 8, 8, 8, ncclBfloat16,
+				mkLayoutRowMajorKN, 0),
+			 ncclInvalidArgument);
+	assert_int_equal(mkGemm(A_PTR, B_PTR, (char *)C_PTR + 1, 8, 8, 8, ncclBfloat16,
+				mkLayoutRowMajorNK, 0),
+			 ncclInvalidArgument);
 }
 
 /* No comm can exist without a GPU; a NULL one is refused before anything touches CUDA. */
@@ -61,6 +71,32 @@ static void test_mkgemm_allreduce_foreign_comm_refused(void **state)
 	assert_int_equal(mkGemmAllReduce(A_PTR, B_PTR, C_PTR, 8, 8, 8, ncclBfloat16,
 					 mkLayoutRowMajorNK, &fake, 0),
 			 ncclInvalidArgument);
+}
+
+/*
+ * The comm calls refuse a pointer mkCommInit did not hand out or that was destroyed, even one
+ * whose header looks live, and they refuse it without reading it: a destroyed comm is never
+ * destroyed (or aborted, or queried) twice.
+ */
+static void test_comm_calls_refuse_dead_or_foreign_comms(void **state)
+{
+	struct mk_comm fake;
+	ncclResult_t ae = ncclSuccess;
+	void *p = NULL;
+
+	(void)state;
+	memset(&fake, 0, sizeof(fake));
+	fake.magic = MK_COMM_MAGIC; /* looks live, was never made */
+	fake.nranks = 2;
+	assert_int_equal(mkCommDestroy(&fake), ncclInvalidArgument);
+	assert_int_equal(mkCommAbort(&fake), ncclInvalidArgument);
+	assert_int_equal(mkCommGetAsyncError(&fake, &ae), ncclInvalidArgument);
+	assert_int_equal(mkMemAlloc(&fake, 4096, &p), ncclInvalidArgument);
+	assert_null(p);
+	assert_int_equal(mkMemFree(&fake, C_PTR), ncclInvalidArgument);
+	assert_int_equal(mkAllToAll(A_PTR, C_PTR, 8, ncclUint32, &fake, 0), ncclInvalidArgument);
+	assert_int_equal(mkCommDestroy(NULL), ncclInvalidArgument);
+	assert_int_equal(mkCommAbort(NULL), ncclInvalidArgument);
 }
 
 /*
@@ -115,6 +151,7 @@ int main(void)
 		cmocka_unit_test(test_mkgemm_invalid_arguments_before_cuda),
 		cmocka_unit_test(test_mkgemm_allreduce_null_comm_refused),
 		cmocka_unit_test(test_mkgemm_allreduce_foreign_comm_refused),
+		cmocka_unit_test(test_comm_calls_refuse_dead_or_foreign_comms),
 		cmocka_unit_test(test_seqpar_invalid_arguments_before_cuda),
 	};
 

@@ -103,6 +103,10 @@ static void test_v5_init_logs_and_keeps_constants(void **state)
 	assert_non_null(strstr(log_text, ":4: unknown protocol"));
 	assert_non_null(strstr(log_text, "tuner ready for comm 0x1234"));
 	assert_int_equal(v5->finalize(ctx), ncclSuccess);
+	/* A second finalize of the same context is refused, without touching the freed one. */
+	assert_int_equal(v5->finalize(ctx), ncclInternalError);
+	assert_non_null(strstr(log_text, "not a live tuner context"));
+	assert_int_equal(v4->destroy(ctx), ncclInternalError);
 	/* nNodes > nRanks is not a topology: an init error, not a crash. */
 	assert_int_equal(v5->init(&ctx, 1, 2, 3, log_capture, NULL, NULL), ncclInternalError);
 	assert_null(ctx);
