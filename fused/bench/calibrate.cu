@@ -33,7 +33,7 @@
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
-#include "mk_git.h"
+#include "mk/revision.h"
 
 #define CAL_MAX_PATHS 24
 /* cuBLASLt, cublasGemmEx and every engine path are timed together */
@@ -285,7 +285,7 @@ int main(int argc, char **argv)
 	fprintf(out,
 		"# Written by mkernel-calibrate (source %s) on %s: medians of %d interleaved "
 		"repetitions, us.\n# Format: tuner/calib.h.\nmkernel-calibration 1\ndevice %d %s\n",
-		MK_GIT_HASH, when, reps, cal_sms, prop.name);
+		mk_git_revision(), when, reps, cal_sms, prop.name);
 	cudaStreamCreate(&st);
 	for (size_t p = 0; p < sizeof(cal_nk) / sizeof(cal_nk[0]); p++) {
 		for (size_t i = 0; i < sizeof(cal_ms) / sizeof(cal_ms[0]); i++) {

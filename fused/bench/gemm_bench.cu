@@ -37,7 +37,7 @@
 #include "fused/gemm/gemm.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
-#include "mk_git.h"
+#include "mk/revision.h"
 extern "C" {
 #include "tuner/calib.h"
 }
@@ -237,7 +237,7 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	       impl[0].p10, impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name,
 	       impl[base].med, impl[base].p10, impl[base].p90, impl[1].med, impl[2].med, row->ratio,
 	       err, rms, bench_normal ? "normal" : "uniform", reps, env->warmup,
-	       mk_calib_get()->source, env->gpu, MK_GIT_HASH);
+	       mk_calib_get()->source, env->gpu, mk_git_revision());
 	fflush(stdout);
 	rc = 0;
 out_lt:
@@ -297,7 +297,7 @@ static int bench_engine_one(const struct bench_case *c, const struct bench_env *
 	       impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name, impl[base].med,
 	       impl[base].p10, impl[base].p90, flops / (impl[base].med * 1e-3) / 1e12,
 	       n == 3 ? impl[2].med : 0.0, impl[1].med, row->ratio, err, rms,
-	       bench_normal ? "normal" : "uniform", env->reps, env->warmup, env->gpu, MK_GIT_HASH);
+	       bench_normal ? "normal" : "uniform", env->reps, env->warmup, env->gpu, mk_git_revision());
 	fflush(stdout);
 	rc = 0;
 out_lt:

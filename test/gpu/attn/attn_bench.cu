@@ -22,7 +22,7 @@
 #include "mkernel.h"
 #include "fused/attn/attn.h"
 #include "fused/bench/fill.cuh"
-#include "mk_git.h"
+#include "mk/revision.h"
 
 #define BENCH_MAX_ROWS 64
 
@@ -145,7 +145,7 @@ static int bench_shape(int b, int h, int s, int d, int causal, int reps, int war
 	       "\"vs_portable_max_diff\":%.3g,\"vs_portable_rel_rms\":%.3g,\"reps\":%d,"
 	       "\"warmup\":%d,\"gpu\":\"%s\",\"git\":\"%s\"}\n",
 	       b, h, s, d, causal, row->ms, times[reps / 10], times[(reps * 9) / 10], row->tflops,
-	       row->max_diff, row->rel_rms, reps, warmup, gpu, MK_GIT_HASH);
+	       row->max_diff, row->rel_rms, reps, warmup, gpu, mk_git_revision());
 	fflush(stdout);
 	nrows++;
 	rc = 0;

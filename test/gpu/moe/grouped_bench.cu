@@ -26,7 +26,7 @@
 
 #include "mkernel.h"
 #include "fused/bench/fill.cuh"
-#include "mk_git.h"
+#include "mk/revision.h"
 #include "test/gpu/moe/grouped_check.h"
 
 #define BENCH_MAX_ROWS 64
@@ -249,7 +249,7 @@ static void bench_print(const char *gpu, int warmup, int reps)
 		       r->c.dir, bench_experts, r->c.rows, r->c.n, r->c.k, r->c.b_nk ? "NK" : "KN",
 		       r->min_count, r->max_count, r->empty, r->mk_ms, r->mk_p10, r->mk_p90,
 		       r->mk_tf, r->base_ms, r->base_p10, r->base_p90, r->base_tf, r->ratio,
-		       r->rel_err, r->out_of_bound, reps, warmup, gpu, MK_GIT_HASH);
+		       r->rel_err, r->out_of_bound, reps, warmup, gpu, mk_git_revision());
 	}
 	printf("\n| dir | rows | N | K | B | counts min..max | mkernel ms | TFLOP/s | cuBLAS/expert ms "
 	       "| TFLOP/s | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
