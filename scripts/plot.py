@@ -43,7 +43,7 @@ def load(paths):
 
 def plot_netbench(rows, out):
     bw = [r for r in rows if r.get("mode") == "bw" and r.get("tool") in
-          ("mkernel-netbench", "rawbench-ofi")]
+          ("mkernel-netbench", "rawbench-ofi") and "gbps_median" in r]
     made = []
     for win in sorted({r["window"] for r in bw}):
         series = collections.defaultdict(list)

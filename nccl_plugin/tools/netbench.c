@@ -2,12 +2,16 @@
 /*
  * mkernel-netbench: bandwidth and latency through the plugin's ncclNet_v11 table, driven the
  * way NCCL's proxy drives it, between two local processes; and, in the same run, the raw
- * libfabric loop (mkernel-rawbench-ofi) on the same provider as the ceiling. Prints one JSON
- * line per measurement and a table with the plugin / raw ratio.
+ * libfabric loop (mkernel-rawbench-ofi) on the same provider as the ceiling: the better of
+ * tagged send/recv and RMA write per point. Prints one JSON line per measurement, one per ratio,
+ * and a table with the plugin / best raw ratio.
  *
  * Bandwidth: the receiver keeps W receives posted, the sender W sends in flight; N messages per
  * repetition; GB/s = 1e9 B/s from the sender's start to the receiver's acknowledgement of the
  * last message. Latency: ping-pong over two connections, one-way = half the round trip.
+ * Interleaving: every point runs in rounds; each round is some plugin repetitions, then the
+ * same number of raw repetitions of each method (the plugin's processes wait idle meanwhile),
+ * so background load falls on both alike. Medians over all rounds.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -31,6 +35,7 @@
 #define NB_MAX_SIZES 32
 #define NB_MAX_WIN   64
 #define NB_MAX_REPS  64
+#define NB_SLOT_CAP  (256u << 20) /* above window x size, all slots share one buffer */
 
 struct nb_opts {
 	const char *plugin;
@@ -41,43 +46,136 @@ struct nb_opts {
 	int nlat;
 	int windows[8];
 	int nwin;
-	int reps;
+	int reps;   /* repetitions per round */
+	int rounds; /* plugin and raw take turns this many times per point */
 	int warmup;
 	int lat_iters;
 	size_t min_bytes; /* bytes per repetition at least (bandwidth) */
 	FILE *json;
 	const char *provider;
 	const char *transport;
-	char rawtmp[64]; /* raw baseline JSON lines; "" when there is no baseline */
+	char rawtmp[64];  /* raw ceiling records, one per point; "" when there is no baseline */
+	char rawcall[64]; /* one rawbench invocation's output */
+};
+
+/* The raw methods, in rawbench's naming; the ceiling is the better one per point. */
+#define NB_NMETHODS 2
+static const char *const nb_methods[NB_NMETHODS] = { "tagged", "write" };
+
+/* One point's raw repetitions, gathered over its rounds. */
+struct nb_raw_acc {
+	double v[NB_NMETHODS][NB_MAX_REPS];
+	int n[NB_NMETHODS];
 };
 
 static int nb_free_port(void);
+static int nb_cmp(const void *a, const void *b);
+static double nb_pct(double *v, int n, double p);
+
+/* Appends the numbers of the JSON array "key":[...] in line to v (n of them so far). */
+static void nb_take_array(const char *line, const char *key, double *v, int *n)
+{
+	char pat[96];
+	const char *p;
+	char *end;
+
+	snprintf(pat, sizeof(pat), "\"%s\":[", key);
+	p = strstr(line, pat);
+	if (p == NULL)
+		return;
+	p += strlen(pat);
+	while (*n < NB_MAX_REPS) {
+		double x = strtod(p, &end);
+
+		if (end == p)
+			break;
+		v[(*n)++] = x;
+		p = end;
+		if (*p != ',')
+			break;
+		p++;
+	}
+}
 
 /*
- * The raw libfabric ceiling for one point, run between the plugin's points (the plugin's
- * processes wait idle meanwhile) so background load hits both alike.
+ * One round of the raw libfabric ceiling for one point (both methods, reps repetitions each
+ * after a warm-up repetition), run while the plugin's processes wait idle; the repetitions are
+ * added to acc.
  */
-static void nb_raw_point(const struct nb_opts *o, const char *mode, size_t size, int win, int nmsg)
+static void nb_raw_point(const struct nb_opts *o, const char *mode, size_t size, int win, int nmsg,
+			 int reps, struct nb_raw_acc *acc)
 {
 	const char *prov = *o->provider ? o->provider : "tcp;ofi_rxm";
+	const char *key = strcmp(mode, "bw") == 0 ? "gbps" : "lat_us";
 	int port = nb_free_port();
-	char cmd[8192];
+	char cmd[8192], line[4096];
+	FILE *f;
 
 	/* shm has no interface (its addresses are process names); the rest stay on loopback */
 	const char *iface = strcmp(prov, "shm") == 0 ? "" : "--iface lo";
 
-	/* bounded: a failed client must not leave us waiting on its server forever */
-	snprintf(
-		cmd, sizeof(cmd),
-		"timeout 120 '%s' --provider '%s' %s --server %d --mode %s --sizes %zu --window %d "
-		"--iters %d --warmup %d --reps %d >/dev/null & sleep 0.3; timeout 120 '%s' "
-		"--provider '%s' %s --client 127.0.0.1:%d --mode %s --sizes %zu --window %d "
-		"--iters %d --warmup %d --reps %d >> %s; wait",
-		o->raw, prov, iface, port, mode, size, win, nmsg, o->warmup, o->reps, o->raw, prov,
-		iface, port, mode, size, win, nmsg, o->warmup, o->reps, o->rawtmp);
-	if (system(cmd) != 0)
+	/* bounded: a failed client must not leave us waiting on its server forever; the
+	 * client retries its control connection until the server listens */
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 300 '%s' --provider '%s' %s --server %d >/dev/null & timeout 300 '%s' "
+		 "--provider '%s' %s --client 127.0.0.1:%d --mode %s --method best --sizes %zu "
+		 "--window %d --iters %d --warmup %d --reps %d > %s; wait",
+		 o->raw, prov, iface, port, o->raw, prov, iface, port, mode, size, win, nmsg, nmsg,
+		 reps, o->rawcall);
+	if (system(cmd) != 0) {
 		fprintf(stderr, "mkernel-netbench: raw %s baseline failed at %zu B, window %d\n",
 			mode, size, win);
+		return;
+	}
+	f = fopen(o->rawcall, "r");
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+		for (int m = 0; m < NB_NMETHODS; m++) {
+			char k[64];
+
+			snprintf(k, sizeof(k), "%s_%s", nb_methods[m], key);
+			nb_take_array(line, k, acc->v[m], &acc->n[m]);
+		}
+	}
+	if (f != NULL)
+		fclose(f);
+}
+
+/* The ceiling of one point: the better method by median, both medians kept. */
+static void nb_raw_record(const struct nb_opts *o, const char *mode, size_t size, int win, int nmsg,
+			  struct nb_raw_acc *acc)
+{
+	bool bw = strcmp(mode, "bw") == 0;
+	const char *key = bw ? "gbps" : "lat_us";
+	double med[NB_NMETHODS];
+	char each[256] = "";
+	int best = -1;
+	FILE *f;
+
+	for (int m = 0; m < NB_NMETHODS; m++) {
+		size_t used = strlen(each);
+
+		if (acc->n[m] == 0)
+			continue;
+		med[m] = nb_pct(acc->v[m], acc->n[m], 0.5);
+		if (best < 0 || (bw ? med[m] > med[best] : med[m] < med[best]))
+			best = m;
+		snprintf(each + used, sizeof(each) - used, ",\"%s_%s_median\":%.4f", nb_methods[m],
+			 key, med[m]);
+	}
+	if (best < 0)
+		return;
+	f = fopen(o->rawtmp, "a");
+	if (f == NULL)
+		return;
+	fprintf(f,
+		"{\"tool\":\"rawbench-ofi\",\"provider\":\"%s\",\"mode\":\"%s\",\"size\":%zu,"
+		"\"window\":%d,\"iters\":%d,\"reps\":%d,\"rounds\":%d,\"method\":\"%s\","
+		"\"%s_median\":%.4f,\"%s_p10\":%.4f,\"%s_p90\":%.4f%s,\"git\":\"%s\"}\n",
+		*o->provider ? o->provider : "tcp;ofi_rxm", mode, size, bw ? win : 1, nmsg,
+		acc->n[best], o->rounds, nb_methods[best], key, med[best], key,
+		nb_pct(acc->v[best], acc->n[best], 0.1), key,
+		nb_pct(acc->v[best], acc->n[best], 0.9), each, MK_GIT_HASH);
+	fclose(f);
 }
 
 struct nb_side {
@@ -219,6 +317,12 @@ static double nb_pct(double *v, int n, double p)
 	return v[(int)(p * (n - 1) + 0.5)];
 }
 
+/* Bytes between the window's buffers; 0 where they all share one (bandwidth needs no data). */
+static size_t nb_slot(size_t size, int win)
+{
+	return size * (size_t)win <= NB_SLOT_CAP ? size : 0;
+}
+
 /* One bandwidth repetition; the sender returns the elapsed seconds, the receiver 0. */
 static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int nmsg)
 {
@@ -235,7 +339,7 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 		int progressed = 0;
 
 		for (int w = 0; w < win; w++) {
-			char *buf = (sender ? s->sbuf : s->rbuf) + (size_t)w * size;
+			char *buf = (sender ? s->sbuf : s->rbuf) + (size_t)w * nb_slot(size, win);
 			int done = 0;
 
 			if (req[w] == NULL && posted < nmsg) {
@@ -284,12 +388,14 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 
 /* The ceiling's turn for one point: the first side runs it, the other waits idle meanwhile. */
 static void nb_raw_turn(const struct nb_opts *o, struct nb_side *s, int first, const char *mode,
-			size_t size, int win, int nmsg)
+			size_t size, int win, int nmsg, struct nb_raw_acc *acc)
 {
 	char go = 'g';
 
+	if (o->rawtmp[0] == '\0')
+		return;
 	if (first) {
-		nb_raw_point(o, mode, size, win, nmsg);
+		nb_raw_point(o, mode, size, win, nmsg, o->reps, acc);
 		nb_xfer(s->to_peer, &go, 1, 1);
 	} else {
 		nb_xfer(s->from_peer, &go, 1, 0);
@@ -335,16 +441,17 @@ static void nb_record(const struct nb_opts *o, const char *mode, size_t size, in
 		fprintf(o->json,
 			"{\"tool\":\"mkernel-netbench\",\"path\":\"plugin\",\"mode\":\"bw\","
 			"\"transport\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"window\":%d,"
-			"\"reps\":%d,\"gbps_median\":%.4f,\"gbps_p10\":%.4f,\"gbps_p90\":%.4f,"
-			"\"git\":\"%s\"}\n",
-			o->transport, o->provider, size, win, n, med, p10, p90, MK_GIT_HASH);
+			"\"reps\":%d,\"rounds\":%d,\"gbps_median\":%.4f,\"gbps_p10\":%.4f,"
+			"\"gbps_p90\":%.4f,\"git\":\"%s\"}\n",
+			o->transport, o->provider, size, win, n, o->rounds, med, p10, p90,
+			MK_GIT_HASH);
 	else
 		fprintf(o->json,
 			"{\"tool\":\"mkernel-netbench\",\"path\":\"plugin\",\"mode\":\"lat\","
 			"\"transport\":\"%s\",\"provider\":\"%s\",\"size\":%zu,\"reps\":%d,"
-			"\"lat_us_median\":%.3f,\"lat_us_p10\":%.3f,\"lat_us_p90\":%.3f,"
-			"\"git\":\"%s\"}\n",
-			o->transport, o->provider, size, n, med, p10, p90, MK_GIT_HASH);
+			"\"rounds\":%d,\"lat_us_median\":%.3f,\"lat_us_p10\":%.3f,"
+			"\"lat_us_p90\":%.3f,\"git\":\"%s\"}\n",
+			o->transport, o->provider, size, n, o->rounds, med, p10, p90, MK_GIT_HASH);
 	fflush(o->json);
 }
 
@@ -359,43 +466,51 @@ static int nb_nmsg(const struct nb_opts *o, size_t size, int win)
 	return (int)n;
 }
 
+/*
+ * One point, both processes: rounds of o->reps plugin repetitions, each round followed by the
+ * raw ceiling's turn (warm-up repetitions before the first round only; each raw call warms up
+ * by itself). The first process records.
+ */
+static void nb_point(const struct nb_opts *o, struct nb_side *s, int first, const char *mode,
+		     size_t size, int win)
+{
+	bool bw = strcmp(mode, "bw") == 0;
+	int nmsg = bw ? nb_nmsg(o, size, win) : o->lat_iters, n = 0;
+	struct nb_raw_acc acc = { 0 };
+	double v[NB_MAX_REPS];
+
+	for (int round = 0; round < o->rounds; round++) {
+		int warm = round == 0 ? o->warmup : 0;
+
+		for (int r = 0; r < warm + o->reps; r++) {
+			double t = bw ? nb_bw_rep(s, first, size, win, nmsg)
+				      : nb_lat_rep(s, first, size, nmsg);
+
+			if (first && r >= warm)
+				v[n++] = bw ? (double)size * nmsg / t / 1e9 : t;
+		}
+		nb_raw_turn(o, s, first, mode, size, win, nmsg, &acc);
+	}
+	if (!first)
+		return;
+	nb_record(o, mode, size, win, v, n, bw ? 1.0 : 1e6);
+	if (o->rawtmp[0] != '\0')
+		nb_raw_record(o, mode, size, win, nmsg, &acc);
+}
+
 static void nb_run_side(const struct nb_opts *o, size_t bytes, int first, int to_peer,
 			int from_peer)
 {
 	struct nb_side s = { 0 };
-	double v[NB_MAX_REPS];
 
 	s.to_peer = to_peer;
 	s.from_peer = from_peer;
 	nb_open(&s, o, bytes, first);
-	for (int i = 0; i < o->nsizes; i++) {
-		for (int j = 0; j < o->nwin; j++) {
-			int win = o->windows[j], nmsg = nb_nmsg(o, o->sizes[i], win);
-
-			for (int r = 0; r < o->warmup + o->reps; r++) {
-				double t = nb_bw_rep(&s, first, o->sizes[i], win, nmsg);
-
-				if (first && r >= o->warmup)
-					v[r - o->warmup] = (double)o->sizes[i] * nmsg / t / 1e9;
-			}
-			if (first)
-				nb_record(o, "bw", o->sizes[i], win, v, o->reps, 1.0);
-			if (o->rawtmp[0] != '\0')
-				nb_raw_turn(o, &s, first, "bw", o->sizes[i], win, nmsg);
-		}
-	}
-	for (int i = 0; i < o->nlat; i++) {
-		for (int r = 0; r < o->warmup + o->reps; r++) {
-			double t = nb_lat_rep(&s, first, o->lat_sizes[i], o->lat_iters);
-
-			if (r >= o->warmup)
-				v[r - o->warmup] = t;
-		}
-		if (first)
-			nb_record(o, "lat", o->lat_sizes[i], 1, v, o->reps, 1e6);
-		if (o->rawtmp[0] != '\0') /* the raw ping-pong of the same size and count */
-			nb_raw_turn(o, &s, first, "lat", o->lat_sizes[i], 1, o->lat_iters);
-	}
+	for (int i = 0; i < o->nsizes; i++)
+		for (int j = 0; j < o->nwin; j++)
+			nb_point(o, &s, first, "bw", o->sizes[i], o->windows[j]);
+	for (int i = 0; i < o->nlat; i++)
+		nb_point(o, &s, first, "lat", o->lat_sizes[i], 1);
 	s.net->deregMr(s.send, s.smh);
 	s.net->deregMr(s.recv, s.rmh);
 	s.net->closeSend(s.send);
@@ -433,21 +548,24 @@ static void nb_usage(const char *prog)
 		"  --transport T      ofi | verbs (sets MKERNEL_TRANSPORT)\n"
 		"  --provider P       libfabric provider (sets MKERNEL_OFI_PROVIDER), e.g. "
 		"'tcp;ofi_rxm'\n"
-		"  --sizes LIST       bandwidth sizes, e.g. 4K,64K,1M,64M\n"
-		"  --windows LIST     messages in flight, e.g. 1,8,32\n"
-		"  --lat-sizes LIST   latency sizes (empty list: no latency), e.g. 8,256,4K\n"
-		"  --reps N           repetitions per point (median reported), default 5\n"
-		"  --warmup N         discarded repetitions, default 2\n"
+		"  --sizes LIST       bandwidth sizes, default 8,512,4K,64K,1M,4M,16M,64M\n"
+		"  --windows LIST     messages in flight, default 1,8,32\n"
+		"  --lat-sizes LIST   latency sizes (empty list: no latency), default "
+		"8,64,512,4K,64K\n"
+		"  --reps N           repetitions per round, default 2\n"
+		"  --rounds N         turns of plugin and raw per point, default 3 (medians over\n"
+		"                     reps x rounds)\n"
+		"  --warmup N         discarded repetitions before the first round, default 2\n"
 		"  --lat-iters N      ping-pongs per latency repetition, default 200\n"
 		"  --min-bytes N      bytes per bandwidth repetition, default 64M\n"
-		"  --raw PATH|none    raw libfabric baseline binary (default: "
-		"mkernel-rawbench-ofi\n"
-		"                     next to this tool when the transport is ofi)\n"
+		"  --raw PATH|none    raw libfabric ceiling, the better of tagged send/recv and\n"
+		"                     RMA write per point (default: mkernel-rawbench-ofi next\n"
+		"                     to this tool when the transport is ofi)\n"
 		"  --json FILE        JSON lines go to FILE instead of stdout\n",
 		prog);
 }
 
-static void nb_table(const char *plugin_json, const char *raw_json);
+static void nb_table(const struct nb_opts *o, const char *plugin_json, const char *raw_json);
 
 static void nb_copy_lines(const char *path, FILE *to)
 {
@@ -460,15 +578,20 @@ static void nb_copy_lines(const char *path, FILE *to)
 		fclose(f);
 }
 
-/* Bytes each side registers: the largest window of the largest size, page-rounded. */
+/* Bytes each side registers: the largest window's buffers, page-rounded. */
 static size_t nb_max_bytes(const struct nb_opts *o)
 {
 	size_t maxs = 4096;
 
-	for (int i = 0; i < o->nsizes; i++)
-		for (int j = 0; j < o->nwin; j++)
-			if (o->sizes[i] * (size_t)o->windows[j] > maxs)
-				maxs = o->sizes[i] * (size_t)o->windows[j];
+	for (int i = 0; i < o->nsizes; i++) {
+		for (int j = 0; j < o->nwin; j++) {
+			size_t slot = nb_slot(o->sizes[i], o->windows[j]);
+			size_t need = slot ? slot * (size_t)o->windows[j] : o->sizes[i];
+
+			if (need > maxs)
+				maxs = need;
+		}
+	}
 	for (int i = 0; i < o->nlat; i++)
 		if (o->lat_sizes[i] > maxs)
 			maxs = o->lat_sizes[i];
@@ -506,7 +629,8 @@ static int nb_free_port(void)
 int main(int argc, char **argv)
 {
 	static char plugin_path[8192], raw_path[8192];
-	struct nb_opts o = { .reps = 5,
+	struct nb_opts o = { .reps = 2,
+			     .rounds = 3,
 			     .warmup = 2,
 			     .lat_iters = 200,
 			     .min_bytes = 64u << 20,
@@ -519,8 +643,8 @@ int main(int argc, char **argv)
 	size_t maxs;
 	pid_t child;
 
-	o.nsizes = nb_parse_list("4K,64K,1M,4M,16M,64M", o.sizes, NB_MAX_SIZES);
-	o.nlat = nb_parse_list("8,64,512,4K", o.lat_sizes, NB_MAX_SIZES);
+	o.nsizes = nb_parse_list("8,512,4K,64K,1M,4M,16M,64M", o.sizes, NB_MAX_SIZES);
+	o.nlat = nb_parse_list("8,64,512,4K,64K", o.lat_sizes, NB_MAX_SIZES);
 	o.windows[0] = 1, o.windows[1] = 8, o.windows[2] = 32, o.nwin = 3;
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -552,6 +676,8 @@ int main(int argc, char **argv)
 				o.windows[k] = w[k] > NB_MAX_WIN ? NB_MAX_WIN : (int)w[k];
 		} else if (strcmp(a, "--reps") == 0) {
 			o.reps = atoi(v);
+		} else if (strcmp(a, "--rounds") == 0) {
+			o.rounds = atoi(v);
 		} else if (strcmp(a, "--warmup") == 0) {
 			o.warmup = atoi(v);
 		} else if (strcmp(a, "--lat-iters") == 0) {
@@ -571,7 +697,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (o.reps < 1 || o.reps > NB_MAX_REPS - 8 || o.warmup < 0 || o.lat_iters < 1) {
+	if (o.reps < 1 || o.rounds < 1 || o.reps * o.rounds > NB_MAX_REPS || o.warmup < 0 ||
+	    o.lat_iters < 1) {
 		nb_usage(argv[0]);
 		return 2;
 	}
@@ -602,8 +729,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	plugin_json = fdopen(fd, "w+");
-	if (o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0)
+	if (o.raw != NULL && strcmp(o.raw, "none") != 0 && access(o.raw, X_OK) == 0) {
 		nb_make_tmp(o.rawtmp, sizeof(o.rawtmp), "/tmp/mkernel-rawbench-XXXXXX");
+		nb_make_tmp(o.rawcall, sizeof(o.rawcall), "/tmp/mkernel-rawcall-XXXXXX");
+		if (o.rawcall[0] == '\0')
+			o.rawtmp[0] = '\0';
+	}
 	maxs = nb_max_bytes(&o);
 	child = fork();
 	if (child == 0) {
@@ -625,10 +756,12 @@ int main(int argc, char **argv)
 	if (o.rawtmp[0] != '\0')
 		nb_copy_lines(o.rawtmp, o.json);
 	fflush(o.json);
-	nb_table(tmpl, o.rawtmp[0] != '\0' ? o.rawtmp : NULL);
+	nb_table(&o, tmpl, o.rawtmp[0] != '\0' ? o.rawtmp : NULL);
 	unlink(tmpl);
-	if (o.rawtmp[0] != '\0')
+	if (o.rawtmp[0] != '\0') {
 		unlink(o.rawtmp);
+		unlink(o.rawcall);
+	}
 	return 0;
 }
 
@@ -643,10 +776,30 @@ static double nb_field(const char *line, const char *key)
 	return p != NULL ? strtod(p + strlen(pat), NULL) : -1;
 }
 
-/* The raw ceiling's points, read once: (size, window, GB/s) or (size, 1, one-way us). */
+/* Copies the string value of "key" in line into out ("" when absent). */
+static void nb_string(const char *line, const char *key, char *out, size_t len)
+{
+	char pat[64];
+	const char *p, *q;
+
+	snprintf(pat, sizeof(pat), "\"%s\":\"", key);
+	p = strstr(line, pat);
+	out[0] = '\0';
+	if (p == NULL)
+		return;
+	p += strlen(pat);
+	q = strchr(p, '"');
+	if (q != NULL && (size_t)(q - p) < len) {
+		memcpy(out, p, (size_t)(q - p));
+		out[q - p] = '\0';
+	}
+}
+
+/* The raw ceiling's points, read once: (size, window, best GB/s) or (size, 1, best us). */
 struct nb_ceiling {
 	bool lat;
 	double size, win, value;
+	char method[16]; /* which raw method was the better one */
 };
 
 static int nb_load_raw(const char *raw_json, struct nb_ceiling *pts, int max)
@@ -658,63 +811,84 @@ static int nb_load_raw(const char *raw_json, struct nb_ceiling *pts, int max)
 	while (r != NULL && n < max && fgets(line, sizeof(line), r) != NULL) {
 		bool lat = strstr(line, "\"mode\":\"lat\"") != NULL;
 
-		pts[n++] = (struct nb_ceiling){
+		pts[n] = (struct nb_ceiling){
 			.lat = lat,
 			.size = nb_field(line, "size"),
 			.win = nb_field(line, "window"),
 			.value = nb_field(line, lat ? "lat_us_median" : "gbps_median"),
 		};
+		nb_string(line, "method", pts[n].method, sizeof(pts[n].method));
+		n++;
 	}
 	if (r != NULL)
 		fclose(r);
 	return n;
 }
 
-static void nb_table(const char *plugin_json, const char *raw_json)
+static const struct nb_ceiling *nb_find_raw(const struct nb_ceiling *pts, int n, bool lat,
+					    double size, double win)
+{
+	for (int i = 0; i < n; i++)
+		if (pts[i].lat == lat && pts[i].size == size && (lat || pts[i].win == win))
+			return &pts[i];
+	return NULL;
+}
+
+/*
+ * Pairs every plugin point with the ceiling of the same point: a table on stderr and one
+ * "ratio" record per pair (bandwidth: plugin / raw; latency: raw / plugin, so that above 1 is
+ * better for the plugin in both).
+ */
+static void nb_table(const struct nb_opts *o, const char *plugin_json, const char *raw_json)
 {
 	struct nb_ceiling pts[NB_MAX_SIZES * 8];
 	int npts = nb_load_raw(raw_json, pts, NB_MAX_SIZES * 8);
 	FILE *f = fopen(plugin_json, "r");
 	char line[1024];
 
-	fprintf(stderr, "\n%-10s %-7s %-14s %-14s %-8s\n", "size", "window", "plugin GB/s",
-		"raw GB/s", "ratio");
-	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-		double size = nb_field(line, "size"), win = nb_field(line, "window"), raw = -1;
-		double gbps = nb_field(line, "gbps_median");
+	for (int pass = 0; pass < 2 && f != NULL; pass++) {
+		bool lat = pass == 1;
+		const char *key = lat ? "lat_us" : "gbps";
+		char med[32];
 
-		if (strstr(line, "\"mode\":\"bw\"") == NULL)
-			continue;
-		for (int i = 0; i < npts; i++)
-			if (!pts[i].lat && pts[i].size == size && pts[i].win == win)
-				raw = pts[i].value;
-		if (raw > 0)
-			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14.3f %-8.2f\n", size, win, gbps,
-				raw, gbps / raw);
+		snprintf(med, sizeof(med), "%s_median", key);
+		if (lat)
+			fprintf(stderr, "\n%-10s %-14s %-14s %-8s %-10s\n", "size", "plugin us",
+				"raw us", "method", "raw/plugin");
 		else
-			fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14s %-8s\n", size, win, gbps, "-",
-				"-");
-	}
-	if (f != NULL)
+			fprintf(stderr, "\n%-10s %-7s %-14s %-14s %-8s %-8s\n", "size", "window",
+				"plugin GB/s", "raw GB/s", "method", "ratio");
 		rewind(f);
-	fprintf(stderr, "\n%-10s %-14s %-14s %-8s\n", "size", "plugin us", "raw us", "raw/plugin");
-	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-		double size = nb_field(line, "size"), us = nb_field(line, "lat_us_median"),
-		       raw = -1;
+		while (fgets(line, sizeof(line), f) != NULL) {
+			double size = nb_field(line, "size"), win = nb_field(line, "window");
+			double mine = nb_field(line, med), ratio;
+			const struct nb_ceiling *c;
 
-		if (strstr(line, "\"mode\":\"lat\"") == NULL)
-			continue;
-		for (int i = 0; i < npts; i++)
-			if (pts[i].lat && pts[i].size == size)
-				raw = pts[i].value;
-		/* raw/plugin, so that above 1 is better for the plugin, as in the bandwidth table
-		 */
-		if (raw > 0 && us > 0)
-			fprintf(stderr, "%-10.0f %-14.2f %-14.2f %-8.2f\n", size, us, raw,
-				raw / us);
-		else
-			fprintf(stderr, "%-10.0f %-14.2f %-14s %-8s\n", size, us, "-", "-");
+			if (strstr(line, lat ? "\"mode\":\"lat\"" : "\"mode\":\"bw\"") == NULL)
+				continue;
+			c = nb_find_raw(pts, npts, lat, size, win);
+			if (c == NULL || c->value <= 0 || mine <= 0) {
+				fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14s\n", size,
+					lat ? 1 : win, mine, "-");
+				continue;
+			}
+			ratio = lat ? c->value / mine : mine / c->value;
+			if (lat)
+				fprintf(stderr, "%-10.0f %-14.2f %-14.2f %-8s %-10.2f\n", size,
+					mine, c->value, c->method, ratio);
+			else
+				fprintf(stderr, "%-10.0f %-7.0f %-14.3f %-14.3f %-8s %-8.2f\n",
+					size, win, mine, c->value, c->method, ratio);
+			fprintf(o->json,
+				"{\"tool\":\"mkernel-netbench\",\"path\":\"ratio\",\"mode\":\"%s\","
+				"\"transport\":\"%s\",\"provider\":\"%s\",\"size\":%.0f,"
+				"\"window\":%.0f,\"plugin_%s\":%.4f,\"raw_%s\":%.4f,"
+				"\"raw_method\":\"%s\",\"ratio\":%.4f,\"git\":\"%s\"}\n",
+				lat ? "lat" : "bw", o->transport, o->provider, size, lat ? 1 : win,
+				med, mine, med, c->value, c->method, ratio, MK_GIT_HASH);
+		}
 	}
 	if (f != NULL)
 		fclose(f);
+	fflush(o->json);
 }

@@ -96,7 +96,7 @@ for size in 1048576 4194304; do
 	nb_keep_timeout=$MK_TIMEOUT
 	MK_TIMEOUT=300
 	mk_run "netbench-$size" "$netbench" --transport verbs --sizes "$size" --windows 32 \
-		--lat-sizes "" --reps 5 --warmup 2 --min-bytes 32M --raw none --json "$nbj"
+		--lat-sizes "" --reps 5 --rounds 1 --warmup 2 --min-bytes 32M --raw none --json "$nbj"
 	nb_rc=$?
 	MK_TIMEOUT=$nb_keep_timeout
 	if [ "$nb_rc" = 0 ]; then

@@ -1,7 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 # Runs mkernel-rawbench-ofi briefly on tcp;ofi_rxm over lo in both modes and checks that the
-# client printed one JSON record per size with a positive figure. Exit 77: provider absent.
+# client printed one JSON record per size with a positive figure, measured with both methods
+# (tagged send/recv and RMA write), the better one named and reported. Exit 77: provider
+# absent.
 set -u
 bench=$1
 prov='tcp;ofi_rxm'
@@ -37,6 +39,20 @@ run_mode() {
     if grep -o "\"${key}_median\":[0-9.]*" "$dir/out" | awk -F: '$2 <= 0 {bad=1} END {exit !bad}'; then
         echo "non-positive $key"; exit 1
     fi
+    # both methods ran, and the reported figure is the better of the two
+    python3 - "$dir/out" "$key" <<'PY' || exit 1
+import json, sys
+key = sys.argv[2]
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    t, w = r[f"tagged_{key}_median"], r[f"write_{key}_median"]
+    assert len(r[f"tagged_{key}"]) == r["reps"] and len(r[f"write_{key}"]) == r["reps"], r
+    best = max(t, w) if key == "gbps" else min(t, w)
+    assert r["method"] == ("tagged" if best == t else "write"), r
+    assert r[f"{key}_median"] == best, r
+PY
 }
 
 run_mode bw gbps

@@ -1,16 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * mkernel-rawbench-ofi: what libfabric itself achieves between two processes, the ceiling the
- * plugin is compared against. Plain RDM endpoint, tagged messages, busy-polled CQ, addresses
- * exchanged over a TCP socket. The client sends its parameters to the server, drives the run
- * and prints one JSON line per size.
+ * plugin is compared against. Plain RDM endpoint, busy-polled CQ, addresses and the remote key
+ * exchanged over a TCP socket. Two ways to move a message, both measured in the same run, rep
+ * by rep in turn, so the ceiling is the better of them at every point:
+ *
+ *   tagged  fi_tsend into a receive the target keeps posted (what a two-sided plugin does);
+ *   write   fi_writedata with remote CQ data into the target's registered buffer (what the
+ *           plugin's rendezvous does once it knows the buffer; no receive needs posting).
+ *
+ * Which one wins depends on the provider and the size (rxm switches protocols at its eager and
+ * rendezvous limits; shm copies through its region below a size and with CMA above), so the
+ * record names the winner ("method") and keeps both medians.
  *
  *   server: mkernel-rawbench-ofi --provider P [--iface IF] --server PORT
  *   client: mkernel-rawbench-ofi --provider P [--iface IF] --client HOST:PORT --mode bw|lat
- *           --sizes 4096,65536 --window W --iters N --warmup N --reps R
+ *           [--method best|tagged|write] --sizes 4096,65536 --window W --iters N --warmup N
+ *           --reps R
  *
- * bw:  the server pre-posts W receives and keeps them posted; the client keeps W sends in
- *      flight, N messages per rep, and stops the clock at the server's 0-byte ack.
+ * bw:  the client keeps W messages in flight, N per rep; the server keeps W receives posted
+ *      (tagged) or counts the writes' remote completions (write); the clock stops at the
+ *      server's 0-byte acknowledgement.
  * lat: ping-pong; one-way latency = half the round trip, averaged over N per rep.
  * Statistics are over reps. GB/s = 1e9 bytes/s. Exit 77: the provider is absent here.
  */
@@ -36,20 +46,38 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
 #define MAX_SIZES  32
 #define MAX_WINDOW 256
+#define MAX_REPS   256
 #define TAG_DATA   1
 #define TAG_ACK	   2
 #define SLOT_CAP   (256u << 20) /* above window x size, all slots share one buffer */
+#define MR_KEY	   0x6d6b	/* our choice where the provider lets the application pick */
+
+enum method {
+	METHOD_TAGGED = 0,
+	METHOD_WRITE = 1,
+	NMETHODS = 2,
+};
+
+static const char *const method_names[NMETHODS] = { "tagged", "write" };
 
 /* What the client tells the server (same build on both sides). */
 struct config {
 	char mode[4];
+	char method[8]; /* best, tagged or write */
 	uint32_t nsizes;
 	uint64_t sizes[MAX_SIZES];
 	uint32_t window, iters, warmup, reps;
+};
+
+/* Where the peer may write: its buffer's address (or 0 where RMA takes offsets) and key. */
+struct remote {
+	uint64_t base;
+	uint64_t key;
 };
 
 struct bench {
@@ -65,6 +93,8 @@ struct bench {
 	uint8_t *buf;
 	size_t slot;				/* bytes between slots; 0: all share */
 	struct fi_context2 ctx[MAX_WINDOW + 1]; /* last one: the ack */
+	struct remote rem;
+	uint64_t remote_writes; /* the peer's writes that landed, not yet consumed */
 	int sock;
 };
 
@@ -209,8 +239,14 @@ static void exchange_addrs(struct bench *b)
 		die("fi_av_insert", -FI_EINVAL);
 }
 
+/*
+ * One registration covers every slot, open to the peer's writes. tcp and net (1.17) want an
+ * application-chosen key and offsets from the region start; shm and efa take addresses.
+ */
 static void buffers_open(struct bench *b, const struct config *c)
 {
+	uint64_t mr_mode = b->info->domain_attr->mr_mode;
+	struct remote mine;
 	size_t max = 1;
 	size_t total;
 	int rc;
@@ -219,16 +255,22 @@ static void buffers_open(struct bench *b, const struct config *c)
 		max = c->sizes[i] > max ? c->sizes[i] : max;
 	b->slot = max * c->window <= SLOT_CAP ? max : 0;
 	total = b->slot ? max * c->window : max;
-	b->buf = aligned_alloc(4096, (total + 4095) & ~(size_t)4095);
+	total = (total + 4095) & ~(size_t)4095;
+	b->buf = aligned_alloc(4096, total);
 	if (b->buf == NULL)
 		die("buffer allocation", 0);
 	memset(b->buf, 0xa5, total);
-	if (b->info->domain_attr->mr_mode & FI_MR_LOCAL) {
-		rc = fi_mr_reg(b->domain, b->buf, total, FI_SEND | FI_RECV, 0, 1, 0, &b->mr, NULL);
-		if (rc)
-			die("fi_mr_reg", rc);
+	rc = fi_mr_reg(b->domain, b->buf, total,
+		       FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ, 0,
+		       MR_KEY, 0, &b->mr, NULL);
+	if (rc)
+		die("fi_mr_reg", rc);
+	if (mr_mode & FI_MR_LOCAL)
 		b->desc = fi_mr_desc(b->mr);
-	}
+	mine.base = mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)b->buf : 0;
+	mine.key = fi_mr_key(b->mr);
+	xsend(b->sock, &mine, sizeof(mine));
+	xrecv(b->sock, &b->rem, sizeof(b->rem));
 }
 
 static void *slot(struct bench *b, uint32_t i)
@@ -243,29 +285,61 @@ static void *slot(struct bench *b, uint32_t i)
  */
 static bool yield_when_idle;
 
-/* Read completions; returns how many, and the slot of each in idx (MAX_WINDOW = the ack). */
-static int cq_wait(struct bench *b, int *idx, int max)
+/*
+ * One CQ read. Local completions go to idx (their slot; MAX_WINDOW = the ack); the peer's
+ * writes that landed here are counted in b->remote_writes. Returns the local ones written.
+ */
+static int cq_poll(struct bench *b, int *idx, int max)
 {
 	struct fi_cq_data_entry ent[16];
 	struct fi_cq_err_entry err = { 0 };
-	ssize_t n;
+	ssize_t n = fi_cq_read(b->cq, ent, 16);
+	int k = 0;
 
-	for (;;) {
-		n = fi_cq_read(b->cq, ent, (size_t)(max < 16 ? max : 16));
-		if (n != -FI_EAGAIN)
-			break;
-		if (yield_when_idle)
-			sched_yield();
-	}
+	if (n == -FI_EAGAIN)
+		return 0;
 	if (n == -FI_EAVAIL) {
 		fi_cq_readerr(b->cq, &err, 0);
 		die("completion error", -err.err);
 	}
 	if (n < 0)
 		die("fi_cq_read", n);
-	for (ssize_t i = 0; i < n; i++)
-		idx[i] = (int)((struct fi_context2 *)ent[i].op_context - b->ctx);
-	return (int)n;
+	for (ssize_t i = 0; i < n; i++) {
+		/* by FI_REMOTE_WRITE: some providers flag the writer's own side with CQ data */
+		if (ent[i].flags & FI_REMOTE_WRITE) {
+			b->remote_writes++;
+			continue;
+		}
+		if (k == max)
+			die("more local completions than operations", -FI_EOVERFLOW);
+		idx[k++] = (int)((struct fi_context2 *)ent[i].op_context - b->ctx);
+	}
+	return k;
+}
+
+/* Waits until at least one local completion arrived; returns how many (in idx). */
+static int cq_wait(struct bench *b, int *idx, int max)
+{
+	int k;
+
+	while ((k = cq_poll(b, idx, max)) == 0)
+		if (yield_when_idle)
+			sched_yield();
+	return k;
+}
+
+/* Waits until n of the peer's writes have landed here, and consumes them. */
+static void remote_wait(struct bench *b, uint64_t n)
+{
+	int idx[16];
+
+	while (b->remote_writes < n) {
+		if (cq_poll(b, idx, 16) != 0)
+			die("unexpected local completion", -FI_EOTHER);
+		if (b->remote_writes < n && yield_when_idle)
+			sched_yield();
+	}
+	b->remote_writes -= n;
 }
 
 static void post(struct bench *b, bool send, void *buf, size_t len, uint64_t tag, int ctx)
@@ -285,24 +359,47 @@ static void post(struct bench *b, bool send, void *buf, size_t len, uint64_t tag
 		die(send ? "fi_tsend" : "fi_trecv", rc);
 }
 
-/* Receiver side of one bw run of n messages: keep the window posted, ack at the end. */
-static void bw_recv(struct bench *b, size_t size, uint32_t n, uint32_t window)
+/* Writes len bytes from our slot i to the peer's slot i, with remote CQ data. */
+static void post_write(struct bench *b, uint32_t i, size_t len, int ctx)
+{
+	uint64_t raddr = b->rem.base + (uint64_t)i * b->slot;
+	ssize_t rc;
+
+	for (;;) {
+		rc = fi_writedata(b->ep, slot(b, i), len, b->desc, i, b->peer, raddr, b->rem.key,
+				  &b->ctx[ctx]);
+		if (rc != -FI_EAGAIN)
+			break;
+		fi_cq_read(b->cq, NULL, 0);
+	}
+	if (rc)
+		die("fi_writedata", rc);
+}
+
+/* Receiver side of one bw run of n messages; acknowledges the last one. */
+static void bw_recv(struct bench *b, enum method m, size_t size, uint32_t n, uint32_t window)
 {
 	uint32_t posted = 0, got = 0;
 	int idx[16];
 
-	while (posted < n && posted < window) {
-		post(b, false, slot(b, posted), size, TAG_DATA, (int)posted);
-		posted++;
-	}
-	barrier(b);
-	while (got < n) {
-		int k = cq_wait(b, idx, 16);
+	if (m == METHOD_WRITE) {
+		barrier(b);
+		remote_wait(b, n);
+	} else {
+		while (posted < n && posted < window) {
+			post(b, false, slot(b, posted), size, TAG_DATA, (int)posted);
+			posted++;
+		}
+		barrier(b);
+		while (got < n) {
+			int k = cq_wait(b, idx, 16);
 
-		for (int i = 0; i < k; i++, got++) {
-			if (posted < n) {
-				post(b, false, slot(b, (uint32_t)idx[i]), size, TAG_DATA, idx[i]);
-				posted++;
+			for (int i = 0; i < k; i++, got++) {
+				if (posted < n) {
+					post(b, false, slot(b, (uint32_t)idx[i]), size, TAG_DATA,
+					     idx[i]);
+					posted++;
+				}
 			}
 		}
 	}
@@ -310,8 +407,16 @@ static void bw_recv(struct bench *b, size_t size, uint32_t n, uint32_t window)
 	cq_wait(b, idx, 1);
 }
 
-/* Sender side: returns seconds from the first send to the receiver's ack. */
-static double bw_send(struct bench *b, size_t size, uint32_t n, uint32_t window)
+static void bw_post(struct bench *b, enum method m, uint32_t i, size_t size)
+{
+	if (m == METHOD_WRITE)
+		post_write(b, i, size, (int)i);
+	else
+		post(b, true, slot(b, i), size, TAG_DATA, (int)i);
+}
+
+/* Sender side: returns seconds from the first message to the receiver's ack. */
+static double bw_send(struct bench *b, enum method m, size_t size, uint32_t n, uint32_t window)
 {
 	uint32_t posted = 0, done = 0;
 	bool acked = false;
@@ -322,7 +427,7 @@ static double bw_send(struct bench *b, size_t size, uint32_t n, uint32_t window)
 	barrier(b);
 	t0 = now_s();
 	while (posted < n && posted < window) {
-		post(b, true, slot(b, posted), size, TAG_DATA, (int)posted);
+		bw_post(b, m, posted, size);
 		posted++;
 	}
 	while (done < n || !acked) {
@@ -335,7 +440,7 @@ static double bw_send(struct bench *b, size_t size, uint32_t n, uint32_t window)
 			}
 			done++;
 			if (posted < n) {
-				post(b, true, slot(b, (uint32_t)idx[i]), size, TAG_DATA, idx[i]);
+				bw_post(b, m, (uint32_t)idx[i], size);
 				posted++;
 			}
 		}
@@ -344,10 +449,25 @@ static double bw_send(struct bench *b, size_t size, uint32_t n, uint32_t window)
 }
 
 /* One ping-pong round trip; the client pings. */
-static void pingpong(struct bench *b, size_t size, bool client)
+static void pingpong(struct bench *b, enum method m, size_t size, bool client)
 {
 	int idx[2], got = 0;
 
+	if (m == METHOD_WRITE) {
+		/* the pong may land before our ping's local completion: count both apart */
+		if (client) {
+			post_write(b, 1, size, 1);
+			while (got < 1)
+				got += cq_poll(b, idx, 1);
+			remote_wait(b, 1);
+		} else {
+			remote_wait(b, 1);
+			post_write(b, 1, size, 1);
+			while (got < 1)
+				got += cq_poll(b, idx, 1);
+		}
+		return;
+	}
 	post(b, false, slot(b, 1), size, TAG_DATA, 1);
 	if (client)
 		post(b, true, slot(b, 0), size, TAG_DATA, 0);
@@ -359,14 +479,14 @@ static void pingpong(struct bench *b, size_t size, bool client)
 	}
 }
 
-static double lat_run(struct bench *b, size_t size, uint32_t n, bool client)
+static double lat_run(struct bench *b, enum method m, size_t size, uint32_t n, bool client)
 {
 	double t0;
 
 	barrier(b);
 	t0 = now_s();
 	for (uint32_t i = 0; i < n; i++)
-		pingpong(b, size, client);
+		pingpong(b, m, size, client);
 	return (now_s() - t0) / n / 2 * 1e6; /* one-way, microseconds */
 }
 
@@ -387,48 +507,87 @@ static double pct(const double *sorted, uint32_t n, double p)
 	return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * (pos - lo);
 }
 
-static void run(struct bench *b, const struct config *c, bool client)
+/* One measurement of method m (one rep of n messages); the client's figure, 0 on the server. */
+static double measure(struct bench *b, const struct config *c, enum method m, size_t size,
+		      uint32_t n, bool client)
+{
+	if (strcmp(c->mode, "bw") != 0)
+		return lat_run(b, m, size, n, client);
+	if (!client) {
+		bw_recv(b, m, size, n, c->window);
+		return 0; /* the client reports */
+	}
+	return size * (double)n / bw_send(b, m, size, n, c->window) / 1e9;
+}
+
+static void report(struct bench *b, const struct config *c, size_t size, double v[][MAX_REPS],
+		   const bool *on)
 {
 	bool bw = strcmp(c->mode, "bw") == 0;
-
-	yield_when_idle = bw;
-	double *v = calloc(c->reps, sizeof(*v));
-	char host[64] = "";
+	const char *key = bw ? "gbps" : "lat_us";
+	char host[64] = "", each[4096] = "";
+	double med[NMETHODS];
+	int best = -1;
 
 	gethostname(host, sizeof(host) - 1);
+	for (int m = 0; m < NMETHODS; m++) {
+		size_t used = strlen(each);
+
+		if (!on[m])
+			continue;
+		qsort(v[m], c->reps, sizeof(double), cmp_double);
+		med[m] = pct(v[m], c->reps, 0.5);
+		/* the ceiling: more bandwidth, or less latency */
+		if (best < 0 || (bw ? med[m] > med[best] : med[m] < med[best]))
+			best = m;
+		used += (size_t)snprintf(each + used, sizeof(each) - used,
+					 ",\"%s_%s_median\":%.4f,\"%s_%s\":[", method_names[m], key,
+					 med[m], method_names[m], key);
+		/* every repetition, so a caller can pool several runs before taking medians */
+		for (uint32_t r = 0; r < c->reps && used < sizeof(each); r++)
+			used += (size_t)snprintf(each + used, sizeof(each) - used, "%s%.4f",
+						 r ? "," : "", v[m][r]);
+		if (used < sizeof(each))
+			snprintf(each + used, sizeof(each) - used, "]");
+	}
+	printf("{\"tool\":\"rawbench-ofi\",\"provider\":\"%s\",\"mode\":\"%s\",\"size\":%zu,"
+	       "\"window\":%u,\"iters\":%u,\"reps\":%u,\"method\":\"%s\",\"%s_median\":%.4f,"
+	       "\"%s_p10\":%.4f,\"%s_p90\":%.4f%s,\"host\":\"%s\"}\n",
+	       b->info->fabric_attr->prov_name, c->mode, size, bw ? c->window : 1, c->iters,
+	       c->reps, method_names[best], key, med[best], key, pct(v[best], c->reps, 0.1), key,
+	       pct(v[best], c->reps, 0.9), each, host);
+	fflush(stdout);
+}
+
+static void run(struct bench *b, const struct config *c, bool client)
+{
+	bool on[NMETHODS];
+	double(*v)[MAX_REPS] = calloc(NMETHODS, sizeof(*v));
+
+	if (v == NULL)
+		die("allocation", 0);
+	yield_when_idle = strcmp(c->mode, "bw") == 0;
+	for (int m = 0; m < NMETHODS; m++)
+		on[m] = strcmp(c->method, "best") == 0 || strcmp(c->method, method_names[m]) == 0;
 	for (uint32_t s = 0; s < c->nsizes; s++) {
 		size_t size = c->sizes[s];
 
+		/* rep 0 is the warmup, not recorded; the methods take turns rep by rep */
 		for (uint32_t r = 0; r <= c->reps; r++) {
-			/* rep 0 is the warmup, not recorded */
 			uint32_t n = r == 0 ? c->warmup : c->iters;
-			double x;
 
-			if (n == 0)
-				continue;
-			if (bw && client) {
-				x = size * (double)n / bw_send(b, size, n, c->window) / 1e9;
-			} else if (bw) {
-				bw_recv(b, size, n, c->window);
-				x = 0; /* the client reports */
-			} else {
-				x = lat_run(b, size, n, client);
+			for (int m = 0; m < NMETHODS && n > 0; m++) {
+				double x;
+
+				if (!on[m])
+					continue;
+				x = measure(b, c, (enum method)m, size, n, client);
+				if (r > 0)
+					v[m][r - 1] = x;
 			}
-			if (r > 0)
-				v[r - 1] = x;
 		}
-		if (!client)
-			continue;
-		qsort(v, c->reps, sizeof(*v), cmp_double);
-		printf("{\"tool\":\"rawbench-ofi\",\"provider\":\"%s\",\"mode\":\"%s\",\"size\":%"
-		       "zu,"
-		       "\"window\":%u,\"iters\":%u,\"reps\":%u,\"%s_median\":%.4f,\"%s_p10\":%.4f,"
-		       "\"%s_p90\":%.4f,\"host\":\"%s\"}\n",
-		       b->info->fabric_attr->prov_name, c->mode, size, bw ? c->window : 1, c->iters,
-		       c->reps, bw ? "gbps" : "lat_us", pct(v, c->reps, 0.5),
-		       bw ? "gbps" : "lat_us", pct(v, c->reps, 0.1), bw ? "gbps" : "lat_us",
-		       pct(v, c->reps, 0.9), host);
-		fflush(stdout);
+		if (client)
+			report(b, c, size, v, on);
 	}
 	free(v);
 }
@@ -455,8 +614,8 @@ static void parse_sizes(const char *s, struct config *c)
 static void usage(void)
 {
 	fprintf(stderr, "usage: mkernel-rawbench-ofi --provider P [--iface IF] (--server PORT | "
-			"--client HOST:PORT) --mode bw|lat --sizes 4096,65536 --window W --iters N "
-			"--warmup N --reps R\n");
+			"--client HOST:PORT) --mode bw|lat [--method best|tagged|write] --sizes "
+			"4096,65536 --window W --iters N --warmup N --reps R\n");
 	exit(2);
 }
 
@@ -468,6 +627,7 @@ int main(int argc, char **argv)
 		{ "server", required_argument, NULL, 's' },
 		{ "client", required_argument, NULL, 'c' },
 		{ "mode", required_argument, NULL, 'm' },
+		{ "method", required_argument, NULL, 'M' },
 		{ "sizes", required_argument, NULL, 'z' },
 		{ "window", required_argument, NULL, 'w' },
 		{ "iters", required_argument, NULL, 'n' },
@@ -475,7 +635,12 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct config c = { .mode = "bw", .window = 64, .iters = 1000, .warmup = 100, .reps = 5 };
+	struct config c = { .mode = "bw",
+			    .method = "best",
+			    .window = 64,
+			    .iters = 1000,
+			    .warmup = 100,
+			    .reps = 5 };
 	const char *prov = NULL, *iface = NULL, *server = NULL, *client = NULL;
 	struct bench b = { 0 };
 	int o;
@@ -498,6 +663,9 @@ int main(int argc, char **argv)
 		case 'm':
 			snprintf(c.mode, sizeof(c.mode), "%s", optarg);
 			break;
+		case 'M':
+			snprintf(c.method, sizeof(c.method), "%s", optarg);
+			break;
 		case 'z':
 			parse_sizes(optarg, &c);
 			break;
@@ -518,8 +686,10 @@ int main(int argc, char **argv)
 		}
 	}
 	if (prov == NULL || (server == NULL) == (client == NULL) || c.nsizes == 0 || c.window < 1 ||
-	    c.window > MAX_WINDOW || c.iters < 1 || c.reps < 1 ||
-	    (strcmp(c.mode, "bw") != 0 && strcmp(c.mode, "lat") != 0))
+	    c.window > MAX_WINDOW || c.iters < 1 || c.reps < 1 || c.reps > MAX_REPS ||
+	    (strcmp(c.mode, "bw") != 0 && strcmp(c.mode, "lat") != 0) ||
+	    (strcmp(c.method, "best") != 0 && strcmp(c.method, "tagged") != 0 &&
+	     strcmp(c.method, "write") != 0))
 		usage();
 	if (strcmp(c.mode, "lat") == 0)
 		c.window = 2; /* ping and pong slots */
@@ -529,12 +699,11 @@ int main(int argc, char **argv)
 		xsend(b.sock, &c, sizeof(c));
 	else
 		xrecv(b.sock, &c, sizeof(c));
-	buffers_open(&b, &c);
 	exchange_addrs(&b);
+	buffers_open(&b, &c);
 	run(&b, &c, client != NULL);
 	barrier(&b); /* nobody tears down while the other still has traffic in flight */
-	if (b.mr != NULL)
-		fi_close(&b.mr->fid);
+	fi_close(&b.mr->fid);
 	fi_close(&b.ep->fid);
 	fi_close(&b.av->fid);
 	fi_close(&b.cq->fid);
