@@ -40,7 +40,7 @@
 #define MK_OFI_ADDR_MAX	    64 /* largest endpoint address kept (tcp 16, shm ~20, efa 32) */
 #define MK_OFI_HANDLE_MAGIC 0x464f4b4du /* "MKOF" */
 #define MK_OFI_CTRL_MAGIC   0x4c54434du /* "MCTL" */
-#define MK_OFI_WIRE_VERSION 1
+#define MK_OFI_WIRE_VERSION 2
 #define MK_OFI_CQ_BATCH_MAX 64 /* completions read per fi_cq_read at most */
 #define MK_OFI_STASH	    8  /* events held back during connection setup */
 
@@ -74,6 +74,7 @@ MK_PARAM_DECLARE_INT(ofi_cq_read_count);   /* MKERNEL_OFI_CQ_READ_COUNT */
 MK_PARAM_DECLARE_INT(ofi_tx_depth);	   /* MKERNEL_OFI_TX_DEPTH */
 MK_PARAM_DECLARE_INT(ofi_speed_mbps);	   /* MKERNEL_OFI_SPEED_MBPS */
 MK_PARAM_DECLARE_INT(ofi_progress_thread); /* MKERNEL_OFI_PROGRESS_THREAD */
+MK_PARAM_DECLARE_INT(ofi_lanes);	   /* MKERNEL_OFI_LANES */
 
 /* ---- devices (ofi_init.c) ---- */
 
@@ -149,15 +150,22 @@ enum mk_ofi_ctrl_kind {
 	MK_OFI_CTRL_REPLY = 2,
 };
 
+/*
+ * Lane 0's endpoint carries the setup messages; the other lanes' addresses travel in them. The
+ * connecting side says how many lanes it opened, the accepting side opens as many.
+ */
 struct mk_ofi_ctrl {
 	uint32_t magic;
 	uint8_t version;
 	uint8_t kind;
-	uint8_t addrlen;
+	uint8_t addrlen; /* lane 0's address (connect request only: the reply's is in the handle) */
 	uint8_t bloblen;
 	uint64_t nonce;
 	uint8_t addr[MK_OFI_ADDR_MAX];
 	uint8_t blob[MK_TP_BLOB_MAX];
+	uint8_t nlanes;
+	uint8_t lane_addrlen[MK_TP_MAX_LANES]; /* [i] for lane i; 0 unused */
+	uint8_t lane_addr[MK_TP_MAX_LANES][MK_OFI_ADDR_MAX];
 };
 
 enum mk_ofi_op_kind {
@@ -176,6 +184,25 @@ struct mk_ofi_op {
 	struct mk_ofi_op *next_free;
 };
 
+/*
+ * One endpoint of a connection with its own CQ and AV: lanes share nothing in the provider, so
+ * polling one never waits on another's lock, and a message striped over them moves on as many
+ * provider connections (sockets on tcp) at once.
+ */
+struct mk_ofi_conn;
+
+struct mk_ofi_lane {
+	struct mk_ofi_conn *conn; /* the connection it belongs to */
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	fi_addr_t peer;
+	uint8_t addr[MK_OFI_ADDR_MAX]; /* own endpoint name */
+	size_t addrlen;
+	pthread_t progress; /* MKERNEL_OFI_PROGRESS_THREAD: this lane's own */
+	bool progress_on;
+};
+
 enum mk_ofi_conn_state {
 	MK_OFI_CONNECTING = 1, /* connect side: request not yet answered */
 	MK_OFI_LISTENING,      /* accept side: waiting for a request */
@@ -183,14 +210,11 @@ enum mk_ofi_conn_state {
 };
 
 struct mk_ofi_conn {
-	struct mk_conn base; /* first: generic <-> ofi by container_of */
+	struct mk_conn base; /* first: generic <-> ofi by container_of; base.nlanes = nlanes */
 	struct mk_ofi_dev *dev;
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	struct fid_av *av;
-	fi_addr_t peer;
-	uint8_t addr[MK_OFI_ADDR_MAX]; /* own endpoint name */
-	size_t addrlen;
+	int nlanes;	/* lanes open (lane 0 first, the others once the peer's count is known) */
+	int poll_first; /* lane whose CQ poll() reads first, rotating so none starves */
+	bool peer_inserted; /* every lane knows the peer's endpoint */
 	enum mk_ofi_conn_state state;
 	int err; /* latched connection error, returned by write/poll */
 	uint64_t nonce;
@@ -221,12 +245,10 @@ struct mk_ofi_conn {
 	bool guarded; /* counted by the shm watchdog (mk_ofi_guard_watch) */
 	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	/*
-	 * MKERNEL_OFI_PROGRESS_THREAD: a thread that only drives the provider's progress
+	 * MKERNEL_OFI_PROGRESS_THREAD: a thread per lane that only drives the provider's progress
 	 * (fi_cq_read of zero entries; the domain is FI_THREAD_SAFE), so socket copies run beside
 	 * the caller's thread and writes land while nobody polls. Completions stay with poll().
 	 */
-	pthread_t progress;
-	bool progress_on;
 	int progress_stop;
 	int inflight;
 	struct fi_context2 tx_ctx; /* setup message contexts, told apart in poll */
@@ -241,7 +263,8 @@ struct mk_ofi_conn {
 	int nstash;
 	struct mk_ofi_op *free_ops;
 	int nops;
-	struct mk_ofi_op ops[]; /* MKERNEL_OFI_TX_DEPTH slots, fixed at creation */
+	struct mk_ofi_lane lanes[MK_TP_MAX_LANES];
+	struct mk_ofi_op ops[]; /* MKERNEL_OFI_TX_DEPTH slots, shared by the lanes */
 };
 
 static inline struct mk_ofi_conn *mk_ofi_conn_of(struct mk_conn *c)
@@ -311,8 +334,8 @@ bool mk_ofi_is_shm(const struct mk_ofi_dev *d);
 int mk_ofi_shm_room(const struct mk_ofi_dev *d);
 /* Records the size of the region behind a freshly opened endpoint for later room checks. */
 void mk_ofi_shm_learn(const struct mk_ofi_conn *conn);
-/* fi_enable, retried where shm met a stale region of a dead process under our name. */
-int mk_ofi_enable(struct mk_ofi_conn *conn);
+/* fi_enable of one lane, retried where shm met a stale region of a dead process. */
+int mk_ofi_enable(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane);
 /* Starts (and ends) watching the process behind a peer's shm address. */
 void mk_ofi_peer_watch(struct mk_ofi_conn *conn, const void *addr, size_t len);
 void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);
@@ -335,12 +358,14 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn);
  * Provider calls that may wait on a lock a shm peer holds (ofi_guard.c): on a connection to a
  * shm peer they run under a guard that abandons the call when the peer is dead and the thread
  * spins on its lock (the connection is then wedged); elsewhere they are the plain calls.
- * Return what the provider call returns, or -ECONNRESET once wedged.
+ * Each takes the endpoint or CQ of the lane it runs on; the peer, and whether the connection
+ * is wedged, belong to the connection (one process behind every lane, and a lane stuck on its
+ * lock breaks them all). Return what the provider call returns, or -ECONNRESET once wedged.
  */
-ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, bool write, const struct fi_msg_rma *msg,
-			   uint64_t flags);
-ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fi_cq_data_entry *ent,
-			       size_t count);
+ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, struct fid_ep *ep, bool write,
+			   const struct fi_msg_rma *msg, uint64_t flags);
+ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fid_cq *cq,
+			       struct fi_cq_data_entry *ent, size_t count);
 /* A connection starts (stops) watching a shm peer: the watchdog runs while any does. */
 void mk_ofi_guard_watch(void);
 void mk_ofi_guard_unwatch(void);

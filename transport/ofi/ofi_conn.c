@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Connection setup for the libfabric backend. Every connection owns one RDM endpoint with its own
- * CQ and AV on the device's shared domain. listen() opens the endpoint the accepted connection
- * will use and publishes its address in a self-validating handle; connect() opens a second
- * endpoint, inserts the listener's address and sends {nonce, own address, blob}; accept() answers
- * with its blob. Nothing here blocks: progress happens when connected()/accept() are called.
+ * Connection setup for the libfabric backend. Every connection owns MKERNEL_OFI_LANES RDM
+ * endpoints (lanes), each with its own CQ and AV on the device's shared domain. listen() opens
+ * the lane-0 endpoint the accepted connection will use and publishes its address in a
+ * self-validating handle; connect() opens its lanes, inserts the listener's address on lane 0
+ * and sends {nonce, lane addresses, blob}; accept() opens as many lanes, pairs them with the
+ * connector's and answers with its own addresses and blob. Nothing here blocks: progress
+ * happens when connected()/accept() are called.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +104,7 @@ static uint64_t ofi_nonce(void)
 	return mk_now_ns() ^ ((uint64_t)getpid() << 32);
 }
 
-static int ofi_ep_open(struct mk_ofi_conn *conn)
+static int ofi_lane_open(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
 {
 	struct mk_ofi_dev *d = conn->dev;
 	struct fi_cq_attr cq_attr = {
@@ -113,26 +115,28 @@ static int ofi_ep_open(struct mk_ofi_conn *conn)
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 2 };
 	int rc;
 
-	rc = fi_cq_open(d->domain, &cq_attr, &conn->cq, NULL);
+	lane->conn = conn;
+	lane->peer = FI_ADDR_UNSPEC;
+	rc = fi_cq_open(d->domain, &cq_attr, &lane->cq, NULL);
 	if (rc)
 		return rc;
-	rc = fi_av_open(d->domain, &av_attr, &conn->av, NULL);
+	rc = fi_av_open(d->domain, &av_attr, &lane->av, NULL);
 	if (rc)
 		goto undo_cq;
-	rc = fi_endpoint(d->domain, d->info, &conn->ep, NULL);
+	rc = fi_endpoint(d->domain, d->info, &lane->ep, NULL);
 	if (rc)
 		goto undo_av;
-	rc = fi_ep_bind(conn->ep, &conn->cq->fid, FI_TRANSMIT | FI_RECV);
+	rc = fi_ep_bind(lane->ep, &lane->cq->fid, FI_TRANSMIT | FI_RECV);
 	if (rc)
 		goto undo_ep;
-	rc = fi_ep_bind(conn->ep, &conn->av->fid, 0);
+	rc = fi_ep_bind(lane->ep, &lane->av->fid, 0);
 	if (rc)
 		goto undo_ep;
-	rc = mk_ofi_enable(conn);
+	rc = mk_ofi_enable(conn, lane);
 	if (rc)
 		goto undo_ep;
-	conn->addrlen = sizeof(conn->addr);
-	rc = fi_getname(&conn->ep->fid, conn->addr, &conn->addrlen);
+	lane->addrlen = sizeof(lane->addr);
+	rc = fi_getname(&lane->ep->fid, lane->addr, &lane->addrlen);
 	if (rc == -FI_ETOOSMALL)
 		rc = -ENAMETOOLONG; /* address longer than a handle can carry */
 	if (rc)
@@ -140,18 +144,50 @@ static int ofi_ep_open(struct mk_ofi_conn *conn)
 	return 0;
 
 undo_ep:
-	fi_close(&conn->ep->fid);
-	conn->ep = NULL;
+	fi_close(&lane->ep->fid);
+	lane->ep = NULL;
 undo_av:
-	fi_close(&conn->av->fid);
-	conn->av = NULL;
+	fi_close(&lane->av->fid);
+	lane->av = NULL;
 undo_cq:
-	fi_close(&conn->cq->fid);
-	conn->cq = NULL;
+	fi_close(&lane->cq->fid);
+	lane->cq = NULL;
 	return rc;
 }
 
-static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
+/* Opens lanes until there are n (lane 0 first); on failure the ones open stay for destroy. */
+static int ofi_lanes_add(struct mk_ofi_conn *conn, int n)
+{
+	struct mk_ofi_dev *d = conn->dev;
+	int rc;
+
+	while (conn->nlanes < n) {
+		rc = mk_ofi_shm_room(d); /* on shm every endpoint is a region in /dev/shm */
+		if (rc)
+			return rc;
+		rc = ofi_lane_open(conn, &conn->lanes[conn->nlanes]);
+		if (rc) {
+			MK_WARN("ofi: opening endpoint %d of a connection on %s failed: %s",
+				conn->nlanes, d->props.name, mk_ofi.lib->strerror(-rc));
+			return mk_ofi_errno(rc);
+		}
+		conn->nlanes++;
+		conn->base.nlanes = conn->nlanes;
+	}
+	return 0;
+}
+
+/* MKERNEL_OFI_LANES, clamped to what a connection can carry. */
+static int ofi_lanes_wanted(void)
+{
+	int64_t n = mk_param_ofi_lanes();
+
+	return n < 1 ? 1 : n > MK_TP_MAX_LANES ? MK_TP_MAX_LANES : (int)n;
+}
+
+static void ofi_conn_free(struct mk_ofi_conn *conn);
+
+static int ofi_conn_create(int dev, int nlanes, struct mk_ofi_conn **out)
 {
 	struct mk_ofi_dev *d = mk_ofi_dev_at(dev);
 	int64_t depth = mk_param_ofi_tx_depth();
@@ -166,19 +202,15 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 		return -ENOMEM;
 	conn->dev = d;
 	conn->nops = (int)depth;
+	conn->peer_pidfd = -1;
 	rc = mk_ofi_dev_get(d);
-	if (rc)
-		goto undo_alloc;
-	rc = mk_ofi_shm_room(d);
-	if (rc)
-		goto undo_dev;
-	rc = ofi_ep_open(conn);
 	if (rc) {
-		MK_WARN("ofi: opening an endpoint on %s failed: %s", d->props.name,
-			mk_ofi.lib->strerror(-rc));
-		rc = mk_ofi_errno(rc);
-		goto undo_dev;
+		free(conn);
+		return rc;
 	}
+	rc = ofi_lanes_add(conn, nlanes);
+	if (rc)
+		goto undo_conn;
 	/* FI_MR_LOCAL providers need even the setup messages' buffers registered */
 	if (d->mr_mode & FI_MR_LOCAL) {
 		rc = mk_ofi_mr_raw(d, &conn->ctrl_tx, sizeof(conn->ctrl_tx) * 2, FI_SEND | FI_RECV,
@@ -187,7 +219,7 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 			MK_WARN("ofi: registering setup buffers on %s failed: %s", d->props.name,
 				mk_ofi.lib->strerror(-rc));
 			rc = mk_ofi_errno(rc);
-			goto undo_ep;
+			goto undo_conn;
 		}
 		conn->ctrl_desc = fi_mr_desc(conn->ctrl_mr);
 	}
@@ -198,9 +230,6 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	mk_ofi_shm_learn(conn);
 	conn->base.ops = &mk_ofi_ops;
 	conn->base.dev = dev;
-	conn->base.nlanes = 1;
-	conn->peer = FI_ADDR_UNSPEC;
-	conn->peer_pidfd = -1;
 	conn->len_in_data = d->len_in_data;
 	conn->virt_addr = (d->mr_mode & FI_MR_VIRT_ADDR) != 0;
 	conn->cq_batch = (int)mk_param_ofi_cq_read_count();
@@ -213,24 +242,19 @@ static int ofi_conn_create(int dev, struct mk_ofi_conn **out)
 	*out = conn;
 	return 0;
 
-undo_ep:
-	fi_close(&conn->ep->fid);
-	fi_close(&conn->av->fid);
-	fi_close(&conn->cq->fid);
-undo_dev:
-	mk_ofi_dev_put(d);
-undo_alloc:
-	free(conn);
+undo_conn:
+	ofi_conn_free(conn);
 	return rc;
 }
 
-/* Tears down in dependency order; keeps the first error, never stops early, never waits. */
 static void *ofi_progress_main(void *arg)
 {
-	struct mk_ofi_conn *conn = arg;
+	struct mk_ofi_lane *lane = arg;
 
-	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE) && !conn->wedged) {
-		mk_ofi_guarded_cq_read(conn, NULL, 0); /* progress only: completions stay queued */
+	while (!__atomic_load_n(&lane->conn->progress_stop, __ATOMIC_ACQUIRE) &&
+	       !lane->conn->wedged) {
+		/* progress only: completions stay queued */
+		mk_ofi_guarded_cq_read(lane->conn, lane->cq, NULL, 0);
 		sched_yield();
 	}
 	return NULL;
@@ -238,14 +262,20 @@ static void *ofi_progress_main(void *arg)
 
 void mk_ofi_progress_start(struct mk_ofi_conn *conn)
 {
-	if (!mk_param_ofi_progress_thread() || conn->progress_on)
+	if (!mk_param_ofi_progress_thread())
 		return;
 	conn->progress_stop = 0;
-	if (pthread_create(&conn->progress, NULL, ofi_progress_main, conn) == 0)
-		conn->progress_on = true;
-	else
-		MK_WARN_ONCE("ofi: %s: no progress thread (%s); progress stays in poll()",
-			     conn->dev->props.name, strerror(errno));
+	for (int i = 0; i < conn->nlanes; i++) {
+		struct mk_ofi_lane *lane = &conn->lanes[i];
+
+		if (lane->progress_on)
+			continue;
+		if (pthread_create(&lane->progress, NULL, ofi_progress_main, lane) == 0)
+			lane->progress_on = true;
+		else
+			MK_WARN_ONCE("ofi: %s: no progress thread (%s); progress stays in poll()",
+				     conn->dev->props.name, strerror(errno));
+	}
 }
 
 /* Wedged connections stay referenced: kept on purpose, not leaked. */
@@ -261,41 +291,61 @@ static void ofi_keep_wedged(struct mk_ofi_conn *conn)
 	pthread_mutex_unlock(&ofi_wedged_lock);
 }
 
-static int ofi_conn_destroy(struct mk_ofi_conn *conn)
+/* Tears down in dependency order; keeps the first error, never stops early, never waits. */
+static int ofi_conn_close_all(struct mk_ofi_conn *conn)
 {
 	int rc = 0, r;
 
-	if (conn->progress_on) {
-		__atomic_store_n(&conn->progress_stop, 1, __ATOMIC_RELEASE);
-		pthread_join(conn->progress, NULL);
-		conn->progress_on = false;
+	__atomic_store_n(&conn->progress_stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < conn->nlanes; i++) {
+		if (conn->lanes[i].progress_on) {
+			pthread_join(conn->lanes[i].progress, NULL);
+			conn->lanes[i].progress_on = false;
+		}
 	}
-
 	mk_ofi_peer_unwatch(conn);
 	if (conn->wedged) {
 		/*
-		 * A dead peer holds a lock these objects would take to close, and the provider may
+		 * A dead peer holds a lock these objects would take to close (any lane's: the
+		 * region is the peer's, whichever endpoint reaches it), and the provider may
 		 * still name op contexts inside conn: all of it stays until the process exits.
 		 */
-		MK_INFO(MK_SUBSYS_NET, "ofi: %s: leaving a wedged connection's endpoint open",
+		MK_INFO(MK_SUBSYS_NET, "ofi: %s: leaving a wedged connection's endpoints open",
 			conn->dev->props.name);
 		ofi_keep_wedged(conn);
 		return 0;
 	}
-	r = fi_close(&conn->ep->fid);
-	rc = rc ? rc : r;
+	for (int i = 0; i < conn->nlanes; i++) {
+		r = fi_close(&conn->lanes[i].ep->fid);
+		rc = rc ? rc : r;
+	}
 	if (conn->ctrl_mr != NULL) {
 		r = fi_close(&conn->ctrl_mr->fid);
 		if (r == 0)
 			mk_ofi_key_put(conn->dev, conn->ctrl_key);
 		rc = rc ? rc : r;
 	}
-	r = fi_close(&conn->av->fid);
-	rc = rc ? rc : r;
-	r = fi_close(&conn->cq->fid);
-	rc = rc ? rc : r;
+	for (int i = 0; i < conn->nlanes; i++) {
+		r = fi_close(&conn->lanes[i].av->fid);
+		rc = rc ? rc : r;
+		r = fi_close(&conn->lanes[i].cq->fid);
+		rc = rc ? rc : r;
+	}
 	mk_ofi_dev_put(conn->dev);
 	free(conn);
+	return rc;
+}
+
+/* A connection that failed during creation: its WARN was already given. */
+static void ofi_conn_free(struct mk_ofi_conn *conn)
+{
+	ofi_conn_close_all(conn);
+}
+
+static int ofi_conn_destroy(struct mk_ofi_conn *conn)
+{
+	int rc = ofi_conn_close_all(conn);
+
 	if (rc)
 		MK_WARN("ofi: closing a connection: %s", mk_ofi.lib->strerror(-rc));
 	return mk_ofi_errno(rc);
@@ -303,8 +353,8 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 
 static int ofi_post_recv(struct mk_ofi_conn *conn)
 {
-	ssize_t rc = fi_recv(conn->ep, &conn->ctrl_rx, sizeof(conn->ctrl_rx), conn->ctrl_desc,
-			     FI_ADDR_UNSPEC, &conn->rx_ctx);
+	ssize_t rc = fi_recv(conn->lanes[0].ep, &conn->ctrl_rx, sizeof(conn->ctrl_rx),
+			     conn->ctrl_desc, FI_ADDR_UNSPEC, &conn->rx_ctx);
 
 	if (rc == 0)
 		conn->rx_posted = true;
@@ -318,8 +368,8 @@ static int ofi_send_ctrl(struct mk_ofi_conn *conn)
 
 	if (!conn->tx_due || conn->tx_posted || mk_now_ns() < conn->tx_not_before_ns)
 		return 0;
-	rc = fi_send(conn->ep, &conn->ctrl_tx, sizeof(conn->ctrl_tx), conn->ctrl_desc, conn->peer,
-		     &conn->tx_ctx);
+	rc = fi_send(conn->lanes[0].ep, &conn->ctrl_tx, sizeof(conn->ctrl_tx), conn->ctrl_desc,
+		     conn->lanes[0].peer, &conn->tx_ctx);
 	if (rc == -FI_EAGAIN)
 		return 0;
 	if (rc)
@@ -391,6 +441,19 @@ static bool ofi_ctrl_valid(const struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind
 				    conn->dev->props.name);
 		return false;
 	}
+	if (m->nlanes < 1 || m->nlanes > MK_TP_MAX_LANES ||
+	    (kind == MK_OFI_CTRL_REPLY && m->nlanes != conn->nlanes)) {
+		MK_WARN("ofi: %s dropped a setup message for %u lanes (this side has %d)",
+			conn->dev->props.name, m->nlanes, conn->nlanes);
+		return false;
+	}
+	for (int i = 1; i < m->nlanes; i++) {
+		if (m->lane_addrlen[i] == 0 || m->lane_addrlen[i] > MK_OFI_ADDR_MAX) {
+			MK_WARN("ofi: %s dropped a setup message with a bad address for lane %d",
+				conn->dev->props.name, i);
+			return false;
+		}
+	}
 	return true;
 }
 
@@ -425,26 +488,47 @@ static void ofi_fill_ctrl(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind, 
 	if (blob_len > 0)
 		memcpy(m->blob, blob, blob_len);
 	if (kind == MK_OFI_CTRL_CONNECT) {
-		m->addrlen = (uint8_t)conn->addrlen;
-		memcpy(m->addr, conn->addr, conn->addrlen);
+		m->addrlen = (uint8_t)conn->lanes[0].addrlen;
+		memcpy(m->addr, conn->lanes[0].addr, conn->lanes[0].addrlen);
+	}
+	m->nlanes = (uint8_t)conn->nlanes;
+	for (int i = 1; i < conn->nlanes; i++) {
+		m->lane_addrlen[i] = (uint8_t)conn->lanes[i].addrlen;
+		memcpy(m->lane_addr[i], conn->lanes[i].addr, conn->lanes[i].addrlen);
 	}
 	conn->tx_due = true;
 }
 
-static int ofi_insert_peer(struct mk_ofi_conn *conn, const void *addr, size_t len)
+static int ofi_insert_peer(struct mk_ofi_conn *conn, int i, const void *addr, size_t len)
 {
+	struct mk_ofi_lane *lane = &conn->lanes[i];
+	/* each lane's address names its own shm region: every one must still exist */
 	int n = mk_ofi_shm_peer_present(conn, addr, len);
 
 	if (n)
 		return n;
-	n = fi_av_insert(conn->av, addr, 1, &conn->peer, 0, NULL);
+	n = fi_av_insert(lane->av, addr, 1, &lane->peer, 0, NULL);
 
 	if (n == 1) {
-		mk_ofi_peer_watch(conn, addr, len);
+		if (i == 0) /* one process behind every lane */
+			mk_ofi_peer_watch(conn, addr, len);
 		return 0;
 	}
-	MK_WARN("ofi: %s could not insert the peer address (%d)", conn->dev->props.name, n);
+	MK_WARN("ofi: %s could not insert the peer address of lane %d (%d)", conn->dev->props.name,
+		i, n);
 	return n < 0 ? mk_ofi_errno(n) : -EINVAL;
+}
+
+/* Lanes 1.. of the peer, from its setup message (lane 0's address came by another way). */
+static int ofi_insert_lanes(struct mk_ofi_conn *conn, const struct mk_ofi_ctrl *m)
+{
+	int rc = 0;
+
+	for (int i = 1; i < conn->nlanes && rc == 0; i++)
+		rc = ofi_insert_peer(conn, i, m->lane_addr[i], m->lane_addrlen[i]);
+	if (rc == 0)
+		conn->peer_inserted = true;
+	return rc;
 }
 
 int mk_ofi_listen(int dev, void *handle, struct mk_listener **out)
@@ -457,7 +541,8 @@ int mk_ofi_listen(int dev, void *handle, struct mk_listener **out)
 	l = calloc(1, sizeof(*l));
 	if (l == NULL)
 		return -ENOMEM;
-	rc = ofi_conn_create(dev, &l->pending);
+	/* lane 0 only: the connecting side says how many lanes it wants */
+	rc = ofi_conn_create(dev, 1, &l->pending);
 	if (rc)
 		goto undo_alloc;
 	l->pending->state = MK_OFI_LISTENING;
@@ -466,8 +551,8 @@ int mk_ofi_listen(int dev, void *handle, struct mk_listener **out)
 	if (rc)
 		goto undo_conn;
 	h.nonce = l->pending->nonce;
-	h.addrlen = l->pending->addrlen;
-	memcpy(h.addr, l->pending->addr, h.addrlen);
+	h.addrlen = l->pending->lanes[0].addrlen;
+	memcpy(h.addr, l->pending->lanes[0].addr, h.addrlen);
 	rc = mk_ofi_handle_encode(&h, handle);
 	if (rc)
 		goto undo_conn;
@@ -496,10 +581,10 @@ int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_le
 	rc = mk_ofi_handle_decode(handle, &h);
 	if (rc)
 		return rc;
-	rc = ofi_conn_create(dev, &conn);
+	rc = ofi_conn_create(dev, ofi_lanes_wanted(), &conn);
 	if (rc)
 		return rc;
-	rc = ofi_insert_peer(conn, h.addr, h.addrlen);
+	rc = ofi_insert_peer(conn, 0, h.addr, h.addrlen);
 	if (rc)
 		goto undo_conn;
 	conn->state = MK_OFI_CONNECTING;
@@ -533,6 +618,9 @@ int mk_ofi_connected(struct mk_conn *c)
 	if (rc)
 		return rc;
 	if (conn->rx_full) {
+		rc = ofi_insert_lanes(conn, &conn->ctrl_rx);
+		if (rc)
+			return rc;
 		c->peer_blob_len = conn->ctrl_rx.bloblen;
 		memcpy(c->peer_blob, conn->ctrl_rx.blob, c->peer_blob_len);
 		conn->rx_full = false;
@@ -561,11 +649,17 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, st
 		return -EINVAL; /* a listener accepts exactly one connection */
 	if (blob_len > MK_TP_BLOB_MAX || (blob_len > 0 && blob == NULL))
 		return -EINVAL;
-	if (conn->peer == FI_ADDR_UNSPEC) {
+	if (!conn->peer_inserted) {
 		rc = ofi_drive(conn, MK_OFI_CTRL_CONNECT);
 		if (rc || !conn->rx_full)
 			return rc;
-		rc = ofi_insert_peer(conn, conn->ctrl_rx.addr, conn->ctrl_rx.addrlen);
+		rc = ofi_lanes_add(conn, conn->ctrl_rx.nlanes);
+		if (rc)
+			return rc;
+		rc = ofi_insert_peer(conn, 0, conn->ctrl_rx.addr, conn->ctrl_rx.addrlen);
+		if (rc)
+			return rc;
+		rc = ofi_insert_lanes(conn, &conn->ctrl_rx);
 		if (rc)
 			return rc;
 		conn->base.peer_blob_len = conn->ctrl_rx.bloblen;

@@ -2,8 +2,9 @@
 /*
  * Data path of the libfabric backend: one-sided write (optionally with a 32-bit immediate as
  * remote CQ data), read, and poll(), which is also what makes manual-progress providers move
- * data at the target. Nothing here allocates or blocks; op contexts come from a fixed
- * per-connection pool and a full pool or queue is -EAGAIN.
+ * data at the target. A write or read goes out on the lane the caller names; poll() reads every
+ * lane's CQ, starting with a different one each call. Nothing here allocates or blocks; op
+ * contexts come from a fixed per-connection pool and a full pool or queue is -EAGAIN.
  */
 #include <string.h>
 
@@ -33,7 +34,7 @@ static int ofi_check_post(struct mk_ofi_conn *conn, int lane)
 		return conn->err;
 	if (mk_unlikely(conn->state != MK_OFI_READY))
 		return -ENOTCONN;
-	if (mk_unlikely(lane != 0))
+	if (mk_unlikely(lane < 0 || lane >= conn->nlanes))
 		return -EINVAL;
 	if (conn->peer_pid != 0)
 		return mk_ofi_peer_gone(conn);
@@ -74,11 +75,12 @@ static int ofi_refused(struct mk_ofi_conn *conn)
 	return conn->err ? conn->err : -EAGAIN;
 }
 
-/* Posts one RMA op; on any failure the op goes back to the pool. */
-static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void *buf, size_t len,
-			struct mk_bmr *mr, uint64_t raddr, const struct mk_rkey *rkey,
+/* Posts one RMA op on a lane; on any failure the op goes back to the pool. */
+static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, enum mk_ofi_op_kind kind, void *buf,
+			size_t len, struct mk_bmr *mr, uint64_t raddr, const struct mk_rkey *rkey,
 			uint64_t data, uint64_t flags, void *ctx)
 {
+	struct fid_ep *ep = conn->lanes[lane].ep;
 	struct mk_ofi_op *op = ofi_op_get(conn);
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
 	void *desc = mr != NULL ? mr->desc : NULL;
@@ -92,7 +94,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 		.msg_iov = &iov,
 		.desc = &desc,
 		.iov_count = 1,
-		.addr = conn->peer,
+		.addr = conn->lanes[lane].peer,
 		.rma_iov = &rma,
 		.rma_iov_count = 1,
 		.data = data,
@@ -102,7 +104,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, enum mk_ofi_op_kind kind, void
 	if (op == NULL)
 		return -EAGAIN;
 	msg.context = &op->ctx;
-	rc = mk_ofi_guarded_rma(conn, kind == MK_OFI_OP_WRITE, &msg, flags);
+	rc = mk_ofi_guarded_rma(conn, ep, kind == MK_OFI_OP_WRITE, &msg, flags);
 	if (mk_unlikely(rc)) {
 		ofi_op_put(conn, op);
 		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
@@ -130,7 +132,7 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 			return -EMSGSIZE;
 		data |= (uint64_t)len << 32;
 	}
-	return ofi_post_rma(conn, MK_OFI_OP_WRITE, (void *)src, len, src_mr, dst, rkey, data,
+	return ofi_post_rma(conn, lane, MK_OFI_OP_WRITE, (void *)src, len, src_mr, dst, rkey, data,
 			    FI_COMPLETION | (has_imm ? FI_REMOTE_CQ_DATA : 0), ctx);
 }
 
@@ -142,8 +144,8 @@ int mk_ofi_read(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bm
 
 	if (rc)
 		return rc;
-	return ofi_post_rma(conn, MK_OFI_OP_READ, dst, len, dst_mr, src, rkey, 0, FI_COMPLETION,
-			    ctx);
+	return ofi_post_rma(conn, lane, MK_OFI_OP_READ, dst, len, dst_mr, src, rkey, 0,
+			    FI_COMPLETION, ctx);
 }
 
 /* Room for events: the caller's array while it lasts, then the setup stash. */
@@ -204,11 +206,11 @@ static void ofi_entry(struct mk_ofi_conn *conn, struct ofi_sink *s,
 	ofi_op_done(conn, s, container_of(ent->op_context, struct mk_ofi_op, ctx), 0);
 }
 
-static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
+static void ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct ofi_sink *s)
 {
 	struct fi_cq_err_entry err = { 0 };
 	char buf[128];
-	ssize_t rc = fi_cq_readerr(conn->cq, &err, 0);
+	ssize_t rc = fi_cq_readerr(cq, &err, 0);
 	int status;
 
 	if (rc != 1)
@@ -217,7 +219,7 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct ofi_sink *s)
 	status = err.err > 0 ? -err.err : err.err < 0 ? err.err : -EIO;
 	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
 		     mk_ofi.lib->strerror(err.err),
-		     fi_cq_strerror(conn->cq, err.prov_errno, err.err_data, buf, sizeof(buf)));
+		     fi_cq_strerror(cq, err.prov_errno, err.err_data, buf, sizeof(buf)));
 	if (err.op_context == &conn->tx_ctx || err.op_context == &conn->rx_ctx) {
 		mk_ofi_ctrl_complete(conn, err.op_context, true);
 		return;
@@ -272,16 +274,43 @@ static void ofi_check_stall(struct mk_ofi_conn *conn, struct ofi_sink *s)
 	}
 }
 
-int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
+/* One fi_cq_read on one lane; false when the lane had nothing to report. */
+static bool ofi_lane_drain(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, struct ofi_sink *s)
 {
 	struct fi_cq_data_entry ent[MK_OFI_CQ_BATCH_MAX];
-	struct ofi_sink s = { .ev = ev, .max = max, .n = 0 };
-	int want = ofi_room(conn, &s);
+	int want = ofi_room(conn, s);
 	ssize_t got;
 
 	if (want > conn->cq_batch)
 		want = conn->cq_batch;
 	if (want <= 0)
+		return false;
+	got = mk_ofi_guarded_cq_read(conn, lane->cq, ent, (size_t)want);
+	if (got > 0) {
+		conn->last_cq_ns = mk_now_ns();
+		for (ssize_t i = 0; i < got; i++)
+			ofi_entry(conn, s, &ent[i]);
+		return true;
+	}
+	if (got == -FI_EAVAIL) {
+		ofi_entry_err(conn, lane->cq, s);
+		return true;
+	}
+	if (got != -FI_EAGAIN) {
+		MK_WARN_ONCE("ofi: %s fi_cq_read failed: %s", conn->dev->props.name,
+			     mk_ofi.lib->strerror((int)-got));
+		conn->err = mk_ofi_errno(got);
+	}
+	return false;
+}
+
+int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
+{
+	struct ofi_sink s = { .ev = ev, .max = max, .n = 0 };
+	bool heard = false;
+	int nlanes;
+
+	if (ofi_room(conn, &s) <= 0)
 		return 0;
 	/*
 	 * A peer that died inside the provider may hold our region's lock, and fi_cq_read would
@@ -293,22 +322,20 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 		return conn->err;
 	if (mk_unlikely(!conn->rx_posted))
 		mk_ofi_stray_rearm(conn); /* a post refused earlier (-FI_EAGAIN) */
-	got = mk_ofi_guarded_cq_read(conn, ent, (size_t)want);
-	if (got > 0) {
+	/*
+	 * Every lane, each call, once the connection is up: the target must poll for writes to
+	 * land (manual progress). Setup messages travel on lane 0 only, and each idle lane's read
+	 * costs system calls on the socket providers, so setup polls lane 0 alone.
+	 */
+	nlanes = conn->state == MK_OFI_READY ? conn->nlanes : 1;
+	for (int k = 0; k < nlanes && !conn->wedged; k++)
+		heard |= ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes], &s);
+	if (++conn->poll_first >= nlanes)
+		conn->poll_first = 0;
+	if (heard)
 		conn->stall_since_ns = 0;
-		conn->last_cq_ns = mk_now_ns();
-		for (ssize_t i = 0; i < got; i++)
-			ofi_entry(conn, &s, &ent[i]);
-	} else if (got == -FI_EAVAIL) {
-		conn->stall_since_ns = 0;
-		ofi_entry_err(conn, &s);
-	} else if (got == -FI_EAGAIN) {
+	else
 		ofi_check_stall(conn, &s);
-	} else {
-		MK_WARN_ONCE("ofi: %s fi_cq_read failed: %s", conn->dev->props.name,
-			     mk_ofi.lib->strerror((int)-got));
-		conn->err = mk_ofi_errno(got);
-	}
 	if (s.n == 0 && conn->err && conn->nstash == 0)
 		return conn->err;
 	return s.n;

@@ -164,52 +164,64 @@ static int guard_escaped(struct mk_ofi_conn *conn, struct ofi_guard *g)
 /* The three calls that can meet a lock a peer holds: post a write, post a read, read the CQ. */
 enum guard_call { GUARD_WRITE, GUARD_READ, GUARD_CQ };
 
-static ssize_t guard_call(struct mk_ofi_conn *conn, enum guard_call call,
-			  const struct fi_msg_rma *msg, uint64_t flags,
-			  struct fi_cq_data_entry *ent, size_t count)
+/* The provider objects of one call: every lane has its own endpoint and CQ. */
+struct guard_args {
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	const struct fi_msg_rma *msg;
+	uint64_t flags;
+	struct fi_cq_data_entry *ent;
+	size_t count;
+};
+
+static ssize_t guard_call(enum guard_call call, const struct guard_args *a)
 {
 	switch (call) {
 	case GUARD_WRITE:
-		return fi_writemsg(conn->ep, msg, flags);
+		return fi_writemsg(a->ep, a->msg, a->flags);
 	case GUARD_READ:
-		return fi_readmsg(conn->ep, msg, flags);
+		return fi_readmsg(a->ep, a->msg, a->flags);
 	default:
-		return fi_cq_read(conn->cq, ent, count);
+		return fi_cq_read(a->cq, a->ent, a->count);
 	}
 }
 
-static ssize_t guarded(struct mk_ofi_conn *conn, enum guard_call call, const struct fi_msg_rma *msg,
-		       uint64_t flags, struct fi_cq_data_entry *ent, size_t count)
+static ssize_t guarded(struct mk_ofi_conn *conn, enum guard_call call, const struct guard_args *a)
 {
 	struct ofi_guard *g;
 	ssize_t rc;
 
 	if (conn->peer_pid == 0)
-		return guard_call(conn, call, msg, flags, ent, count);
+		return guard_call(call, a);
 	if (conn->wedged)
 		return conn->err;
 	g = __atomic_load_n(&guard_usable, __ATOMIC_ACQUIRE) ? guard_self() : NULL;
 	if (g == NULL)
-		return guard_call(conn, call, msg, flags, ent, count);
+		return guard_call(call, a);
 	g->pidfd = conn->peer_pidfd;
 	g->pid = conn->peer_pid;
 	if (sigsetjmp(g->jmp, 0))
 		return guard_escaped(conn, g);
 	__atomic_store_n(&g->since_ns, mk_now_ns(), __ATOMIC_RELEASE);
-	rc = guard_call(conn, call, msg, flags, ent, count);
+	rc = guard_call(call, a);
 	__atomic_store_n(&g->since_ns, 0, __ATOMIC_RELEASE);
 	return rc;
 }
 
-ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, bool write, const struct fi_msg_rma *msg,
-			   uint64_t flags)
+ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, struct fid_ep *ep, bool write,
+			   const struct fi_msg_rma *msg, uint64_t flags)
 {
-	return guarded(conn, write ? GUARD_WRITE : GUARD_READ, msg, flags, NULL, 0);
+	const struct guard_args a = { .ep = ep, .msg = msg, .flags = flags };
+
+	return guarded(conn, write ? GUARD_WRITE : GUARD_READ, &a);
 }
 
-ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fi_cq_data_entry *ent, size_t count)
+ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fid_cq *cq,
+			       struct fi_cq_data_entry *ent, size_t count)
 {
-	return guarded(conn, GUARD_CQ, NULL, 0, ent, count);
+	const struct guard_args a = { .cq = cq, .ent = ent, .count = count };
+
+	return guarded(conn, GUARD_CQ, &a);
 }
 
 static bool guard_peer_gone(int pidfd, int pid)

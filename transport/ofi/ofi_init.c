@@ -244,7 +244,7 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	p->max_comms = i->domain_attr->ep_cnt > 0 && i->domain_attr->ep_cnt < INT_MAX
 			       ? (int)i->domain_attr->ep_cnt
 			       : 65536;
-	p->max_lanes = 1; /* one endpoint per connection */
+	p->max_lanes = MK_TP_MAX_LANES; /* endpoints per connection: MKERNEL_OFI_LANES */
 	p->force_flush = 0;
 	/*
 	 * Only a NIC that places RMA itself (efa) lands writes while we do not poll: tcp, net

@@ -20,3 +20,7 @@ MK_PARAM_INT(ofi_speed_mbps, "ofi", "MKERNEL_OFI_SPEED_MBPS", 0,
 MK_PARAM_INT(ofi_progress_thread, "ofi", "MKERNEL_OFI_PROGRESS_THREAD", 0,
 	     "1: one thread per connection drives the provider's progress (tcp/net/shm copy the "
 	     "bytes there), for hosts with spare cores; 0: progress only inside the caller's polls")
+MK_PARAM_INT(ofi_lanes, "ofi", "MKERNEL_OFI_LANES", 1,
+	     "endpoints (lanes) one connection stripes over, each with its own CQ; messages above "
+	     "MKERNEL_STRIPE_MIN are split across them (1..16; the accepting side follows the "
+	     "connecting side)")

@@ -77,7 +77,7 @@ void mk_ofi_shm_learn(const struct mk_ofi_conn *conn)
 	struct stat st;
 
 	if (__atomic_load_n(&learned, __ATOMIC_RELAXED) || !mk_ofi_is_shm(conn->dev) ||
-	    !ofi_shm_region_path(conn->addr, conn->addrlen, path, sizeof(path)))
+	    !ofi_shm_region_path(conn->lanes[0].addr, conn->lanes[0].addrlen, path, sizeof(path)))
 		return;
 	if (stat(path, &st) == 0 && st.st_size > 0) {
 		__atomic_store_n(&shm_region_bytes, (unsigned long long)st.st_size,
@@ -86,9 +86,9 @@ void mk_ofi_shm_learn(const struct mk_ofi_conn *conn)
 	}
 }
 
-int mk_ofi_enable(struct mk_ofi_conn *conn)
+int mk_ofi_enable(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
 {
-	int rc = fi_enable(conn->ep);
+	int rc = fi_enable(lane->ep);
 
 	/*
 	 * shm names a region "<pid>:<domain>:<endpoint>". A file of that name left by a killed
@@ -102,7 +102,7 @@ int mk_ofi_enable(struct mk_ofi_conn *conn)
 			"ofi: %s: a stale shm region of a dead process held our endpoint's name; "
 			"retrying",
 			conn->dev->props.name);
-		rc = fi_enable(conn->ep);
+		rc = fi_enable(lane->ep);
 	}
 	return rc;
 }

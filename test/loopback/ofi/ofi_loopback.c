@@ -39,6 +39,7 @@
 #define IMM_RREADY 0x04000000u /* B -> A: buffer holds the read pattern */
 #define IMM_BYE	   0x05000000u
 #define IMM_MANY   0x06000000u
+#define IMM_STRIPE 0x07000000u /* one segment of a message striped over the lanes: lane */
 
 extern const struct mk_transport_ops mk_ofi_ops;
 static const struct mk_transport_ops *tp = &mk_ofi_ops;
@@ -83,7 +84,8 @@ struct peer {
 	int done;	       /* successful local completions */
 	int failed;	       /* local completions with an error status */
 	int last_status;
-	int broken; /* poll() returned this */
+	int broken;	   /* poll() returned this */
+	unsigned int lane; /* writes rotate over the connection's lanes */
 	uint32_t imm[64];
 	size_t imm_len[64];
 	unsigned int ih, it;
@@ -149,19 +151,26 @@ static uint32_t wait_imm(struct peer *p, size_t *len)
 	return v;
 }
 
-static void post_write(struct peer *p, struct region *r, size_t off, size_t len, bool has_imm,
-		       uint32_t imm)
+static void post_write_on(struct peer *p, int lane, struct region *r, size_t off, size_t len,
+			  bool has_imm, uint32_t imm)
 {
 	uint64_t end = now_ms() + 20000;
 	int rc;
 
-	while ((rc = tp->write(p->c, 0, r->buf + off, len, r->mr, p->remote.base + off, &p->remote,
-			       has_imm, imm, p)) == -EAGAIN) {
+	while ((rc = tp->write(p->c, lane, r->buf + off, len, r->mr, p->remote.base + off,
+			       &p->remote, has_imm, imm, p)) == -EAGAIN) {
 		pump(p);
 		expect(now_ms() < end, "write stayed -EAGAIN for 20 s");
 	}
-	expect(rc == 0, "write(%zu) failed: %s", len, mk_strerror(rc));
+	expect(rc == 0, "write(%zu) on lane %d failed: %s", len, lane, mk_strerror(rc));
 	p->posted++;
+}
+
+/* Each write on the next lane: an immediate and its data arrive on whichever lane carried it. */
+static void post_write(struct peer *p, struct region *r, size_t off, size_t len, bool has_imm,
+		       uint32_t imm)
+{
+	post_write_on(p, (int)(p->lane++ % (unsigned int)p->c->nlanes), r, off, len, has_imm, imm);
 }
 
 static uint8_t pattern(size_t i, unsigned int seed)
@@ -299,8 +308,14 @@ static void run_b(int rfd, int wfd)
 			post_write(&p1, &r, 0, sizes[s], imm, IMM_DATA | (uint32_t)(s * 2 + imm));
 			wait_all(&p1);
 			if (!imm) {
-				/* after the data's local completion: ordered behind it */
-				post_write(&p1, &r, 0, 0, true, IMM_MARK | (uint32_t)s);
+				/*
+				 * after the data's local completion and on the same lane: ordered
+				 * behind it (lanes are separate provider connections; nothing
+				 * orders one behind another)
+				 */
+				post_write_on(&p1,
+					      (int)((p1.lane - 1) % (unsigned int)p1.c->nlanes), &r,
+					      0, 0, true, IMM_MARK | (uint32_t)s);
 				wait_all(&p1);
 			}
 			expect(wait_imm(&p1, NULL) == IMM_ACK, "expected an ack");
@@ -311,6 +326,19 @@ static void run_b(int rfd, int wfd)
 	expect(pthread_join(churner, &churned) == 0 && (long)churned > 0,
 	       "no registration churned during the writes");
 	printf("ok - %ld registrations on another thread during the writes\n", (long)churned);
+
+	/* one 8 MiB message in a segment per lane, every segment in flight at once */
+	{
+		int n = p1.c->nlanes;
+		size_t seg = (8u << 20) / (size_t)n;
+
+		fill(r.buf, 8u << 20, 55);
+		for (int i = 0; i < n; i++)
+			post_write_on(&p1, i, &r, (size_t)i * seg, seg, true,
+				      IMM_STRIPE | (uint32_t)i);
+		wait_all(&p1);
+		expect(wait_imm(&p1, NULL) == IMM_ACK, "expected an ack of the striped write");
+	}
 
 	/* A reads our buffer, then writes 4 KiB into it */
 	fill(r.buf, 1u << 20, 99);
@@ -454,6 +482,35 @@ static void a_phase_writes(struct peer *p1, struct region *r)
 	}
 }
 
+/*
+ * B's striped message: one immediate per lane, in any order, each with its segment's length;
+ * the whole 8 MiB in place. With MKERNEL_OFI_LANES set the connection must have that many lanes
+ * (a silent fall back to one endpoint fails here).
+ */
+static void a_phase_stripe(struct peer *p1, struct region *r)
+{
+	const char *want = getenv("MKERNEL_OFI_LANES");
+	int n = p1->c->nlanes;
+	size_t seg = (8u << 20) / (size_t)n;
+	unsigned int seen = 0;
+
+	expect(want == NULL || n == atoi(want), "connection has %d lanes, MKERNEL_OFI_LANES=%s", n,
+	       want);
+	for (int i = 0; i < n; i++) {
+		size_t len;
+		uint32_t v = wait_imm(p1, &len);
+
+		expect((v & 0xff000000u) == IMM_STRIPE && (v & 0xffffu) < (uint32_t)n,
+		       "striped segment imm 0x%x", v);
+		expect(!(seen & (1u << (v & 0xffffu))), "segment %u reported twice", v & 0xffffu);
+		seen |= 1u << (v & 0xffffu);
+		expect(len == seg, "segment of %zu reported %zu", seg, len);
+	}
+	check(r->buf, seg * (size_t)n, 55, "striped write");
+	printf("ok - 8 MiB striped over %d lane%s\n", n, n > 1 ? "s" : "");
+	post_write(p1, r, 0, 0, true, IMM_ACK);
+}
+
 static void a_phase_read(struct peer *p1, struct region *r)
 {
 	expect(wait_imm(p1, NULL) == IMM_RREADY, "expected read-ready");
@@ -465,8 +522,9 @@ static void a_phase_read(struct peer *p1, struct region *r)
 	check(r->buf, 1u << 20, 99, "read");
 	printf("ok - read 1 MiB\n");
 	fill(r->buf + (2u << 20), 4096, 77);
-	post_write(p1, r, 2u << 20, 4096, true, IMM_DATA | 77u);
-	post_write(p1, r, 0, 0, true, IMM_BYE);
+	/* one lane for both: B expects them in this order */
+	post_write_on(p1, 0, r, 2u << 20, 4096, true, IMM_DATA | 77u);
+	post_write_on(p1, 0, r, 0, 0, true, IMM_BYE);
 }
 
 static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], struct region *r)
@@ -489,6 +547,24 @@ static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], st
 			tp->close_listen(many_l[i]);
 			many_l[i] = NULL;
 		}
+	}
+	/*
+	 * Manual progress: an accepted connection's reply may still sit in the provider until this
+	 * side polls that connection again (rxm reports a send done once it has buffered it), and
+	 * B writes on none of them before all are up. Poll every one until all have spoken.
+	 */
+	for (uint64_t stop = now_ms() + 20000;;) {
+		int quiet = 0;
+
+		for (int i = 0; i < NMANY; i++) {
+			pump(&many[i]);
+			expect(many[i].broken == 0, "conn %d broken: %s", i,
+			       mk_strerror(many[i].broken));
+			quiet += many[i].ih == many[i].it;
+		}
+		if (quiet == 0)
+			break;
+		expect(now_ms() < stop, "%d of %d connections silent after 20 s", quiet, NMANY);
 	}
 	for (int i = 0; i < NMANY; i++) {
 		uint32_t v = wait_imm(&many[i], &len);
@@ -674,6 +750,7 @@ int main(int argc, char **argv)
 
 	a_phase_setup(b_to, &r, &p1, &p2, many_l);
 	a_phase_writes(&p1, &r);
+	a_phase_stripe(&p1, &r);
 	a_phase_read(&p1, &r);
 	a_phase_many(b_from, b_to, many_l, &r);
 	xread(b_from, &ch, 1); /* B closed conn 2 with writes in flight */

@@ -246,9 +246,14 @@ static struct fi_ops_cq m_cq_ops = {
 static int m_av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_t *fi_addr,
 		       uint64_t flags, void *context)
 {
+	struct mock_av *m = av->fid.context;
+
 	if (mock.fail_av_insert)
 		return mock.fail_av_insert;
-	*fi_addr = 0;
+	/* the tests use endpoint names no longer than 32 bytes, one per insert */
+	m->addrlen = 32;
+	memcpy(m->addr, addr, m->addrlen);
+	*fi_addr = (fi_addr_t)m->inserted++;
 	return (int)count;
 }
 
@@ -343,13 +348,13 @@ static int m_cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_c
 
 static int m_av_open(struct fid_domain *d, struct fi_av_attr *attr, struct fid_av **out, void *ctx)
 {
-	struct fid_av *av;
+	struct mock_av *av;
 
 	if (mock.fail_av_open)
 		return mock.fail_av_open;
 	av = fake(sizeof(*av), FI_CLASS_AV, &mock.av_live);
-	av->ops = &m_av_ops;
-	*out = av;
+	av->av.ops = &m_av_ops;
+	*out = &av->av;
 	return 0;
 }
 
@@ -359,6 +364,8 @@ static int m_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_ep 
 
 	if (mock.fail_endpoint)
 		return mock.fail_endpoint;
+	if (++mock.endpoint_calls == mock.endpoint_fail_at)
+		return -FI_EIO;
 	ep = fake(sizeof(*ep), FI_CLASS_EP, &mock.ep_live);
 	ep->ep.cm = &m_cm_ops;
 	ep->ep.msg = &m_msg_ops;

@@ -29,7 +29,7 @@ struct mock_ep {
 	void *rx_buf; /* last posted receive */
 	size_t rx_len;
 	void *rx_ctx;
-	uint8_t tx_buf[512]; /* copy of the last send */
+	uint8_t tx_buf[2048]; /* copy of the last send (a setup message with 16 lanes fits) */
 	size_t tx_len;
 	void *tx_ctx;
 	struct fi_msg_rma last_rma; /* last writemsg/readmsg, with copies of its arrays */
@@ -38,6 +38,13 @@ struct mock_ep {
 	struct fi_rma_iov last_rma_iov;
 	uint64_t last_flags;
 	int nwrites;
+};
+
+struct mock_av {
+	struct fid_av av;
+	uint8_t addr[64]; /* the address inserted last */
+	size_t addrlen;
+	int inserted;
 };
 
 struct mock_ofi {
@@ -51,6 +58,8 @@ struct mock_ofi {
 	ssize_t write_rc;    /* returned by writemsg/readmsg */
 	int dupinfo_fail_at; /* dupinfo call number (1-based) that returns NULL */
 	int dupinfo_calls;
+	int endpoint_fail_at; /* endpoint call number (1-based) that fails with -FI_EIO */
+	int endpoint_calls;
 
 	/* live fake objects */
 	int fabric_live, domain_live, cq_live, av_live, ep_live, mr_live;

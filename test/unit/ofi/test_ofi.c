@@ -2,7 +2,8 @@
 /*
  * Unit tests of the libfabric backend against the mock library table and fake fid objects:
  * discovery and provider choice, interface filter, both MR key modes, handle codec, connection
- * setup and every unwind path, the data path's error and back-pressure handling.
+ * setup and every unwind path, lanes (one connection over several endpoints), the data path's
+ * error and back-pressure handling.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +29,7 @@ static void clear_env(void)
 	unsetenv("MKERNEL_OFI_IFACE");
 	unsetenv("MKERNEL_OFI_LIB");
 	unsetenv("MKERNEL_OFI_TX_DEPTH");
+	unsetenv("MKERNEL_OFI_LANES");
 	unsetenv("MKERNEL_TIMEOUT");
 	mk_param_reset_all();
 }
@@ -211,7 +213,7 @@ static void test_props_filled(void **state)
 	assert_string_equal(p.pci_path, ""); /* lo has no PCI device */
 	assert_int_equal(p.ptr_support, MK_PTR_HOST);
 	assert_true(p.speed_mbps > 0);
-	assert_int_equal(p.max_lanes, 1);
+	assert_int_equal(p.max_lanes, MK_TP_MAX_LANES); /* MKERNEL_OFI_LANES endpoints */
 	assert_true(p.max_comms > 0);
 	assert_int_equal(p.max_msg, UINT32_MAX); /* length travels in 32 bits of CQ data */
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
@@ -653,6 +655,184 @@ static void test_local_mr_setup_buffers_registered(void **state)
 	close_pair(&p);
 }
 
+/* ---- lanes: one connection over several endpoints ---- */
+
+static struct mock_ep *lane_ep(struct mk_conn *c, int i)
+{
+	return mk_ofi_conn_of(c)->lanes[i].ep->fid.context;
+}
+
+static struct mock_av *lane_av(struct mk_conn *c, int i)
+{
+	return mk_ofi_conn_of(c)->lanes[i].av->fid.context;
+}
+
+/* A pair whose connecting side asked for n lanes; setup messages travel on lane 0. */
+static void open_lanes(struct pair *p, int n)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	char num[8];
+
+	snprintf(num, sizeof(num), "%d", n);
+	set_env("MKERNEL_OFI_LANES", num);
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &p->l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &p->c), 0);
+	assert_int_equal(mock.ep_live, 1 + n); /* the listener's lane 0 + ours */
+	assert_int_equal(tp->connected(p->c), 0);
+	p->cb = lane_ep(p->c, 0);
+	p->la = mock.eps[0];
+	mock_deliver(p->cb, p->la);
+	assert_int_equal(tp->accept(p->l, NULL, 0, &p->a), 0);
+	assert_int_equal(mock.ep_live, 2 * n); /* the accepting side followed */
+	mock_deliver(p->la, p->cb);
+	assert_int_equal(tp->accept(p->l, NULL, 0, &p->a), 0);
+	assert_non_null(p->a);
+	assert_int_equal(tp->connected(p->c), 1);
+	assert_int_equal(tp->close_listen(p->l), 0);
+}
+
+static void test_lanes_pair_endpoint_by_endpoint(void **state)
+{
+	struct pair p;
+
+	open_lanes(&p, 4);
+	assert_int_equal(p.c->nlanes, 4);
+	assert_int_equal(p.a->nlanes, 4);
+	for (int i = 0; i < 4; i++) {
+		/* lane i of each side knows exactly lane i of the other */
+		assert_int_equal(lane_av(p.c, i)->inserted, 1);
+		assert_int_equal(lane_av(p.a, i)->inserted, 1);
+		assert_memory_equal(lane_av(p.c, i)->addr, lane_ep(p.a, i)->addr, 16);
+		assert_memory_equal(lane_av(p.a, i)->addr, lane_ep(p.c, i)->addr, 16);
+		/* and each lane has a CQ of its own */
+		for (int j = 0; j < i; j++)
+			assert_ptr_not_equal(lane_ep(p.c, i)->cq, lane_ep(p.c, j)->cq);
+	}
+	close_pair(&p);
+}
+
+static void test_lanes_write_on_the_named_endpoint(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[8];
+	int ctx[3], seen = 0;
+	struct pair p;
+
+	open_lanes(&p, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(
+			tp->write(p.c, i, region, 64, NULL, 0, &rk, true, 0x100 + i, &ctx[i]), 0);
+		assert_int_equal(lane_ep(p.c, i)->nwrites, 1);
+		assert_int_equal(lane_ep(p.c, i)->last_rma.addr,
+				 mk_ofi_conn_of(p.c)->lanes[i].peer); /* that lane's peer */
+	}
+	assert_int_equal(tp->write(p.c, 3, region, 64, NULL, 0, &rk, true, 1, NULL), -EINVAL);
+	assert_int_equal(tp->write(p.c, -1, region, 64, NULL, 0, &rk, true, 1, NULL), -EINVAL);
+	/* completions and the peer's immediates arrive on each lane's own CQ; poll sees all */
+	for (int i = 0; i < 3; i++) {
+		mock_cq_push(lane_ep(p.c, i), lane_ep(p.c, i)->last_rma.context, FI_RMA | FI_WRITE,
+			     0, 0);
+		mock_cq_push(lane_ep(p.a, i), NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0,
+			     (64ull << 32) | (0x100 + i));
+	}
+	assert_int_equal(tp->poll(p.c, ev, 8), 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ev[i].type, MK_EV_WRITE_DONE);
+		for (int j = 0; j < 3; j++)
+			seen |= ev[i].ctx == &ctx[j] ? 1 << j : 0;
+	}
+	assert_int_equal(seen, 7);
+	seen = 0;
+	assert_int_equal(tp->poll(p.a, ev, 8), 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ev[i].type, MK_EV_IMM);
+		assert_int_equal(ev[i].len, 64);
+		seen |= 1 << (ev[i].imm - 0x100);
+	}
+	assert_int_equal(seen, 7);
+	close_pair(&p);
+}
+
+/* A caller asking for fewer events than the lanes hold still gets them all, over two polls. */
+static void test_lanes_poll_takes_turns(void **state)
+{
+	struct mk_event ev[2];
+	int got = 0, n;
+	struct pair p;
+
+	open_lanes(&p, 4);
+	for (int i = 0; i < 4; i++)
+		mock_cq_push(lane_ep(p.a, i), NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, i);
+	while ((n = tp->poll(p.a, ev, 1)) > 0)
+		got += n;
+	assert_int_equal(n, 0);
+	assert_int_equal(got, 4);
+	close_pair(&p);
+}
+
+/* A listener and a connection to it that asked for lanes (nothing delivered yet). */
+static void listen_and_connect(const char *lanes, struct mk_listener **l, struct mk_conn **c)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+
+	set_env("MKERNEL_OFI_LANES", lanes);
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, c), 0);
+}
+
+static void test_lanes_reply_for_another_count_is_dropped(void **state)
+{
+	struct mk_listener *l;
+	struct mk_conn *c, *a = NULL;
+	struct mk_ofi_ctrl *m;
+	struct mock_ep *cb;
+
+	listen_and_connect("2", &l, &c);
+	cb = lane_ep(c, 0);
+	mock_deliver(cb, mock.eps[0]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	m = (struct mk_ofi_ctrl *)mock.eps[0]->tx_buf;
+	m->nlanes = 3; /* not what we asked for */
+	mock_deliver(mock.eps[0], cb);
+	assert_int_equal(tp->connected(c), 0); /* dropped with a WARN, still waiting */
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(c), 0);
+	live_all_zero();
+}
+
+/* Every lane that opened is closed again when a later one fails, on either side. */
+static void test_lanes_open_failure_unwinds(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c = (void *)1, *a = NULL;
+
+	set_env("MKERNEL_OFI_LANES", "4");
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	mock.endpoint_calls = 0;
+	mock.endpoint_fail_at = 3; /* the connecting side's third lane */
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), -EIO);
+	assert_null(c);
+	assert_int_equal(mock.ep_live, 1);
+	assert_int_equal(mock.cq_live, 1);
+	assert_int_equal(mock.av_live, 1);
+	mock.endpoint_calls = 0;
+	mock.endpoint_fail_at = 4 + 2; /* all four of ours, then the acceptor's second lane */
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	mock_deliver(lane_ep(c, 0), mock.eps[0]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), -EIO);
+	assert_null(a);
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(c), 0);
+	live_all_zero();
+}
+
 /* ---- data path ---- */
 
 /* Exactly one event of type is ready on c. */
@@ -683,7 +863,7 @@ static void test_write_offsets_app_keys_len_in_data(void **state)
 	assert_int_equal(tp->write(p.c, 0, region, 0, NULL, 0x10000, &rk, false, 0, NULL), 0);
 	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
 	assert_int_equal(tp->write(p.c, 1, region, 0, NULL, 0x10000, &rk, false, 0, NULL),
-			 -EINVAL); /* one lane */
+			 -EINVAL); /* one lane by default */
 	assert_int_equal(tp->dereg_mr(0, mr), 0);
 	close_pair(&p);
 }
@@ -1068,6 +1248,11 @@ int main(void)
 		T(test_init_allocation_failures_unwind),
 		T(test_local_mr_setup_buffer_failure_unwinds),
 		T(test_local_mr_setup_buffers_registered),
+		T(test_lanes_pair_endpoint_by_endpoint),
+		T(test_lanes_write_on_the_named_endpoint),
+		T(test_lanes_poll_takes_turns),
+		T(test_lanes_reply_for_another_count_is_dropped),
+		T(test_lanes_open_failure_unwinds),
 		T(test_write_offsets_app_keys_len_in_data),
 		T(test_write_virt_addr_and_4_byte_cq_data),
 		T(test_poll_imm_and_local_completion),
