@@ -220,6 +220,7 @@ struct mk_ofi_conn {
 	uint64_t nonce;
 	uint64_t deadline_ns;	 /* connecting side: when connected() gives up */
 	uint64_t stall_since_ns; /* ops in flight and no completion since then (0: none) */
+	uint64_t last_post_ns;	 /* when a write or read was last handed to the provider */
 	uint64_t timeout_ns;
 	bool tx_due;		   /* ctrl_tx filled, not yet accepted by the provider */
 	bool tx_posted;		   /* ctrl_tx handed to the provider, not yet completed */

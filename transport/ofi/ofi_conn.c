@@ -13,6 +13,7 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mk/core_params.h"
@@ -336,6 +337,30 @@ static int ofi_conn_close_all(struct mk_ofi_conn *conn)
 	return rc;
 }
 
+/*
+ * Providers report a write done once they have queued it, not once it left: net hands it to its
+ * own progress thread, and a connection to the peer may not even be up yet. An endpoint closed
+ * at once drops what is still queued, and a sender whose last small messages went eagerly may
+ * close before its peer even asked for them. So a close within OFI_CLOSE_FLUSH_NS of the last
+ * post sleeps out the rest of that time (sleeps: on a busy host the provider's thread needs
+ * the CPU). It waits for nothing from the peer, and a job closing many connections pays it
+ * once: the later ones find their last post old enough.
+ */
+#define OFI_CLOSE_FLUSH_NS 20000000ull
+
+static void ofi_close_flush(struct mk_ofi_conn *conn)
+{
+	uint64_t until = conn->last_post_ns + OFI_CLOSE_FLUSH_NS, now;
+
+	if (conn->state != MK_OFI_READY || conn->err || conn->last_post_ns == 0)
+		return;
+	while ((now = mk_now_ns()) < until) {
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)(until - now) };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* A connection that failed during creation: its WARN was already given. */
 static void ofi_conn_free(struct mk_ofi_conn *conn)
 {
@@ -344,7 +369,10 @@ static void ofi_conn_free(struct mk_ofi_conn *conn)
 
 static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 {
-	int rc = ofi_conn_close_all(conn);
+	int rc;
+
+	ofi_close_flush(conn);
+	rc = ofi_conn_close_all(conn);
 
 	if (rc)
 		MK_WARN("ofi: closing a connection: %s", mk_ofi.lib->strerror(-rc));

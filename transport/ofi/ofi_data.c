@@ -111,6 +111,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, enum mk_ofi_op_kind 
 	}
 	conn->blocked = false;
 	conn->refused_idle_ns = 0;
+	conn->last_post_ns = mk_now_ns();
 	op->kind = (uint8_t)kind;
 	op->user = ctx;
 	op->len = len;
