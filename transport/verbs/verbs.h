@@ -20,9 +20,10 @@
 #include "mk/transport.h"
 
 #define MK_VERBS_MAX_DEVS    32
-#define MK_VERBS_POLL_BATCH  16		     /* completions read per ibv_poll_cq call */
-#define MK_VERBS_FAST_MAX    64		     /* host-memory flushes waiting to be reported */
-#define MK_VERBS_FLUSH_DEPTH 16		     /* flush reads in flight per connection */
+#define MK_VERBS_POLL_BATCH  16	 /* completions read per ibv_poll_cq call */
+#define MK_VERBS_FAST_MAX    64	 /* host-memory flushes waiting to be reported */
+#define MK_VERBS_FLUSH_DEPTH 16	 /* flush reads in flight per connection */
+#define MK_VERBS_INLINE	     256 /* inline bytes asked for per QP (CTS entries, eager slots) */
 #define MK_VERBS_MAX_RAILS   MK_TP_MAX_FUSED /* ports one fused device spans */
 
 /*
@@ -188,6 +189,11 @@ struct mk_verbs_conn {
 	int nqps;
 	uint32_t psn;
 	int sq_depth; /* send WRs per QP */
+	/*
+	 * Bytes a write may carry inside its work request (IBV_SEND_INLINE): the HCA copies them
+	 * at post time instead of reading the buffer by DMA. The smallest the data QPs got.
+	 */
+	uint32_t max_inline;
 	int rq_depth; /* receives kept posted per QP */
 	int sq_used[MK_TP_MAX_LANES];
 	struct mk_verbs_slot *slots; /* sq_depth * nqps + flush slots */

@@ -98,6 +98,9 @@ static int data_post(struct mk_verbs_conn *c, struct ibv_qp *qp, uint8_t lane,
 	wr.num_sge = len > 0 ? 1 : 0;
 	wr.opcode = op;
 	wr.send_flags = IBV_SEND_SIGNALED;
+	/* small writes (CTS entries, credits, eager slots) ride in the work request itself */
+	if (op != IBV_WR_RDMA_READ && len > 0 && len <= c->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
 	wr.imm_data = imm_be;
 	wr.wr.rdma.remote_addr = remote;
 	wr.wr.rdma.rkey = rkey;

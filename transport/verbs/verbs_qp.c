@@ -47,20 +47,36 @@ static int qp_init(struct mk_verbs_conn *c, struct ibv_qp *qp, int rail)
 	return 0;
 }
 
-static struct ibv_qp *qp_create(struct mk_verbs_conn *c, int rail, int sq, int rq)
+/*
+ * An RC QP asking for MK_VERBS_INLINE inline bytes; a provider that refuses that gets a second
+ * request without. *inline_max: what the provider granted (it writes the caps back).
+ */
+static struct ibv_qp *qp_create(struct mk_verbs_conn *c, int rail, int sq, int rq,
+				uint32_t *inline_max)
 {
 	struct ibv_qp_init_attr ia;
+	struct ibv_qp *qp;
 
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = c->cqs[rail];
-	ia.recv_cq = c->cqs[rail];
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = sq;
-	ia.cap.max_recv_wr = rq;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.sq_sig_all = 0;
-	return mk_verbs_ibv->create_qp(c->vdev->rails[rail]->pd, &ia);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		memset(&ia, 0, sizeof(ia));
+		ia.send_cq = c->cqs[rail];
+		ia.recv_cq = c->cqs[rail];
+		ia.qp_type = IBV_QPT_RC;
+		ia.cap.max_send_wr = sq;
+		ia.cap.max_recv_wr = rq;
+		ia.cap.max_send_sge = 1;
+		ia.cap.max_recv_sge = 1;
+		ia.cap.max_inline_data = attempt == 0 ? MK_VERBS_INLINE : 0;
+		ia.sq_sig_all = 0;
+		qp = mk_verbs_ibv->create_qp(c->vdev->rails[rail]->pd, &ia);
+		if (qp != NULL) {
+			*inline_max = ia.cap.max_inline_data;
+			return qp;
+		}
+		if (errno != EINVAL)
+			break;
+	}
+	return NULL;
 }
 
 /* INIT -> RTR -> RTS from our rail towards (qpn, lid/gid of its rail, psn) of the peer. */
@@ -207,9 +223,14 @@ int mk_verbs_conn_objects(struct mk_verbs_conn *c, int nqps)
 			goto undo_cqs;
 		}
 	}
+	c->max_inline = MK_VERBS_INLINE;
 	for (int i = 0; i < nqps; i++) {
-		c->qps[i] =
-			qp_create(c, mk_verbs_lane_rail(i, c->nrails), c->sq_depth, c->rq_depth);
+		uint32_t inl = 0;
+
+		c->qps[i] = qp_create(c, mk_verbs_lane_rail(i, c->nrails), c->sq_depth, c->rq_depth,
+				      &inl);
+		if (inl < c->max_inline)
+			c->max_inline = inl;
 		if (c->qps[i] == NULL) {
 			rc = -(errno ? errno : ENOMEM);
 			MK_WARN("verbs: %s: create_qp (lane %d of %d) failed: %s", d->props.name, i,
@@ -233,7 +254,7 @@ int mk_verbs_conn_objects(struct mk_verbs_conn *c, int nqps)
 			mk_strerror(rc));
 		goto undo_qps;
 	}
-	c->flush_qp = qp_create(c, 0, MK_VERBS_FLUSH_DEPTH, 1);
+	c->flush_qp = qp_create(c, 0, MK_VERBS_FLUSH_DEPTH, 1, &(uint32_t){ 0 });
 	if (c->flush_qp == NULL) {
 		rc = -(errno ? errno : ENOMEM);
 		MK_WARN("verbs: %s: create_qp (flush) failed: %s", d->props.name, mk_strerror(rc));

@@ -214,6 +214,13 @@ static struct ibv_qp *m_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *at
 
 	if (mock_hit(&mock.n_create_qp, mock.fail_create_qp))
 		return NULL;
+	if (attr->cap.max_inline_data > (uint32_t)mock.max_inline) {
+		if (mock.refuse_inline) {
+			errno = EINVAL;
+			return NULL;
+		}
+		attr->cap.max_inline_data = (uint32_t)mock.max_inline; /* the caps written back */
+	}
 	qp = calloc(1, sizeof(*qp));
 	qp->context = pd->context;
 	qp->pd = pd;

@@ -33,6 +33,9 @@ struct mock_ibv {
 	int fail_modify_qp, fail_post_send, fail_post_recv, fail_reg_mr;
 	int fail_errno;
 	int dmabuf_errno; /* errno from reg_dmabuf_mr with fd -1 */
+	/* inline bytes a QP gets at most; refuse_inline: asking for more is EINVAL, not clamped */
+	int max_inline;
+	int refuse_inline;
 
 	/* call counts */
 	int n_open, n_query_port, n_alloc_pd, n_create_cq, n_create_qp, n_modify_qp;

@@ -834,6 +834,43 @@ static void test_write_builds_the_right_wr(void **state)
 	mk_verbs_conn_destroy(c);
 }
 
+/* Writes up to what the QPs granted inline go IBV_SEND_INLINE; larger ones and reads do not. */
+static void test_small_writes_go_inline(void **state)
+{
+	static char buf[4096] __attribute__((aligned(4096)));
+	struct mk_verbs_conn *c;
+	struct mk_rkey rk;
+	struct mk_bmr *b;
+
+	mock.max_inline = 64;
+	c = ready_conn(2);
+	b = host_mr(buf, sizeof(buf), &rk);
+	assert_int_equal(c->max_inline, 64);
+	assert_int_equal(mk_verbs_write(&c->base, 0, buf, 64, b, 0x5000, &rk, true, 1, NULL), 0);
+	assert_true(mock.last_wr.send_flags & IBV_SEND_INLINE);
+	assert_true(mock.last_wr.send_flags & IBV_SEND_SIGNALED);
+	assert_int_equal(mk_verbs_write(&c->base, 1, buf, 65, b, 0x5000, &rk, true, 1, NULL), 0);
+	assert_false(mock.last_wr.send_flags & IBV_SEND_INLINE);
+	assert_int_equal(mk_verbs_write(&c->base, 0, NULL, 0, NULL, 0x5000, &rk, true, 1, NULL), 0);
+	assert_false(mock.last_wr.send_flags & IBV_SEND_INLINE);
+	assert_int_equal(mk_verbs_read(&c->base, 0, buf, 8, b, 0x7000, &rk, NULL), 0);
+	assert_false(mock.last_wr.send_flags & IBV_SEND_INLINE);
+	assert_int_equal(mk_verbs_dereg_mr(0, b), 0);
+	mk_verbs_conn_destroy(c);
+
+	/* a provider that refuses inline data altogether: the QPs come up without */
+	mock.refuse_inline = 1;
+	mock.max_inline = 0;
+	c = ready_conn(1);
+	b = host_mr(buf, sizeof(buf), &rk);
+	assert_int_equal(c->max_inline, 0);
+	assert_int_equal(mk_verbs_write(&c->base, 0, buf, 8, b, 0x5000, &rk, true, 1, NULL), 0);
+	assert_false(mock.last_wr.send_flags & IBV_SEND_INLINE);
+	assert_int_equal(mk_verbs_dereg_mr(0, b), 0);
+	mk_verbs_conn_destroy(c);
+	assert_int_equal(mock.live_qp + mock.live_cq + mock.live_mr, 0);
+}
+
 static void test_send_queue_full_eagain_then_completion_frees(void **state)
 {
 	static char buf[4096] __attribute__((aligned(4096)));
@@ -1084,6 +1121,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_connect_and_accept_object_failures_unwind,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_write_builds_the_right_wr, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_small_writes_go_inline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_send_queue_full_eagain_then_completion_frees,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_post_send_failure_releases_slot, setup,
