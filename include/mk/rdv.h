@@ -11,12 +11,17 @@
  *   test   -> polls the backend; the receiver completes when every sub-receive has all its
  *             segments; sizes come from the immediates' write lengths.
  *
+ * A send of at most MKERNEL_EAGER_BYTES whose CTS is not there yet goes eagerly instead, into a
+ * bounce slot the receiver registered, and the receiver matches it by the same rule and copies
+ * it out (docs/transport.md, "Eager path"); out of bounce-slot credits it waits for its CTS.
+ *
  * Semantics follow NCCL's net API (docs/transport.md, "What the core adds"): sends and receives
  * match in posting order; tags only pick the buffer inside a multi-receive; 32 requests in
  * flight per comm (send side 32 x maxRecvs); a receive larger than the send is normal, a send
- * larger than the receive fails both sides with -EMSGSIZE; connect/accept never block; close
- * never waits on the peer; a peer that stops answering is reported within MKERNEL_TIMEOUT
- * (-ETIMEDOUT, or the transport error).
+ * larger than the receive fails the receive with -EMSGSIZE, and the send too (at once by
+ * rendezvous, at the send comm's next call when it went eagerly); connect/accept never block;
+ * close never waits on the peer; a peer that stops answering is reported within MKERNEL_TIMEOUT
+ * (-ETIMEDOUT, or the transport error), and what it sent before it went is still received.
  *
  * Every comm and request pointer handed out stays readable for the life of the process (objects
  * are recycled, never unmapped) and carries a magic, so a stale or foreign pointer can be told

@@ -24,6 +24,15 @@ struct fake_bmr {
 	struct fake_bmr *next;
 };
 
+/* A write waiting for its target to poll (fake_tp_faults.land_on_poll). */
+struct fake_wr {
+	void *copy; /* the bytes as they were at post (malloc'd) */
+	size_t len;
+	uint64_t dst;
+	bool has_imm;
+	uint32_t imm;
+};
+
 struct fake_conn {
 	struct mk_conn base;
 	struct fake_conn *peer;
@@ -36,6 +45,8 @@ struct fake_conn {
 	size_t blob_len;
 	struct mk_event evq[FAKE_EVQ];
 	unsigned head, tail;
+	struct fake_wr inq[FAKE_EVQ]; /* writes towards this side, not landed yet */
+	unsigned nin;
 	struct fake_conn *next_pending;
 };
 
@@ -116,7 +127,7 @@ static int fake_dev_props(int dev, struct mk_dev_props *p)
 		p->nfused = vdev_n[dev - FAKE_NPHYS];
 		memcpy(p->fused, vdev_devs[dev - FAKE_NPHYS], sizeof(p->fused));
 	}
-	p->ptr_support = MK_PTR_HOST;
+	p->ptr_support = MK_PTR_HOST | (fake_tp_faults.ptr_cuda ? MK_PTR_CUDA : 0);
 	p->speed_mbps = 100000;
 	p->max_comms = 65536;
 	p->max_lanes = MK_TP_MAX_LANES;
@@ -243,6 +254,8 @@ static int fake_close(struct mk_conn *base)
 			}
 		}
 	}
+	for (unsigned k = 0; k < c->nin; k++)
+		free(c->inq[k].copy);
 	free(c);
 	return 0;
 }
@@ -331,6 +344,22 @@ static int fake_write(struct mk_conn *base, int lane, const void *src, size_t le
 		done.status = -ECONNRESET;
 	} else if (!fake_key_ok(rkey, dst, len)) {
 		done.status = -EACCES;
+	} else if (fake_tp_faults.land_on_poll) {
+		struct fake_wr *w;
+
+		if (c->peer->nin == FAKE_EVQ)
+			return -EAGAIN;
+		w = &c->peer->inq[c->peer->nin];
+		w->copy = len > 0 ? malloc(len) : NULL;
+		if (len > 0 && w->copy == NULL)
+			return -ENOMEM;
+		if (len > 0)
+			memcpy(w->copy, src, len);
+		w->len = len;
+		w->dst = dst;
+		w->has_imm = has_imm;
+		w->imm = imm;
+		c->peer->nin++;
 	} else {
 		if (len > 0)
 			memcpy((void *)(uintptr_t)dst, src, len);
@@ -346,11 +375,29 @@ static int fake_write(struct mk_conn *base, int lane, const void *src, size_t le
 	return fake_push(c, &done);
 }
 
+/* The writes waiting for c to poll land now: their bytes, then c's immediates. */
+static void fake_land(struct fake_conn *c)
+{
+	for (unsigned k = 0; k < c->nin; k++) {
+		struct fake_wr *w = &c->inq[fake_tp_faults.reorder ? c->nin - 1 - k : k];
+		struct mk_event in = { .type = MK_EV_IMM, .imm = w->imm, .len = w->len };
+
+		if (w->len > 0)
+			memcpy((void *)(uintptr_t)w->dst, w->copy, w->len);
+		free(w->copy);
+		w->copy = NULL;
+		if (w->has_imm)
+			fake_push(c, &in);
+	}
+	c->nin = 0;
+}
+
 static int fake_poll(struct mk_conn *base, struct mk_event *ev, int max)
 {
 	struct fake_conn *c = container_of(base, struct fake_conn, base);
 	int n = 0;
 
+	fake_land(c);
 	while (n < max && c->head != c->tail) {
 		ev[n] = c->evq[c->head++ % FAKE_EVQ];
 		if (ev[n].type != MK_EV_IMM)

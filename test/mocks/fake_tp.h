@@ -21,6 +21,14 @@ struct fake_tp_faults {
 	int fail_reg;	     /* reg_mr returns this */
 	int max_inflight;    /* per-connection queue depth before -EAGAIN (default 256) */
 	int needs_poll;	     /* report rma_lands_unpolled = 0, like tcp or shm */
+	/*
+	 * Manual progress as tcp and shm have it: the writer's completion comes at once (the
+	 * bytes are taken at post, as a provider buffers them), but the bytes land and the
+	 * immediate shows only when the target polls.
+	 */
+	int land_on_poll;
+	int reorder;  /* with land_on_poll: what waits lands newest first, as over several lanes */
+	int ptr_cuda; /* devices also register GPU memory (ptr_support has MK_PTR_CUDA) */
 };
 
 extern struct fake_tp_faults fake_tp_faults;

@@ -15,5 +15,9 @@ MK_PARAM_INT(dump_params, "core", "MKERNEL_DUMP_PARAMS", 0,
 	     "1: log every parameter with its effective value and source at init")
 MK_PARAM_INT(stripe_min, "core", "MKERNEL_STRIPE_MIN", 131072,
 	     "bytes above which a message is striped over a connection's lanes (128-B aligned)")
+MK_PARAM_INT(
+	eager_bytes, "core", "MKERNEL_EAGER_BYTES", 8192,
+	"largest message sent without waiting for the receiver's clear-to-send, through bounce "
+	"buffers the receiver registered (0 = never; at most 65536)")
 MK_PARAM_INT(max_recvs, "core", "MKERNEL_MAX_RECVS", 8,
 	     "receives NCCL may group in one irecv (maxRecvs, 1..8)")

@@ -102,32 +102,27 @@ void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
 		cs->last_event_ms = mk_now_ms();
 }
 
-struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs, uint64_t ring)
+struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs)
 {
 	return (struct mk_rdv_blob){
 		.magic = MK_RDV_HANDLE_TAG,
 		.version = MK_RDV_BLOB_VERSION,
-		.ring_addr = ring,
 		.probe_addr = mk_rdv_probe_slot(&cs->region),
 		.rkey = cs->region.mr->rkey,
 	};
 }
 
-int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, uint64_t *ring)
+int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, struct mk_rdv_blob *peer)
 {
-	struct mk_rdv_blob b;
-
 	cs->conn = conn;
 	cs->last_event_ms = mk_now_ms();
-	if (conn->peer_blob_len < sizeof(b))
+	if (conn->peer_blob_len < sizeof(*peer))
 		return -EPROTO;
-	memcpy(&b, conn->peer_blob, sizeof(b));
-	if (b.magic != MK_RDV_HANDLE_TAG || b.version != MK_RDV_BLOB_VERSION)
+	memcpy(peer, conn->peer_blob, sizeof(*peer));
+	if (peer->magic != MK_RDV_HANDLE_TAG || peer->version != MK_RDV_BLOB_VERSION)
 		return -EPROTO;
-	cs->peer_probe = b.probe_addr;
-	cs->peer_rkey = b.rkey;
-	if (ring != NULL)
-		*ring = b.ring_addr;
+	cs->peer_probe = peer->probe_addr;
+	cs->peer_rkey = peer->rkey;
 	conn->user = cs;
 	return 0;
 }

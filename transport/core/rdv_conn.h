@@ -15,19 +15,24 @@
 #include "mk/mr_cache.h"
 #include "mk/transport.h"
 
-#define MK_RDV_BLOB_VERSION 2
+#define MK_RDV_BLOB_VERSION 3
 #define MK_RDV_HANDLE_TAG   0x4d4b5256u /* 'MKRV': our listen handles' trailer and blobs */
 
 /*
- * What each side hands the other at connection setup: where to write liveness probes and, from
- * the sender, where the receiver writes clear-to-send entries.
+ * What each side hands the other at connection setup: where to write liveness probes; from the
+ * sender, where the receiver writes clear-to-send entries and eager credits; from the receiver,
+ * the eager bounce slots it offers.
  */
 struct mk_rdv_blob {
 	uint32_t magic;
 	uint32_t version;
-	uint64_t ring_addr;  /* sender's CTS ring; 0 in the receiver's blob */
-	uint64_t probe_addr; /* where the peer writes its liveness probes */
-	struct mk_rkey rkey; /* covers the ring (sender) and the probe slot */
+	uint64_t ring_addr;	/* sender's CTS ring; 0 in the receiver's blob */
+	uint64_t probe_addr;	/* where the peer writes its liveness probes */
+	struct mk_rkey rkey;	/* covers everything named here */
+	uint64_t eager_addr;	/* sender: its credit word; receiver: its bounce slots */
+	uint64_t frontier_addr; /* receiver: the word the sender writes its frontier to */
+	uint32_t eager_slots;	/* receiver: bounce slots offered (0: no eager); sender: 0 */
+	uint32_t eager_bytes;	/* receiver: payload bytes per slot */
 };
 
 _Static_assert(sizeof(struct mk_rdv_blob) <= MK_TP_BLOB_MAX, "blob fits");
@@ -69,14 +74,18 @@ int mk_rdv_region_init(const struct mk_transport_ops *ops, int dev, struct mk_rd
 		       size_t len);
 void mk_rdv_region_fini(struct mk_rdv_region *r);
 
-/* The blob this side sends: its probe slot and region key, and its CTS ring (0 if none). */
-struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs, uint64_t ring);
+/*
+ * The blob this side sends: its probe slot and region key; the side fills in its CTS ring and
+ * eager fields.
+ */
+struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs);
 
 /*
- * The connection is up: take the peer's blob (where to probe it and, from a sender, its CTS
- * ring into *ring when ring != NULL). 0, or -EPROTO for a malformed blob.
+ * The connection is up: take the peer's blob (where to probe it) and copy it to *peer for the
+ * side's own fields. 0, or -EPROTO for a malformed blob.
  */
-int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, uint64_t *ring);
+int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn,
+		       struct mk_rdv_blob *peer);
 
 /* Latch the connection's first failure (sticky) with a WARN saying what failed. */
 void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what);

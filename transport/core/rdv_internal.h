@@ -9,7 +9,8 @@
  *     group (seq - 1) % MK_RDV_CTS_GROUPS, slot idx. seq (full 32 bits, starts at 1) is the
  *     last field and the valid flag; the sender compares with == so wrap-around is harmless.
  *   - Immediate (32 b) on every data segment: seq low 10 bits | sub-receive index (3) |
- *     segment count - 1 (4) | truncation flag (1).
+ *     segment count - 1 (4) | truncation flag (1); bit 31 clear. An eager message's immediate
+ *     has bit 31 set and its eager sequence's low 10 bits (rdv_eager.h).
  *   - Connection blobs (rdv_conn.h): what each side must know to write into the other.
  */
 #ifndef MK_RDV_INTERNAL_H
@@ -21,6 +22,7 @@
 #include "mk/clock.h"
 #include "mk/rdv.h"
 #include "rdv_conn.h"
+#include "rdv_eager.h"
 
 #define MK_RDV_MAGIC	   0x6d6b7276u /* live comm */
 #define MK_RDV_DEAD	   0x64656164u /* closed comm, object on a free list */
@@ -40,7 +42,8 @@ struct mk_rdv_cts {
 	uint16_t nsub; /* sub-receives in this group */
 	uint16_t idx;  /* this entry's index in the group */
 	uint32_t flags;
-	uint32_t pad[2];
+	uint32_t credits; /* eager messages the receiver had taken out of its slots */
+	uint32_t pad;
 	uint32_t seq; /* written last; valid when equal to the group's sequence */
 };
 _Static_assert(sizeof(struct mk_rdv_cts) == 64, "CTS entry is 64 bytes");
@@ -113,14 +116,17 @@ struct mk_rdv_req {
 	unsigned nseg, posted, completed;
 	size_t chunk;
 	bool trunc; /* send larger than the receive: tell the peer, fail both */
+	bool eager; /* went through the bounce slots: done once that write completed */
 	struct mk_rdv_req *next_pending; /* segments still to post, in order */
 	/* recv */
 	int n;
 	bool optional;
 	bool cts_posted, cts_done;
+	int cts_status; /* the CTS write failed: fatal only while data is still due */
 	size_t got[MK_RDV_MAX_RECVS];
 	uint8_t segs_seen[MK_RDV_MAX_RECVS];
 	uint8_t segs_total[MK_RDV_MAX_RECVS];
+	uint8_t etaken; /* sub-receives an eager message was matched to (bit i) */
 	/* flush */
 	bool flushed;
 };
@@ -131,6 +137,12 @@ struct mk_rdv_send {
 	struct mk_rdv_cts *ring; /* [MK_RDV_CTS_GROUPS][MK_RDV_MAX_RECVS] inside region */
 	uint32_t next_group;	 /* oldest group not fully consumed */
 	/*
+	 * First group not processed yet. Groups are processed in order once all their entries
+	 * have landed: shape cached, credits taken, sub-receives offered to unmatched eager
+	 * messages. Sends match only in processed groups; eager messages carry it as frontier.
+	 */
+	uint32_t seen;
+	/*
 	 * Per ring group: consumed sub-slots (bitmask), and the group's sequence and size cached
 	 * when first seen, because the receiver may overwrite a fully consumed group's entries
 	 * with a later group before an older group is retired.
@@ -140,6 +152,7 @@ struct mk_rdv_send {
 	uint32_t gseq[MK_RDV_CTS_GROUPS];
 	struct mk_rdv_req *pending_head, *pending_tail;
 	struct mk_rdv_req *free_reqs;
+	struct mk_rdv_eager_tx eager;
 	struct mk_rdv_req reqs[MK_RDV_SEND_REQS];
 };
 
@@ -149,8 +162,16 @@ struct mk_rdv_recv {
 	struct mk_rdv_cts *staging; /* CTS entries before they are written to the sender */
 	uint64_t peer_ring;	    /* the sender's CTS ring VA */
 	uint32_t next_seq;	    /* sequence of the next receive group */
+	uint32_t cts_next;	    /* first posted group whose CTS the transport has not taken */
 	int outstanding;	    /* posted, not yet reported done */
 	bool early_ok;		    /* writes land unpolled: optional receives may finish early */
+	/*
+	 * The sender has processed the CTS of every group before this (from eager headers and
+	 * data immediates). A group can complete by eager messages alone, before the sender read
+	 * its CTS: no group is posted 64 (the ring's depth) or more ahead of it.
+	 */
+	uint32_t frontier;
+	struct mk_rdv_eager_rx eager;
 	struct mk_rdv_req reqs[MK_RDV_CTS_GROUPS]; /* indexed by seq % MK_RDV_CTS_GROUPS */
 	struct mk_rdv_req flush_reqs[MK_RDV_MAX_REQUESTS];
 };
@@ -166,6 +187,46 @@ int mk_rdv_send_progress(struct mk_rdv_send *s);
 int mk_rdv_recv_progress(struct mk_rdv_recv *r);
 int mk_rdv_send_test(struct mk_rdv_req *req, int *done, size_t *sizes);
 int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes);
+
+/* rdv_eager_send.c: the sender's half of the eager path */
+void mk_rdv_eager_tx_init(struct mk_rdv_send *s, char *staging, struct mk_rdv_eager_words *words,
+			  uint32_t own_bytes);
+void mk_rdv_eager_tx_connect(struct mk_rdv_send *s, const struct mk_rdv_blob *peer);
+/*
+ * Send size bytes of data eagerly for req when there is a credit and a free staging slot: 0
+ * (posted; req completes with the write), -EAGAIN (not now: no credit, slot busy, queue full),
+ * -EOPNOTSUPP (never for this message: too large, GPU memory, no eager on this connection), or
+ * a transport error.
+ */
+int mk_rdv_eager_send(struct mk_rdv_send *s, const void *data, size_t size, int tag,
+		      const struct mk_mr *mr, struct mk_rdv_req *req);
+/*
+ * A send cannot go: if the receiver offers eager and has not heard of our frontier, write it
+ * into its frontier word (it holds back receives 64 groups past the last frontier it knows).
+ */
+void mk_rdv_eager_tell_frontier(struct mk_rdv_send *s);
+/* Group g of n sub-receives was just processed: take its credits, match waiting messages. */
+void mk_rdv_eager_group_seen(struct mk_rdv_send *s, uint32_t g, unsigned n);
+/* -EMSGSIZE once the receiver said an eager message did not fit its receive, else 0. */
+int mk_rdv_eager_tx_error(const struct mk_rdv_send *s);
+/* An event of the send connection that belongs to the eager path (true: consumed). */
+bool mk_rdv_eager_tx_event(struct mk_rdv_send *s, const struct mk_event *ev);
+
+/* rdv_eager_recv.c: the receiver's half */
+void mk_rdv_eager_rx_init(struct mk_rdv_recv *r, char *slots, struct mk_rdv_eager_words *words,
+			  uint32_t bytes);
+/* The frontier the sender last wrote into our frontier word, taken into r->frontier. */
+void mk_rdv_eager_read_frontier(struct mk_rdv_recv *r);
+void mk_rdv_eager_rx_connect(struct mk_rdv_recv *r, const struct mk_rdv_blob *peer);
+/*
+ * An immediate with MK_RDV_IMM_EAGER: its slot has landed. False (dropped with a WARN): outside
+ * the sender's credits, so not our peer's.
+ */
+bool mk_rdv_eager_arrived(struct mk_rdv_recv *r, uint32_t imm);
+/* Take landed messages out in order while their receive is posted; hand credits back. */
+void mk_rdv_eager_deliver(struct mk_rdv_recv *r);
+/* A completion of ours that belongs to the eager path (a credit write; true: consumed). */
+bool mk_rdv_eager_rx_event(struct mk_rdv_recv *r, const struct mk_event *ev);
 
 /* rdv_setup.c, tests only: start sequences at a chosen value to exercise wrap-around. */
 void mk_rdv_set_initial_seq(uint32_t seq);

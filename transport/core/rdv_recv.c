@@ -2,30 +2,38 @@
 /*
  * Rendezvous messaging, receive side: irecv writes one clear-to-send entry per sub-receive
  * into the sender's ring; data arrives as writes with immediates that name the group
- * (sequence), the sub-receive and the segment count, and carry the written length.
+ * (sequence), the sub-receive and the segment count, and carry the written length, or as
+ * eager messages in our bounce slots, which rdv_eager_recv.c matches and copies out.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "mk/compiler.h"
+#include "mk/core_params.h"
 #include "mk/log.h"
 #include "rdv_internal.h"
 
 #define RECV_POLL_BATCH 16
 
-static bool recv_complete(const struct mk_rdv_req *req)
+/* Every sub-receive has its data (by rendezvous or eager). */
+static bool recv_data_in(const struct mk_rdv_req *req)
 {
-	if (!req->cts_done)
-		return false;
 	for (int i = 0; i < req->n; i++)
 		if (req->segs_total[i] == 0 || req->segs_seen[i] != req->segs_total[i])
 			return false;
 	return true;
 }
 
+/* Nothing of the request is in flight: its slot and CTS staging entries may be reused. */
+static bool recv_complete(const struct mk_rdv_req *req)
+{
+	return req->cts_done && recv_data_in(req);
+}
+
 /*
- * An immediate arrived. One that names no posted receive was not sent by our peer for this
- * connection (a stranger's write reached the endpoint): dropped with a WARN, and it fails
+ * An immediate arrived. One that names no posted receive (or a sub-receive an eager message
+ * already took, or an eager slot outside the sender's credits) was not sent by our peer for
+ * this connection (a stranger's write reached the endpoint): dropped with a WARN, and it fails
  * nothing, not even as a sign of life. Returns whether it was our peer's.
  */
 static bool recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
@@ -34,8 +42,14 @@ static bool recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 	struct mk_rdv_req *req = &r->reqs[seq10 % MK_RDV_CTS_GROUPS];
 	unsigned idx = mk_rdv_imm_idx(ev->imm);
 
+	if (ev->imm & MK_RDV_IMM_EAGER) {
+		if (!ev->status)
+			return mk_rdv_eager_arrived(r, ev->imm);
+		mk_rdv_fail(&r->cs, ev->status, "incoming eager message");
+		return true;
+	}
 	if (req->state == MK_RDV_REQ_FREE || (req->seq & MK_RDV_IMM_SEQ_MASK) != seq10 ||
-	    idx >= (unsigned)req->n) {
+	    idx >= (unsigned)req->n || (req->etaken & (1u << idx))) {
 		MK_WARN_RATELIMITED("receive: dropped an immediate 0x%08x that names no posted "
 				    "receive (seq %u, index %u)",
 				    ev->imm, seq10, idx);
@@ -49,6 +63,9 @@ static bool recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 	req->got[idx] += ev->len;
 	req->segs_total[idx] = (uint8_t)mk_rdv_imm_nseg(ev->imm);
 	req->segs_seen[idx]++;
+	/* the sender had processed this group's CTS before it wrote */
+	if ((int32_t)(req->seq + 1 - r->frontier) > 0)
+		r->frontier = req->seq + 1;
 	if (mk_rdv_imm_trunc(ev->imm) && req->status == 0) {
 		req->status = -EMSGSIZE;
 		MK_WARN("receive: the peer's send is larger than the %d-buffer receive posted "
@@ -74,13 +91,21 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 		mk_rdv_probe_done(&r->cs, ev->status);
 		return;
 	}
+	if (mk_rdv_eager_rx_event(r, ev))
+		return;
 	if (req == NULL || req->comm != &r->head) {
 		if (ev->status)
 			mk_rdv_fail(&r->cs, ev->status, "transport error");
 		return;
 	}
 	if (ev->status) {
-		if (req->status == 0)
+		/*
+		 * A failed CTS write fails its receive only if data is still due: a sender that
+		 * sent eagerly and closed has left the whole message here already.
+		 */
+		if (ev->type != MK_EV_READ_DONE)
+			req->cts_status = ev->status;
+		else if (req->status == 0)
 			req->status = ev->status;
 		mk_rdv_fail(&r->cs, ev->status,
 			    ev->type == MK_EV_READ_DONE ? "flush read" : "clear-to-send write");
@@ -91,6 +116,46 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 		req->cts_done = true;
 	if (req->kind == MK_RDV_REQ_RECV && req->state == MK_RDV_REQ_LINGER && recv_complete(req))
 		req->state = MK_RDV_REQ_FREE;
+}
+
+/*
+ * Hand the transport the CTS entries of posted groups, in order, as far as it takes them. A
+ * receive counts as posted before its CTS is out: eager messages already here can fill it, and
+ * a transport refusing writes to a peer that left (net does so for good) cannot hold them back.
+ * Draining, no CTS is written at all.
+ */
+static void recv_post_cts(struct mk_rdv_recv *r)
+{
+	struct mk_conn *c = r->cs.conn;
+
+	while (r->cts_next != r->next_seq) {
+		uint32_t seq = r->cts_next;
+		struct mk_rdv_req *req = &r->reqs[seq % MK_RDV_CTS_GROUPS];
+		struct mk_rdv_cts *cts = &r->staging[(seq % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+		uint64_t dst = r->peer_ring + (uint64_t)((seq - 1) % MK_RDV_CTS_GROUPS) *
+						      MK_RDV_MAX_RECVS * sizeof(*cts);
+		int rc = r->cs.error;
+
+		if (rc == 0) {
+			for (int i = 0; i < req->n; i++)
+				cts[i].credits = r->eager.next; /* as fresh as they can be */
+			rc = c->ops->write(c, 0, cts, (size_t)req->n * sizeof(*cts),
+					   r->cs.region.mr->bmr, dst, &r->cs.peer_rkey, false, 0,
+					   req);
+			if (rc == -EAGAIN)
+				return;
+			if (rc)
+				mk_rdv_fail(&r->cs, rc, "clear-to-send write");
+			else
+				r->eager.credited = r->eager.next;
+		}
+		if (rc) {
+			req->cts_done =
+				true; /* nothing in flight: a receive filled eagerly may end */
+			req->cts_status = rc;
+		}
+		r->cts_next = seq + 1;
+	}
 }
 
 int mk_rdv_recv_progress(struct mk_rdv_recv *r)
@@ -107,7 +172,44 @@ int mk_rdv_recv_progress(struct mk_rdv_recv *r)
 		for (int i = 0; i < n; i++)
 			recv_event(r, &ev[i]);
 	} while (n == RECV_POLL_BATCH);
+	recv_post_cts(r);
+	mk_rdv_eager_deliver(r);
 	return r->cs.error;
+}
+
+/*
+ * The connection failed, but the peer may have left data behind: it sends small messages
+ * eagerly and may close before we even post their receives (its sends completed long ago), and
+ * what it wrote before keeps landing for a while after our writes to it fail. So receives go on
+ * as long as eager messages wait in our slots, or something arrived in the last
+ * MKERNEL_KEEPALIVE ms; a receive still empty after that gets the error. Our own protocol's
+ * errors end everything at once.
+ */
+static bool recv_draining(const struct mk_rdv_recv *r)
+{
+	int e = r->cs.error;
+
+	if (e == 0 || e == -EPROTO || e == -EMSGSIZE)
+		return false;
+	if (r->eager.slots != NULL && r->eager.arrived[r->eager.next % MK_RDV_EAGER_SLOTS])
+		return true;
+	return mk_now_ms() - r->cs.last_event_ms < (uint64_t)mk_param_keepalive_ms();
+}
+
+/*
+ * Room for group seq: its request slot free, fewer than NCCL's 32 receives outstanding, and,
+ * with eager on, the sender past the group the ring slot last held (a group can complete by
+ * eager messages before the sender read its CTS; the ring must not overrun it).
+ */
+static bool recv_room(struct mk_rdv_recv *r, uint32_t seq)
+{
+	if (r->eager.slots != NULL)
+		mk_rdv_eager_read_frontier(r);
+	/* draining, no CTS goes out: no ring to overrun */
+	return r->reqs[seq % MK_RDV_CTS_GROUPS].state == MK_RDV_REQ_FREE &&
+	       r->outstanding < MK_RDV_MAX_REQUESTS &&
+	       (r->eager.slots == NULL || r->cs.error != 0 ||
+		(int32_t)(seq - r->frontier) < MK_RDV_CTS_GROUPS);
 }
 
 int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *sizes, const int *tags,
@@ -117,20 +219,17 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	uint32_t seq = r->next_seq;
 	struct mk_rdv_req *req = &r->reqs[seq % MK_RDV_CTS_GROUPS];
 	struct mk_rdv_cts *cts = &r->staging[(seq % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
-	uint64_t dst = r->peer_ring +
-		       (uint64_t)((seq - 1) % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS * sizeof(*cts);
-	struct mk_conn *c = r->cs.conn;
 	int rc;
 
 	*out = NULL;
-	if (r->cs.error)
+	if (r->cs.error && !recv_draining(r))
 		return r->cs.error;
-	/* as in isend: poll only when the slot is still busy; test() polls anyway */
-	if (req->state != MK_RDV_REQ_FREE || r->outstanding >= MK_RDV_MAX_REQUESTS) {
+	/* as in isend: poll only when there is no room yet; test() polls anyway */
+	if (!recv_room(r, seq)) {
 		rc = mk_rdv_recv_progress(r);
-		if (rc)
+		if (rc && !recv_draining(r))
 			return rc;
-		if (req->state != MK_RDV_REQ_FREE || r->outstanding >= MK_RDV_MAX_REQUESTS)
+		if (!recv_room(r, seq))
 			return 0;
 	}
 	for (int i = 0; i < n; i++) {
@@ -146,19 +245,10 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 			.seq = seq,
 		};
 	}
-	rc = c->ops->write(c, 0, cts, (size_t)n * sizeof(*cts), r->cs.region.mr->bmr, dst,
-			   &r->cs.peer_rkey, false, 0, req);
-	if (rc == -EAGAIN) {
-		mk_rdv_keepalive(&r->cs, true);
-		return r->cs.error;
-	}
-	if (rc) {
-		mk_rdv_fail(&r->cs, rc, "clear-to-send write");
-		return rc;
-	}
 	memset(req->got, 0, sizeof(req->got));
 	memset(req->segs_seen, 0, sizeof(req->segs_seen));
 	memset(req->segs_total, 0, sizeof(req->segs_total));
+	req->etaken = 0;
 	req->state = MK_RDV_REQ_POSTED;
 	req->status = 0;
 	req->seq = seq;
@@ -166,8 +256,10 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	req->optional = optional && r->early_ok;
 	req->cts_posted = true;
 	req->cts_done = false;
+	req->cts_status = 0;
 	r->next_seq++;
 	r->outstanding++;
+	recv_post_cts(r);
 	*out = req;
 	return 0;
 }
@@ -222,15 +314,20 @@ int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 		req->state = MK_RDV_REQ_FREE;
 		return 0;
 	}
-	if (recv_complete(req)) {
+	if (recv_data_in(req)) {
 		*done = 1;
 		if (sizes != NULL)
 			for (int i = 0; i < req->n; i++)
 				sizes[i] = req->got[i];
-		req->state = MK_RDV_REQ_FREE;
+		/* its CTS write may still be in flight: the entries stay until it completes */
+		req->state = req->cts_done ? MK_RDV_REQ_FREE : MK_RDV_REQ_LINGER;
 		r->outstanding--;
 		return 0;
 	}
+	if (rc && recv_draining(r))
+		return 0; /* what the peer sent before it went may still be landing */
+	if (req->cts_status)
+		return req->cts_status;
 	if (req->optional && req->cts_done && rc == 0) {
 		/* NCCL polls flags inside the data itself; the data still lands in order. */
 		*done = 1;

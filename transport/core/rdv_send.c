@@ -2,7 +2,9 @@
 /*
  * Rendezvous messaging, send side: match each isend to a clear-to-send entry the receiver
  * wrote into our ring, then write the data into the receiver's buffer, every segment with an
- * immediate. Never blocks, never allocates: requests come from the comm's fixed pool.
+ * immediate; or, for a small message whose CTS is not here yet, send it eagerly into the
+ * receiver's bounce slots (rdv_eager_send.c). Never blocks, never allocates: requests come from
+ * the comm's fixed pool.
  */
 #include <errno.h>
 #include <string.h>
@@ -36,27 +38,48 @@ static unsigned send_group_ready(struct mk_rdv_send *s, uint32_t seq)
 	return n;
 }
 
-/* Sub-receive count of group seq: cached once seen, so later overwrites cannot hide it. */
-static unsigned send_group_n(struct mk_rdv_send *s, uint32_t seq)
-{
-	unsigned i = (seq - 1) % MK_RDV_CTS_GROUPS;
-	unsigned n;
-
-	if (s->gn[i] != 0 && s->gseq[i] == seq)
-		return s->gn[i];
-	n = send_group_ready(s, seq);
-	if (n != 0) {
-		s->gseq[i] = seq;
-		s->gn[i] = (uint8_t)n;
-	}
-	return n;
-}
-
 static bool send_group_full(struct mk_rdv_send *s, uint32_t seq)
 {
 	unsigned i = (seq - 1) % MK_RDV_CTS_GROUPS;
 
 	return s->gn[i] != 0 && s->gseq[i] == seq && s->used[i] == (uint8_t)((1u << s->gn[i]) - 1);
+}
+
+/* Retire fully consumed groups at the head so their ring slots can be rewritten. */
+static void send_retire(struct mk_rdv_send *s)
+{
+	while (send_group_full(s, s->next_group)) {
+		unsigned i = (s->next_group - 1) % MK_RDV_CTS_GROUPS;
+
+		s->used[i] = 0;
+		s->gn[i] = 0;
+		s->next_group++;
+	}
+}
+
+/*
+ * Process the groups whose entries have all landed, in order: cache their shape (the receiver
+ * may overwrite a fully consumed group's entries with a later group before an older one is
+ * retired), then let the eager path take credits and match its waiting messages in them. Never
+ * further than the ring's depth past the oldest unretired group: that slot is still its own.
+ */
+static void send_see(struct mk_rdv_send *s)
+{
+	for (;;) {
+		uint32_t g = s->seen;
+		unsigned i = (g - 1) % MK_RDV_CTS_GROUPS, n;
+
+		if (g - s->next_group >= MK_RDV_CTS_GROUPS)
+			return;
+		n = send_group_ready(s, g);
+		if (n == 0)
+			return;
+		s->gseq[i] = g;
+		s->gn[i] = (uint8_t)n;
+		mk_rdv_eager_group_seen(s, g, n);
+		s->seen = g + 1;
+		send_retire(s); /* eager messages may have taken every entry */
+	}
 }
 
 /* Post what is left of req's segments; stops at the first full queue. */
@@ -112,6 +135,11 @@ static void send_event(struct mk_rdv_send *s, const struct mk_event *ev)
 		mk_rdv_probe_done(&s->cs, ev->status);
 		return;
 	}
+	if (mk_rdv_eager_tx_event(s, ev)) {
+		if (ev->status)
+			mk_rdv_fail(&s->cs, ev->status, "eager write");
+		return;
+	}
 	if (ev->type != MK_EV_WRITE_DONE || req == NULL || req->comm != &s->head ||
 	    req->state != MK_RDV_REQ_POSTED) {
 		if (ev->status)
@@ -139,6 +167,10 @@ int mk_rdv_send_progress(struct mk_rdv_send *s)
 		for (int i = 0; i < n; i++)
 			send_event(s, &ev[i]);
 	} while (n == SEND_POLL_BATCH);
+	send_see(s);
+	rc = mk_rdv_eager_tx_error(s);
+	if (rc)
+		mk_rdv_fail(&s->cs, rc, "an eager message did not fit the peer's receive");
 
 	while (s->pending_head != NULL && s->cs.error == 0) {
 		struct mk_rdv_req *req = s->pending_head;
@@ -158,26 +190,23 @@ int mk_rdv_send_progress(struct mk_rdv_send *s)
 }
 
 /*
- * Find the sub-receive this send belongs to: the oldest group that has an unconsumed entry
- * with this tag (any entry when the group has one). Sends of one tag arrive in order, so a tag
- * already consumed in the oldest group belongs to a later one. Returns 0 and fills *seq and *idx,
- * -EAGAIN if its CTS has not arrived yet, -EINVAL if the oldest ready group lacks the tag.
+ * Find the sub-receive this send belongs to: the oldest processed group that has an unconsumed
+ * entry with this tag (any entry when the group has one). Sends of one tag arrive in order, so a
+ * tag already consumed in the oldest group belongs to a later one. Returns 0 and fills *seq and
+ * *idx, -EAGAIN if its CTS has not been processed yet, -EINVAL if the oldest group lacks the tag.
  */
 static int send_match(struct mk_rdv_send *s, int tag, uint32_t *seq, unsigned *idx)
 {
 	bool oldest = true;
 
-	for (uint32_t k = 0; k < MK_RDV_CTS_GROUPS; k++) {
-		uint32_t g = s->next_group + k;
+	for (uint32_t g = s->next_group; g != s->seen; g++) {
 		uint8_t used;
 		unsigned n;
 		bool tag_seen = false;
 
 		if (send_group_full(s, g))
 			continue;
-		n = send_group_n(s, g);
-		if (n == 0)
-			return -EAGAIN;
+		n = s->gn[(g - 1) % MK_RDV_CTS_GROUPS];
 		used = s->used[(g - 1) % MK_RDV_CTS_GROUPS];
 		for (unsigned i = 0; i < n; i++) {
 			bool free_slot = !(used & (1u << i));
@@ -206,14 +235,7 @@ static int send_match(struct mk_rdv_send *s, int tag, uint32_t *seq, unsigned *i
 static void send_consume(struct mk_rdv_send *s, uint32_t seq, unsigned idx)
 {
 	s->used[(seq - 1) % MK_RDV_CTS_GROUPS] |= (uint8_t)(1u << idx);
-	/* retire fully consumed groups at the head so their ring slots can be rewritten */
-	while (send_group_full(s, s->next_group)) {
-		unsigned i = (s->next_group - 1) % MK_RDV_CTS_GROUPS;
-
-		s->used[i] = 0;
-		s->gn[i] = 0;
-		s->next_group++;
-	}
+	send_retire(s);
 }
 
 static unsigned send_nseg(const struct mk_conn *c, size_t size, size_t *chunk)
@@ -233,6 +255,47 @@ static unsigned send_nseg(const struct mk_conn *c, size_t size, size_t *chunk)
 	return (unsigned)((size + *chunk - 1) / *chunk);
 }
 
+static struct mk_rdv_req *send_req_get(struct mk_rdv_send *s, void *data, size_t size,
+				       struct mk_mr *mr)
+{
+	struct mk_rdv_req *req = s->free_reqs;
+
+	s->free_reqs = req->next_free;
+	req->state = MK_RDV_REQ_POSTED;
+	req->status = 0;
+	req->src = data;
+	req->mr = mr;
+	req->size = size;
+	req->posted = 0;
+	req->completed = 0;
+	req->nseg = 0;
+	req->trunc = false;
+	req->eager = false;
+	return req;
+}
+
+/*
+ * How this send can go now: 0 with *seq and *idx, a processed CTS entry (rendezvous); 1, sent
+ * eagerly; -EAGAIN, neither yet; else an error. A CTS that is here wins over eager even for a
+ * small message: writing straight into the receive buffer saves the receiver's copy.
+ */
+static int send_try(struct mk_rdv_send *s, const void *data, size_t size, int tag,
+		    const struct mk_mr *mr, uint32_t *seq, unsigned *idx)
+{
+	int rc;
+
+	if (s->free_reqs == NULL)
+		return -EAGAIN;
+	send_see(s);
+	rc = send_match(s, tag, seq, idx);
+	if (rc != -EAGAIN)
+		return rc;
+	rc = mk_rdv_eager_send(s, data, size, tag, mr, s->free_reqs);
+	if (rc == 0)
+		return 1;
+	return rc == -EOPNOTSUPP ? -EAGAIN : rc;
+}
+
 int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, struct mk_mr *mr,
 		 struct mk_rdv_req **out)
 {
@@ -244,6 +307,9 @@ int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, str
 	int rc;
 
 	*out = NULL;
+	rc = mk_rdv_eager_tx_error(s);
+	if (rc)
+		mk_rdv_fail(&s->cs, rc, "an eager message did not fit the peer's receive");
 	if (s->cs.error)
 		return s->cs.error;
 	/*
@@ -251,39 +317,43 @@ int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, str
 	 * CQ read (syscalls on the socket providers), as much as the small send itself, and the
 	 * caller's test() polls anyway.
 	 */
-	rc = s->free_reqs == NULL ? -EAGAIN : send_match(s, tag, &seq, &idx);
+	rc = send_try(s, data, size, tag, mr, &seq, &idx);
 	if (rc == -EAGAIN) {
 		rc = mk_rdv_send_progress(s);
 		if (rc)
 			return rc;
-		if (s->free_reqs == NULL)
-			return 0;
-		rc = send_match(s, tag, &seq, &idx);
+		rc = send_try(s, data, size, tag, mr, &seq, &idx);
 	}
 	if (rc == -EAGAIN) {
+		mk_rdv_eager_tell_frontier(s);
 		mk_rdv_keepalive(&s->cs, true);
 		return s->cs.error;
 	}
-	if (rc) {
+	if (rc == 1) {
+		/* the request mk_rdv_eager_send() was given: the pool's head */
+		req = send_req_get(s, data, size, mr);
+		req->eager = true;
+		req->nseg = 1;
+		req->posted = 1;
+		*out = req;
+		return 0;
+	}
+	if (rc == -EINVAL) {
 		MK_WARN("isend: tag %d matches no receive of the oldest posted multi-receive", tag);
 		return rc;
 	}
+	if (rc) {
+		mk_rdv_fail(&s->cs, rc, "posting an eager write");
+		return rc;
+	}
 	cts = send_slot(s, seq, idx);
-	req = s->free_reqs;
-	s->free_reqs = req->next_free;
-	req->state = MK_RDV_REQ_POSTED;
-	req->status = 0;
-	req->src = data;
-	req->mr = mr;
-	req->size = size;
+	req = send_req_get(s, data, size, mr);
 	req->dst = cts->addr;
 	req->rkey.base = cts->rkey_base;
 	req->rkey.key = cts->rkey_key;
 	req->rkey.key2 = cts->rkey_key2;
 	req->seq = seq;
 	req->idx = idx;
-	req->posted = 0;
-	req->completed = 0;
 	req->trunc = size > cts->size;
 	req->nseg = req->trunc ? 1 : send_nseg(s->cs.conn, size, &req->chunk);
 	if (req->trunc) {

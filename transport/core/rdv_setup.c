@@ -126,27 +126,47 @@ static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct 
 {
 	size_t staging = sizeof(struct mk_rdv_cts) * MK_RDV_CTS_GROUPS * MK_RDV_MAX_RECVS;
 	struct mk_rdv_recv *r = rdv_recv_alloc();
+	struct mk_dev_props props;
+	uint32_t eager = 0;
+	size_t bounce;
+	char *base;
 	int rc;
 
 	if (r == NULL)
 		return -ENOMEM;
 	r->head.ops = ops;
 	r->head.dev = dev;
-	/* staging entries, then the probe slot (peer writes) and the probe source (we write) */
-	rc = mk_rdv_region_init(ops, dev, &r->cs.region, staging + 128);
+	rc = ops->dev_props(dev, &props);
 	if (rc)
 		goto undo_alloc;
-	r->staging = r->cs.region.base;
+	/*
+	 * Eager messages are copied out with memcpy: offer bounce slots only where no receive
+	 * buffer can be GPU memory.
+	 */
+	if (props.ptr_support == MK_PTR_HOST)
+		eager = mk_rdv_eager_bytes();
+	bounce = MK_RDV_EAGER_SLOTS * mk_rdv_eager_stride(eager);
+	/*
+	 * CTS staging, eager bounce slots, the eager words, then the probe slot (peer writes)
+	 * and the probe source (we write)
+	 */
+	rc = mk_rdv_region_init(ops, dev, &r->cs.region,
+				staging + bounce + MK_RDV_CREDIT_BYTES + 128);
+	if (rc)
+		goto undo_alloc;
+	base = r->cs.region.base;
+	r->staging = (struct mk_rdv_cts *)base;
+	mk_rdv_eager_rx_init(r, eager ? base + staging : NULL,
+			     (struct mk_rdv_eager_words *)(base + staging + bounce), eager);
 	r->next_seq = rdv_initial_seq;
-	{
-		struct mk_dev_props props;
-
-		/*
-		 * Finishing an optional receive before its data is in is only safe when nobody
-		 * has to poll for the data to land: NCCL may stop calling us once it is done.
-		 */
-		r->early_ok = ops->dev_props(dev, &props) == 0 && props.rma_lands_unpolled;
-	}
+	r->cts_next = rdv_initial_seq;
+	r->frontier = rdv_initial_seq;
+	/*
+	 * Finishing an optional receive before its data is in is only safe when nobody has to
+	 * poll for the data to land (NCCL may stop calling us once it is done), and when no
+	 * eager message, which we copy out ourselves, can be its data.
+	 */
+	r->early_ok = props.rma_lands_unpolled && eager == 0;
 	for (int i = 0; i < MK_RDV_CTS_GROUPS; i++) {
 		r->reqs[i].magic = MK_RDV_REQ_MAGIC;
 		r->reqs[i].kind = MK_RDV_REQ_RECV;
@@ -206,24 +226,32 @@ int mk_rdv_accept(struct mk_rdv_comm *comm, struct mk_rdv_comm **out)
 {
 	struct mk_rdv_listen *l = container_of(comm, struct mk_rdv_listen, head);
 	struct mk_rdv_recv *r = l->recv;
-	struct mk_rdv_blob blob;
+	struct mk_rdv_blob blob, peer;
 	struct mk_conn *conn = NULL;
 	int rc;
 
 	*out = NULL;
 	if (r == NULL)
 		return -EALREADY; /* a listener accepts exactly one connection */
-	blob = mk_rdv_conn_blob(&r->cs, 0);
+	blob = mk_rdv_conn_blob(&r->cs);
+	if (r->eager.slots != NULL) {
+		blob.eager_addr = (uint64_t)(uintptr_t)r->eager.slots;
+		blob.eager_slots = MK_RDV_EAGER_SLOTS;
+		blob.eager_bytes = r->eager.bytes;
+		blob.frontier_addr = (uint64_t)(uintptr_t)&r->eager.words->frontier;
+	}
 	rc = comm->ops->accept(l->l, &blob, sizeof(blob), &conn);
 	if (rc || conn == NULL)
 		return rc;
-	rc = mk_rdv_conn_finish(&r->cs, conn, &r->peer_ring);
+	rc = mk_rdv_conn_finish(&r->cs, conn, &peer);
 	if (rc) {
 		MK_WARN("accept: peer sent a malformed connection blob (%zu bytes)",
 			conn->peer_blob_len);
 		comm->ops->close(conn);
 		return rc;
 	}
+	r->peer_ring = peer.ring_addr;
+	mk_rdv_eager_rx_connect(r, &peer);
 	l->recv = NULL;
 	r->head.magic = MK_RDV_MAGIC;
 	*out = &r->head;
@@ -236,20 +264,29 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 			  struct mk_rdv_send **out)
 {
 	size_t ring = sizeof(struct mk_rdv_cts) * MK_RDV_CTS_GROUPS * MK_RDV_MAX_RECVS;
-	struct mk_rdv_blob blob;
+	uint32_t eager = mk_rdv_eager_bytes();
+	size_t staging = MK_RDV_EAGER_SLOTS * mk_rdv_eager_stride(eager);
 	struct mk_rdv_send *s = rdv_send_alloc();
+	struct mk_rdv_blob blob;
 	struct mk_conn *conn = NULL;
+	char *base;
 	int rc;
 
 	if (s == NULL)
 		return -ENOMEM;
 	s->head.ops = ops;
 	s->head.dev = dev;
-	rc = mk_rdv_region_init(ops, dev, &s->cs.region, ring + 128);
+	/* CTS ring, eager staging slots, the eager words, then the probe slot and source */
+	rc = mk_rdv_region_init(ops, dev, &s->cs.region,
+				ring + staging + MK_RDV_CREDIT_BYTES + 128);
 	if (rc)
 		goto undo_alloc;
-	s->ring = s->cs.region.base;
+	base = s->cs.region.base;
+	s->ring = (struct mk_rdv_cts *)base;
+	mk_rdv_eager_tx_init(s, base + ring, (struct mk_rdv_eager_words *)(base + ring + staging),
+			     eager);
 	s->next_group = rdv_initial_seq;
+	s->seen = rdv_initial_seq;
 	for (int i = 0; i < MK_RDV_SEND_REQS; i++) {
 		s->reqs[i].magic = MK_RDV_REQ_MAGIC;
 		s->reqs[i].kind = MK_RDV_REQ_SEND;
@@ -257,7 +294,9 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 		s->reqs[i].next_free = i + 1 < MK_RDV_SEND_REQS ? &s->reqs[i + 1] : NULL;
 	}
 	s->free_reqs = &s->reqs[0];
-	blob = mk_rdv_conn_blob(&s->cs, (uint64_t)(uintptr_t)s->ring);
+	blob = mk_rdv_conn_blob(&s->cs);
+	blob.ring_addr = (uint64_t)(uintptr_t)s->ring;
+	blob.eager_addr = (uint64_t)(uintptr_t)&s->eager.words->credit;
 	rc = ops->connect(dev, handle, &blob, sizeof(blob), &conn);
 	if (rc)
 		goto undo_region;
@@ -285,6 +324,7 @@ int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *hand
 {
 	struct mk_rdv_handle_tail tail;
 	struct rdv_pending *p, **pp;
+	struct mk_rdv_blob peer;
 	struct mk_rdv_send *s;
 	int rc;
 
@@ -330,11 +370,12 @@ int mk_rdv_connect(const struct mk_transport_ops *ops, int dev, const void *hand
 	free(p);
 	if (rc < 0)
 		goto undo_send;
-	rc = mk_rdv_conn_finish(&s->cs, s->cs.conn, NULL);
+	rc = mk_rdv_conn_finish(&s->cs, s->cs.conn, &peer);
 	if (rc) {
 		MK_WARN("connect: peer answered with a malformed connection blob");
 		goto undo_send;
 	}
+	mk_rdv_eager_tx_connect(s, &peer);
 	s->head.magic = MK_RDV_MAGIC;
 	*out = &s->head;
 	return 0;
