@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Guest script of the rdma suite, run by scripts/rxe-vm/run.sh inside the soft-RoCE guest: stock
 # rdma-core/perftest checks on rxe0, then every project test binary that was built, then
-# ib_write_bw at 1 MiB and 4 MiB next to mkernel-netbench (emulated figures, JSON lines on the
-# serial log and in $BUILD/rdma-bench.jsonl). Environment from /init: GIDX, MKERNEL_IB_GID_INDEX,
+# ib_write_bw at 1 MiB and 4 MiB and ib_write_lat at 8 B and 4 KiB next to mkernel-netbench
+# (emulated figures, JSON lines on the serial log and in $BUILD/rdma-bench.jsonl). Environment from /init: GIDX, MKERNEL_IB_GID_INDEX,
 # MKERNEL_TRANSPORT=verbs, PEER, BUILD, SRC, RXE_VM_LIB.
 # Binaries whose libraries the initramfs must carry (paths under the build dir):
 # rxe-vm-needs: test/rdma/verbs/test-verbs-loopback test/loopback/net/test-net-loopback
@@ -113,6 +113,42 @@ for size in 1048576 4194304; do
 			j="$j,\"candidate\":\"mkernel-netbench\",\"candidate_gbps\":$1"
 			j="$j,\"baseline\":\"ib_write_bw\",\"baseline_gbps\":$gbps"
 			bench_line "$j,\"ratio\":$2,\"emulated\":true}"
+		fi
+	else
+		fails=$((fails + 1))
+	fi
+done
+# One-way latency: ib_write_lat (perftest's ping-pong of RDMA writes, half the round trip) next
+# to mkernel-netbench's ping-pong through the plugin, 8 B and 4 KiB (eager on the plugin's side).
+for size in 8 4096; do
+	port=$((port + 1))
+	name=ib_write_lat-$size
+	lat=
+	if mk_pair "$name" "$port" \
+		"ib_write_lat -d rxe0 -x $GIDX -s $size -n 2000 -F -p $port" \
+		"ib_write_lat -d rxe0 -x $GIDX -s $size -n 2000 -F -p $port $PEER"; then
+		# t_typical, the fifth column of the size's row
+		lat=$(awk -v s="$size" '$1 == s && NF >= 5 { print $5; exit }' "/tmp/$name.client.log")
+		j="{\"tool\":\"ib_write_lat\",\"size\":$size,\"iters\":2000,\"lat_us\":${lat:-null}"
+		bench_line "$j,\"device\":\"rxe0\",\"gid_index\":$GIDX,\"emulated\":true}"
+	else
+		fails=$((fails + 1))
+	fi
+	[ -n "$netbench" ] || continue
+	nbj=/tmp/netbench-lat-$size.jsonl
+	if mk_run "netbench-lat-$size" "$netbench" --transport verbs --sizes "" \
+		--lat-sizes "$size" --lat-iters 2000 --reps 5 --rounds 1 --warmup 1 --raw none \
+		--json "$nbj"; then
+		while read -r l; do
+			bench_line "$(echo "$l" | sed 's/}$/,"emulated":true}/')"
+		done <"$nbj"
+		nb_lat=$(sed -n 's/.*"lat_us_median":\([0-9.]*\).*/\1/p' "$nbj" | head -n 1)
+		if [ -n "$lat" ] && [ -n "$nb_lat" ]; then
+			r=$(awk -v a="$nb_lat" -v b="$lat" 'BEGIN { printf "%.3f", b > 0 ? a / b : 0 }')
+			j="{\"tool\":\"compare\",\"size\":$size,\"unit\":\"us\""
+			j="$j,\"candidate\":\"mkernel-netbench\",\"candidate_lat_us\":$nb_lat"
+			j="$j,\"baseline\":\"ib_write_lat\",\"baseline_lat_us\":$lat"
+			bench_line "$j,\"latency_ratio\":$r,\"emulated\":true}"
 		fi
 	else
 		fails=$((fails + 1))

@@ -224,6 +224,7 @@ static ncclResult_t n_closeListen(void *c)
 struct peer {
 	int rx, tx; /* pipes from / to the other peer */
 	int max_recvs;
+	int ptr_support;
 	void *lib;
 };
 
@@ -441,6 +442,7 @@ static int peer_init(struct peer *p, const char *path)
 		return fail("implausible properties: name %s ptrSupport 0x%x maxRecvs %d",
 			    props.name ? props.name : "(null)", props.ptrSupport, props.maxRecvs);
 	p->max_recvs = props.maxRecvs;
+	p->ptr_support = props.ptrSupport;
 	return 0;
 }
 
@@ -896,17 +898,21 @@ static int multi_n(struct peer *p)
 	return p->max_recvs < 4 ? p->max_recvs : 4;
 }
 
-static int r_multirecv(struct peer *p)
+static size_t multi_len_of(int n, int i)
 {
-	int n = multi_n(p), tags[4], sizes[4];
-	void *lc, *rc, *mh, *data[4], *mhs[4], *req;
+	return n == 1 ? multi_len[2] : multi_len[i];
+}
+
+/*
+ * One multi-receive of n 8 KiB buffers of bufa with tags 20..: message i, sent with tag
+ * 20 + (n-1-i), must hold len(n, i) bytes of seed base + i and nothing past them.
+ */
+static int recv_multi(void *rc, void *mh, int n, size_t (*len)(int n, int i), uint32_t base)
+{
+	int tags[4], sizes[4];
+	void *data[4], *mhs[4], *req;
 	size_t caps[4];
 
-	if (recv_open(p, &lc, &rc))
-		return 1;
-	mh = reg(rc, bufa, 4 * 8192);
-	if (mh == NULL)
-		return 1;
 	memset(bufa, 0xee, 4 * 8192);
 	for (int j = 0; j < n; j++) {
 		data[j] = bufa + (size_t)j * 8192;
@@ -919,17 +925,28 @@ static int r_multirecv(struct peer *p)
 	if (wait_req(req, sizes, SPIN_SECONDS) != ncclSuccess)
 		return fail("test(multi recv) failed");
 	for (int j = 0; j < n; j++) {
-		/* the sender sent message i with tag 20 + (n-1-i) */
 		int i = n - 1 - j;
-		size_t len = n == 1 ? multi_len[2] : multi_len[i];
+		size_t l = len(n, i);
 
-		if ((size_t)sizes[j] != len)
-			return fail("sub %d: %d bytes, expected %zu", j, sizes[j], len);
-		if (check(data[j], len, (uint32_t)i))
+		if ((size_t)sizes[j] != l)
+			return fail("sub %d: %d bytes, expected %zu", j, sizes[j], l);
+		if (check(data[j], l, base + (uint32_t)i))
 			return 1;
-		if (((unsigned char *)data[j])[len] != 0xee)
+		if (((unsigned char *)data[j])[l] != 0xee)
 			return fail("sub %d: byte past the message overwritten", j);
 	}
+	return 0;
+}
+
+static int r_multirecv(struct peer *p)
+{
+	void *lc, *rc, *mh;
+
+	if (recv_open(p, &lc, &rc))
+		return 1;
+	mh = reg(rc, bufa, 4 * 8192);
+	if (mh == NULL || recv_multi(rc, mh, multi_n(p), multi_len_of, 0))
+		return 1;
 	if (n_deregMr(rc, mh) != ncclSuccess)
 		return fail("deregMr failed");
 	return recv_close(lc, rc);
@@ -946,7 +963,7 @@ static int s_multirecv(struct peer *p)
 	if (mh == NULL)
 		return 1;
 	for (int i = 0; i < n; i++) {
-		size_t len = n == 1 ? multi_len[2] : multi_len[i];
+		size_t len = multi_len_of(n, i);
 		char *buf = bufb + (size_t)i * 8192;
 
 		fill(buf, len, (uint32_t)i);
@@ -960,6 +977,88 @@ static int s_multirecv(struct peer *p)
 	if (n_deregMr(sc, mh) != ncclSuccess)
 		return fail("deregMr failed");
 	return n_closeSend(sc) == ncclSuccess ? 0 : fail("closeSend failed");
+}
+
+/*
+ * Small sends complete before their receives are even posted, which only the eager path allows
+ * (a rendezvous send cannot finish before its receive's clear-to-send), and the sender closes;
+ * then the receives come, in posting order, and with maxRecvs > 1 the last messages fill one
+ * multi-receive by tag. Skipped where eager is off: MKERNEL_EAGER_BYTES below the sizes, or a
+ * device that can register GPU memory (the receiver offers no bounce slots there).
+ */
+#define EAGER_N	  40
+#define EAGER_MAX 4096
+
+static size_t eager_len(int i)
+{
+	return (size_t)(i * 397) % (EAGER_MAX + 1);
+}
+
+static bool eager_off(const struct peer *p)
+{
+	const char *e = getenv("MKERNEL_EAGER_BYTES");
+
+	return (e != NULL && atol(e) < EAGER_MAX) || (p->ptr_support & ~MK_NCCL_PTR_HOST);
+}
+
+static size_t eager_len_of(int n, int i)
+{
+	(void)n;
+	return eager_len(i);
+}
+
+static int r_eager_first(struct peer *p)
+{
+	void *lc, *rc, *mh;
+
+	if (eager_off(p))
+		return EXIT_SKIP;
+	if (recv_open(p, &lc, &rc))
+		return 1;
+	mh = reg(rc, bufa, 4 * 8192);
+	if (mh == NULL || token_get(p, 's')) /* every send is done, the sender closed */
+		return 1;
+	for (int i = 0; i < EAGER_N; i++)
+		if (recv_one(rc, bufa, EAGER_MAX + 64, eager_len(i), (uint32_t)i, mh))
+			return 1;
+	if (recv_multi(rc, mh, multi_n(p), eager_len_of, 100))
+		return 1;
+	if (n_deregMr(rc, mh) != ncclSuccess)
+		return fail("deregMr failed");
+	return recv_close(lc, rc);
+}
+
+static int s_eager_first(struct peer *p)
+{
+	int n = multi_n(p), size;
+	void *sc, *mh;
+
+	if (eager_off(p))
+		return EXIT_SKIP;
+	if (send_open(p, &sc))
+		return 1;
+	mh = reg(sc, bufb, (EAGER_N + 4) * 8192);
+	if (mh == NULL)
+		return 1;
+	for (int i = 0; i < EAGER_N + n; i++) {
+		bool multi = i >= EAGER_N;
+		int k = multi ? i - EAGER_N : i;
+		char *buf = bufb + (size_t)i * 8192;
+		size_t len = eager_len(k);
+		void *req;
+
+		fill(buf, len, multi ? 100 + (uint32_t)k : (uint32_t)k);
+		if (post_send(sc, buf, len, multi ? 20 + (n - 1 - k) : SEND_TAG, mh, &req) !=
+		    ncclSuccess)
+			return fail("isend %d failed", i);
+		/* done without a single receive posted: that is the eager path */
+		if (wait_req(req, &size, SPIN_SECONDS) != ncclSuccess)
+			return fail("send %d did not complete before its receive", i);
+	}
+	if (n_deregMr(sc, mh) != ncclSuccess || n_closeSend(sc) != ncclSuccess)
+		return fail("closing the send comm failed");
+	token_put(p, 's');
+	return 0;
 }
 
 static int r_recv_larger(struct peer *p)
@@ -1015,11 +1114,31 @@ static int s_send_larger(struct peer *p)
 	ret = post_send(sc, bufb, 1000, SEND_TAG, mh, &req);
 	if (ret == ncclSuccess)
 		ret = wait_req(req, &size, SPIN_SECONDS);
+	if (ret == ncclSuccess) {
+		/*
+		 * It went eagerly, before the receive's CTS could say it does not fit: the
+		 * receiver finds out and tells us, and the send comm fails at a later call
+		 * (unless the receiver closed before its word reached us: then with the
+		 * error a gone peer gives).
+		 */
+		double t0 = now_s();
+
+		if (token_get(p, 'e'))
+			return 1;
+		while (ret == ncclSuccess && now_s() - t0 < SPIN_SECONDS) {
+			req = NULL;
+			ret = n_isend(sc, bufb, 1, SEND_TAG, mh, &req);
+			if (ret == ncclSuccess && req != NULL)
+				ret = wait_req(req, &size, SPIN_SECONDS);
+		}
+		if (ret == ncclSystemError)
+			ret = ncclInvalidUsage;
+	} else if (token_get(p, 'e')) {
+		return 1;
+	}
 	if (ret != ncclInvalidUsage)
 		return fail("send larger than the receive returned %d, expected %d", ret,
 			    ncclInvalidUsage);
-	if (token_get(p, 'e'))
-		return 1;
 	if (n_deregMr(sc, mh) != ncclSuccess)
 		return fail("deregMr after the error failed");
 	return n_closeSend(sc) == ncclSuccess ? 0 : fail("closeSend after the error failed");
@@ -1607,6 +1726,7 @@ static const struct lcase cases[] = {
 	{ "inflight32", r_inflight32, s_inflight32, false, 0, 2 },
 	{ "inflight32_multi", r_inflight32_multi, s_inflight32_multi, false, 0, 2 },
 	{ "multirecv", r_multirecv, s_multirecv, false, 0, 2 },
+	{ "eager_first", r_eager_first, s_eager_first, false, 0, 2 },
 	{ "recv_larger", r_recv_larger, s_recv_larger, false, 0, 2 },
 	{ "send_larger", r_send_larger, s_send_larger, false, 0, 2 },
 	{ "zero_bytes", r_zero_bytes, s_zero_bytes, false, 0, 2 },
