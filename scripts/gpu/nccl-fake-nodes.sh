@@ -6,13 +6,17 @@
 # (NVLink inside a half, the network path between the halves). Checks exact results of every
 # collective and send/recv from 1 B to 256 MiB through the plugin over libfabric's tcp, net and
 # shm providers, proves from NCCL's own log that the plugin was loaded and assigned, then
-# measures all_reduce bus bandwidth through the plugin (tcp and shm providers) and through
-# NCCL's internal Socket transport in the same run.
+# measures all_reduce and all_gather bus bandwidth (1 MiB to 256 MiB) through the plugin and
+# through NCCL's internal Socket transport in the same run, the configurations taken in turn
+# ROUNDS times.
 #
 # usage: scripts/gpu/nccl-fake-nodes.sh <build-dir or unpacked bundle> [out-dir]
 # Environment: CONFIGS (bandwidth configurations to run; nccl-nvlink = NCCL's own transports
-# with no network forced, NVLink between the GPUs of layout g), CHECK_PROVIDERS (the providers
-# whose exact results are checked: tcp, net, shm by default), SKIP_CHECK=1 (bandwidth only),
+# with no network forced, NVLink between the GPUs of layout g), CHECKS (providers whose results
+# are checked, default "tcp net shm"; CHECK_PROVIDERS is read where CHECKS is unset),
+# SKIP_CHECK=1 (bandwidth only), ROUNDS (turns over the
+# configurations, default 2; the summary takes the median per point), LANES (endpoints per
+# connection in the *-lanes configurations, default 4),
 # LAYOUT (default a), JOB_TIMEOUT (s per job, default 600), DRY_RUN=1 (print each rank's command).
 # The plugin's libfabric must be loadable (LD_LIBRARY_PATH). Figures of layouts on one GPU are
 # one-host emulation.
@@ -81,22 +85,23 @@ run_job() {
 fail=0
 plugin_env=("NCCL_NET_PLUGIN=$plugin" NCCL_NET=mkernel MKERNEL_TRANSPORT=ofi MKERNEL_OFI_IFACE=lo)
 echo "nccl-fake-nodes: layout ${LAYOUT:-a}: $nranks ranks, $MK_L_NODES node(s) x $MK_L_NLOCAL"
+# provider_of <short name>: the libfabric provider string
+provider_of() { case $1 in tcp) echo "tcp;ofi_rxm" ;; *) echo "$1" ;; esac; }
+checks=${CHECKS:-${CHECK_PROVIDERS:-tcp net shm}}
 if [ -z "${SKIP_CHECK:-}" ]; then
-	# exact results over each provider the plugin is used with (CHECK_PROVIDERS selects)
-	for prov in ${CHECK_PROVIDERS:-tcp net shm}; do
-		ofi=$prov
-		[ "$prov" = tcp ] && ofi="tcp;ofi_rxm"
-		label=mkernel-$prov
-		run_job "$label" check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=$ofi" ||
-			{ echo "FAILED: exact results over $ofi"; fail=1; }
+	# exact results over each provider the plugin is used with, and from NCCL's own log that
+	# the plugin was loaded and assigned in every one of those runs
+	for p in $checks; do
+		run_job "mkernel-$p" check "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=$(provider_of "$p")" ||
+			{ echo "check over $p: FAIL"; fail=1; }
 		[ "$dry" = 1 ] && continue
 		# NCCL writes its INFO lines to stdout, its WARN lines to stderr: search both.
-		logs=("$out/$label-check-rank0.out" "$out/$label-check-rank0.log")
+		logs=("$out/mkernel-$p-check-rank0.out" "$out/mkernel-$p-check-rank0.log")
 		for want in "Loaded net plugin mkernel" "Assigned NET plugin mkernel" "NET/mkernel"; do
 			if grep -qh "$want" "${logs[@]}"; then
-				echo "log ($prov): found '$want'"
+				echo "log ($p): found '$want'"
 			else
-				echo "log ($prov): MISSING '$want'"
+				echo "log ($p): MISSING '$want'"
 				fail=1
 			fi
 		done
@@ -104,36 +109,68 @@ if [ -z "${SKIP_CHECK:-}" ]; then
 	done
 fi
 # Bandwidth configurations (CONFIGS selects a subset): the plugin over libfabric's tcp, net and
-# shm providers, tcp with a progress thread per connection, NCCL's own Socket transport, and
-# NCCL with nothing forced (nccl-nvlink: on layout g its P2P transport over NVLink).
-for c in ${CONFIGS:-mkernel-tcp mkernel-tcp-pt mkernel-net mkernel-shm nccl-socket}; do
-	case $c in
-	mkernel-tcp) run_job "$c" bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" || fail=1 ;;
-	mkernel-tcp-pt) run_job "$c" bench "${plugin_env[@]}" "MKERNEL_OFI_PROVIDER=tcp;ofi_rxm" \
-		MKERNEL_OFI_PROGRESS_THREAD=1 || fail=1 ;;
-	mkernel-net) run_job "$c" bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net || fail=1 ;;
-	mkernel-shm) run_job "$c" bench "${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm || fail=1 ;;
-	nccl-socket) run_job "$c" bench NCCL_NET=Socket NCCL_IB_DISABLE=1 || fail=1 ;;
-	nccl-nvlink) run_job "$c" bench NCCL_IB_DISABLE=1 || fail=1 ;;
-	*) echo "unknown configuration $c"; fail=1 ;;
-	esac
-done
+# shm providers, tcp (or shm) striped over LANES endpoints, tcp with the eager path off or a
+# progress thread per endpoint, NCCL's own Socket transport, and NCCL with nothing forced
+# (nccl-nvlink: on layout g its P2P transport over NVLink).
+configs=${CONFIGS:-mkernel-tcp mkernel-tcp-lanes mkernel-net mkernel-shm nccl-socket}
+tcp="MKERNEL_OFI_PROVIDER=tcp;ofi_rxm"
+[ "$dry" = 1 ] || rm -f "$out"/*-bench-r*-rank*.out
+for ((round = 1; round <= ${ROUNDS:-2}; round++)); do
+	for c in $configs; do
+		case $c in
+		mkernel-tcp) env=("${plugin_env[@]}" "$tcp") ;;
+		mkernel-tcp-lanes) env=("${plugin_env[@]}" "$tcp" "MKERNEL_OFI_LANES=${LANES:-4}") ;;
+		mkernel-tcp-eager0) env=("${plugin_env[@]}" "$tcp" MKERNEL_EAGER_BYTES=0) ;;
+		mkernel-tcp-pt) env=("${plugin_env[@]}" "$tcp" MKERNEL_OFI_PROGRESS_THREAD=1) ;;
+		mkernel-net) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net) ;;
+		mkernel-shm) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm) ;;
+		mkernel-shm-lanes) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm \
+			"MKERNEL_OFI_LANES=${LANES:-4}") ;;
+		nccl-socket) env=(NCCL_NET=Socket NCCL_IB_DISABLE=1) ;;
+		nccl-nvlink) env=(NCCL_IB_DISABLE=1) ;;
+		*) echo "unknown configuration $c" >&2; fail=1; continue ;;
+		esac
+		if [ "$dry" = 1 ]; then
+			run_job "$c" bench "${env[@]}" >&2
+			continue
+		fi
+		# the label keeps the configuration; the round goes into the file names only
+		run_job "$c" bench "${env[@]}" >/dev/null || { echo "bench $c round $round: FAIL" >&2; fail=1; }
+		lab=$c-bench-r$round
+		for r in $(seq 0 $((nranks - 1))); do
+			mv "$out/$c-bench-rank$r.out" "$out/$lab-rank$r.out" 2>/dev/null
+			mv "$out/$c-bench-rank$r.log" "$out/$lab-rank$r.log" 2>/dev/null
+		done
+		grep -h '^{' "$out/$lab-rank0.out" | sed "s/^{/{\"round\": $round, /"
+	done
+done >"$out/bench.jsonl"
 [ "$dry" = 1 ] && exit $fail
-grep -h '^{' "$out"/*-bench-rank0.out > "$out/bench.jsonl"
-python3 - "$out/bench.jsonl" <<'PY'
-import json, sys
+python3 - "$out/bench.jsonl" "$configs" <<'PY' || fail=1
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+configs = sys.argv[2].split()
+if not rows:
+    print("no bandwidth records"); sys.exit(1)
 by = {}
 for r in rows:
-    by.setdefault(r["bytes"], {})[r["config"]] = r["busbw_gbps"]
-cols = ["mkernel-tcp", "mkernel-tcp-pt", "mkernel-net", "mkernel-shm", "nccl-socket", "nccl-nvlink"]
-cols = [c for c in cols if any(c in d for d in by.values())]
-print(f"{'bytes':>12} " + " ".join(f"{c:>12}" for c in cols) + f" {'tcp/socket':>10}")
-for b in sorted(by):
-    d = by[b]
-    k = d.get("nccl-socket", 0)
-    print(f"{b:>12} " + " ".join(f"{d.get(c, 0):>12.3f}" for c in cols) +
-          f" {d.get('mkernel-tcp', 0) / k if k else 0:>10.2f}")
+    by.setdefault((r["op"], r["bytes"]), {}).setdefault(r["config"], []).append(r["busbw_gbps"])
+rounds = max(r["round"] for r in rows)
+print(f"busbw GB/s, median of {rounds} round(s); ratios against nccl-socket (goal >= 1.00)")
+ratio_cols = [c for c in configs if c != "nccl-socket"] if "nccl-socket" in configs else []
+print(f"{'op':<11} {'bytes':>10} " + " ".join(f"{c:>18}" for c in configs) +
+      "".join(f" {c.replace('mkernel-', '') + '/sock':>14}" for c in ratio_cols))
+miss = 0
+for (op, b) in sorted(by):
+    med = {c: statistics.median(v) for c, v in by[(op, b)].items()}
+    line = f"{op:<11} {b:>10} " + " ".join(f"{med.get(c, 0):>18.3f}" for c in configs)
+    k = med.get("nccl-socket", 0)
+    for c in ratio_cols:
+        q = med.get(c, 0) / k if k else 0
+        flag = "*" if c in ("mkernel-tcp", "mkernel-shm") and q < 1.0 else " "
+        miss += flag == "*"
+        line += f" {q:>13.2f}{flag}"
+    print(line)
+print(f"points where tcp or shm through the plugin trail Socket (*): {miss}")
 PY
 echo "nccl-fake-nodes: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail

@@ -7,7 +7,9 @@ counts two nodes and routes every byte through the net plugin even though both r
 GPU 0. Modes:
   check  exact results for all_reduce, all_gather, reduce_scatter, broadcast and send/recv
          from 1 B to 256 MiB (integer-valued data, so every sum is exact);
-  bench  all_reduce bus bandwidth per size (CUDA events, warm-ups, median of repetitions).
+  bench  all_reduce and all_gather bus bandwidth per size, 1 MiB to 256 MiB (CUDA events,
+         warm-ups, median of repetitions; at least ~512 MiB of payload per repetition so the
+         largest sizes stay within a few seconds).
 Prints JSON lines on rank 0.
 """
 import argparse
@@ -21,7 +23,10 @@ import torch
 import torch.distributed as dist
 
 SIZES_CHECK = [1, 3, 4, 1000, 4096, 65536, 1 << 20, 16 << 20, 256 << 20]
-SIZES_BENCH = [1 << 20, 8 << 20, 64 << 20, 256 << 20]
+SIZES_BENCH = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+# Knobs of the plugin a configuration may set; each record names the ones in effect.
+KNOBS = ("MKERNEL_OFI_PROVIDER", "MKERNEL_OFI_LANES", "MKERNEL_EAGER_BYTES",
+         "MKERNEL_OFI_PROGRESS_THREAD", "NCCL_NET")
 
 
 def numel_for(nbytes, dtype):
@@ -74,31 +79,49 @@ def check(rank, world, dev):
     return failures
 
 
+def timed(op, iters, reps):
+    """Median seconds per op over reps repetitions of iters back-to-back calls."""
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        dist.barrier()
+        start.record()
+        for _ in range(iters):
+            op()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3 / iters)
+    return statistics.median(times)
+
+
 def bench(rank, world, dev, reps, iters, label):
     rows = []
+    knobs = {k: os.environ[k] for k in KNOBS if k in os.environ}
     for nbytes in SIZES_BENCH:
+        n_iters = max(2, min(iters, (512 << 20) // nbytes))
         x = torch.ones(nbytes // 4, device=dev, dtype=torch.float32)
-        for _ in range(5):
-            dist.all_reduce(x)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            dist.barrier()
-            start.record()
-            for _ in range(iters):
-                dist.all_reduce(x)
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) / 1e3 / iters)
-        t = torch.tensor([statistics.median(times)], device=dev)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # same reduction for every configuration
-        busbw = nbytes / t.item() * 2 * (world - 1) / world / 1e9
-        rows.append({"tool": "nccl-fake-nodes", "config": label, "op": "all_reduce",
-                     "bytes": nbytes, "time_us_median": t.item() * 1e6,
-                     "busbw_gbps": busbw, "world": world,
-                     # ranks sharing one GPU are emulation; one GPU each is not
-                     "emulated": os.environ.get("MK_EMULATED", "1") != "0"})
+        shard = torch.ones(nbytes // 4 // world, device=dev, dtype=torch.float32)
+        gathered = torch.empty(shard.numel() * world, device=dev, dtype=torch.float32)
+        ops = {
+            # busbw factors as nccl-tests: all_reduce 2(n-1)/n, all_gather (n-1)/n of the
+            # whole (gathered) buffer
+            "all_reduce": (lambda: dist.all_reduce(x), 2 * (world - 1) / world),
+            "all_gather": (lambda: dist.all_gather_into_tensor(gathered, shard),
+                           (world - 1) / world),
+        }
+        for name, (op, factor) in ops.items():
+            for _ in range(3):
+                op()
+            torch.cuda.synchronize()
+            t = torch.tensor([timed(op, n_iters, reps)], device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # same reduction for every configuration
+            rows.append({"tool": "nccl-fake-nodes", "config": label, "op": name,
+                         "bytes": nbytes, "iters": n_iters, "reps": reps,
+                         "time_us_median": t.item() * 1e6,
+                         "busbw_gbps": nbytes / t.item() * factor / 1e9, "world": world,
+                         "knobs": knobs,
+                         # ranks sharing one GPU are emulation; one GPU each is not
+                         "emulated": os.environ.get("MK_EMULATED", "1") != "0"})
     return rows
 
 
