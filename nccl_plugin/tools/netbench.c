@@ -328,6 +328,7 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 {
 	void *req[NB_MAX_WIN] = { 0 };
 	int posted = 0, done_n = 0, tag = 0;
+	bool acked = sender; /* the receiver has told the sender to start */
 	char ack = 'k';
 	double t0 = 0;
 
@@ -355,8 +356,18 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 				}
 				posted += req[w] != NULL;
 				progressed |= req[w] != NULL;
-				if (!sender && posted == win && done_n == 0)
+				/*
+				 * Start the sender once the window is posted, or as soon as a
+				 * receive is held back: with eager messages the receiver may
+				 * post only so far ahead of the CTS entries the sender has
+				 * taken in, and the sender takes them in inside its isend and
+				 * test, so it must not wait for a full window then (NCCL's
+				 * sender never waits on the receiver's posts either).
+				 */
+				if (!acked && (posted == win || req[w] == NULL)) {
 					nb_xfer(s->to_peer, &ack, 1, 1);
+					acked = true;
+				}
 				continue;
 			}
 			if (req[w] == NULL)
@@ -375,8 +386,10 @@ static double nb_bw_rep(struct nb_side *s, int sender, size_t size, int win, int
 		 */
 		if (!progressed)
 			sched_yield();
-		if (!sender && posted == nmsg && posted < win && done_n == 0)
+		if (!acked && posted == nmsg) {
 			nb_xfer(s->to_peer, &ack, 1, 1); /* fewer messages than the window */
+			acked = true;
+		}
 	}
 	if (!sender) {
 		nb_xfer(s->to_peer, &ack, 1, 1);
