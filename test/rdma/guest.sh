@@ -144,7 +144,7 @@ for size in 8 4096; do
 		done <"$nbj"
 		nb_lat=$(sed -n 's/.*"lat_us_median":\([0-9.]*\).*/\1/p' "$nbj" | head -n 1)
 		if [ -n "$lat" ] && [ -n "$nb_lat" ]; then
-			r=$(awk -v a="$nb_lat" -v b="$lat" 'BEGIN { printf "%.3f", b > 0 ? a / b : 0 }')
+			r=$(awk -v a="$nb_lat" -v b="$lat" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')
 			j="{\"tool\":\"compare\",\"size\":$size,\"unit\":\"us\""
 			j="$j,\"candidate\":\"mkernel-netbench\",\"candidate_lat_us\":$nb_lat"
 			j="$j,\"baseline\":\"ib_write_lat\",\"baseline_lat_us\":$lat"
