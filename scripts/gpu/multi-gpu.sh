@@ -487,10 +487,12 @@ phase_bench_ring_torch() {
 
 phase_nccl() {
 	# through the plugin between the halves, checked, then bus bandwidth: plugin vs Socket
-	step nccl-h 330 h LAYOUT=h JOB_TIMEOUT=150 "CONFIGS=mkernel-tcp mkernel-shm nccl-socket" -- \
+	# one check and one round keep the step inside its budget
+	step nccl-h 330 h LAYOUT=h JOB_TIMEOUT=150 CHECKS=tcp ROUNDS=1 \
+		"CONFIGS=mkernel-tcp mkernel-shm nccl-socket" -- \
 		"$here/nccl-fake-nodes.sh" "$src" "$dir/nccl-h"
 	# the baseline: NCCL alone over NVLink, every GPU one node
-	step nccl-g 150 g LAYOUT=g JOB_TIMEOUT=120 SKIP_CHECK=1 CONFIGS=nccl-nvlink -- \
+	step nccl-g 150 g LAYOUT=g JOB_TIMEOUT=120 SKIP_CHECK=1 ROUNDS=1 CONFIGS=nccl-nvlink -- \
 		"$here/nccl-fake-nodes.sh" "$src" "$dir/nccl-g"
 }
 
