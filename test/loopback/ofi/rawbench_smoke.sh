@@ -12,11 +12,14 @@ trap 'kill "$srv" 2>/dev/null; rm -rf "$dir"' EXIT
 
 run_mode() {
     mode=$1 key=$2
+    # the backgrounded server truncates its output file only once it has started: the old
+    # server's "listening" line must not be there for the loop below to read its dead port
+    rm -f "$dir/srv"
     timeout 60 "$bench" --provider "$prov" --iface lo --server 0 >"$dir/srv" 2>&1 &
     srv=$!
     port=''
     for _ in $(seq 100); do
-        port=$(awk '/^listening/ {print $2}' "$dir/srv")
+        port=$(awk '/^listening/ {print $2}' "$dir/srv" 2>/dev/null)
         [ -n "$port" ] && break
         if ! kill -0 "$srv" 2>/dev/null; then
             wait "$srv"
