@@ -335,6 +335,10 @@ static int calib_record(const struct calib_line *l, struct mk_calib *c, size_t *
 	return -EINVAL;
 }
 
+/* Every parsed calibration's generation (never 0): a freed table's memo entries cannot match a
+ * new one at the same address. */
+static uint64_t calib_gen;
+
 int mk_calib_parse(const char *text, size_t len, struct mk_calib *out, int *line, const char **why)
 {
 	struct calib_line l;
@@ -342,6 +346,7 @@ int mk_calib_parse(const char *text, size_t len, struct mk_calib *out, int *line
 	int versioned = 0, rc = 0, ln = 0;
 
 	memset(out, 0, sizeof(*out));
+	out->gen = __atomic_add_fetch(&calib_gen, 1, __ATOMIC_RELAXED);
 	*line = 0;
 	*why = NULL;
 	if (len > MK_CALIB_MAX_BYTES) {
@@ -493,7 +498,7 @@ static int calib_same_class(const struct mk_calib_gemm *a, const struct mk_calib
 }
 
 /* Index of the first record of the nearest class, or -1 (see calib.h for the rule). */
-static long calib_class(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk)
+static long calib_class_scan(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk)
 {
 	uint32_t bucket = 0, top = 0;
 	int layout = b_nk ? 1 : 0, have = 0;
@@ -534,6 +539,37 @@ static long calib_class(const struct mk_calib *c, uint64_t m, uint64_t n, uint64
 		}
 	}
 	return best >= 0 && best_d <= MK_CALIB_MAX_DIST ? best : -1;
+}
+
+/*
+ * calib_class_scan() with a per-thread memo of recent queries. A measured table holds thousands
+ * of records and the cost model asks for several classes per fused call: scanning every record
+ * each time cost more host time than a decode-size GEMM takes on the GPU.
+ */
+#define CALIB_MEMO 16
+
+struct calib_memo {
+	uint64_t gen, m, n, k;
+	int b_nk;
+	long idx;
+};
+
+static __thread struct calib_memo calib_memo[CALIB_MEMO];
+static __thread unsigned int calib_memo_next;
+
+static long calib_class(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk)
+{
+	struct calib_memo *e;
+
+	for (int i = 0; i < CALIB_MEMO; i++) {
+		e = &calib_memo[i];
+		if (e->gen == c->gen && e->gen != 0 && e->m == m && e->n == n && e->k == k &&
+		    e->b_nk == b_nk)
+			return e->idx;
+	}
+	e = &calib_memo[calib_memo_next++ % CALIB_MEMO];
+	*e = (struct calib_memo){ c->gen, m, n, k, b_nk, calib_class_scan(c, m, n, k, b_nk) };
+	return e->idx;
 }
 
 int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk,

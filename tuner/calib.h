@@ -102,6 +102,7 @@ struct mk_calib {
 	int sms;
 	char device[64];
 	char source[160]; /* the file, or "built-in" */
+	uint64_t gen;	  /* unique per parse: keys the per-thread memo of class lookups */
 };
 
 /*
