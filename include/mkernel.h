@@ -34,12 +34,13 @@ typedef enum {
 
 /*
  * C = A @ B in bf16 with fp32 accumulation, enqueued on `stream`. type must be ncclBfloat16;
- * m, n, k >= 1 and <= INT_MAX. The path is chosen per shape from measured data: the faster of
- * mkernel's persistent GEMM engine (Hopper, compute capability 9.0, its variants of tile shape
- * and split-K) and cuBLASLt for the shape's class in the calibration (MKERNEL_CALIBRATION, else
+ * m, n, k >= 1 and <= INT_MAX. The path is chosen per shape from measured data: the fastest of
+ * mkernel's persistent GEMM engine (Hopper, compute capability 9.0, its tile-shape variants),
+ * cuBLASLt and cublasGemmEx for the shape's class in the calibration (MKERNEL_CALIBRATION, else
  * the built-in table), restricted to what can run the call (the engine needs A and B 16-byte
- * aligned, K a multiple of 8 and, for mkLayoutRowMajorKN, N a multiple of 8). MKERNEL_GEMM_PATH
- * forces a path, MKERNEL_GEMM_FORCE_FALLBACK=1 always runs cuBLAS.
+ * aligned, K a multiple of 8 and, for mkLayoutRowMajorKN, N a multiple of 8). The engine's
+ * split-K variants run only when MKERNEL_GEMM_PATH names one; MKERNEL_GEMM_PATH forces a path,
+ * MKERNEL_GEMM_FORCE_FALLBACK=1 always runs cuBLAS.
  * Returns ncclInvalidArgument for NULL pointers or pointers not aligned to the 2-byte element,
  * zero or too large sizes, another type or layout; ncclUnhandledCudaError if a launch fails.
  */

@@ -150,6 +150,15 @@ static int disp_path_ok(const struct mk_calib_gemm *g, void *arg)
 	struct mk_gemm_args args;
 	const char *why;
 
+	/*
+	 * Split-K variants are not chosen by the calibration: on the H200, mkGemmAllReduce's paths
+	 * benchmark (test-gar-gpu --paths, one rank) found wrong elements in exactly the two cells
+	 * where the table picked one (128 x 4096 x 8192 e64x128s2, 256 x 4096 x 8192 e128x128s2),
+	 * while the forced-variant tests pass. Until that is understood they run only when asked
+	 * for (MKERNEL_GEMM_PATH=eBMxBNsS); their win in the table was within 1.5 %.
+	 */
+	if (g->splits > 1)
+		return 0;
 	p.path = MK_GEMM_PATH_ENGINE;
 	p.tile = disp_tile_of(g->bm, g->bn);
 	p.splits = g->splits;
