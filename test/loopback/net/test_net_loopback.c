@@ -37,6 +37,7 @@
 #include "mk_nccl/net_v11.h"
 #include "mk_nccl/net_v8.h"
 #include "mk_nccl/net_v9.h"
+#include "../case_verdict.h"
 #include "../provider_offered.h"
 #include "../shm_leftovers.h"
 
@@ -1857,13 +1858,7 @@ static int run_case(const struct lcase *c, const char *path)
 			       i == 0 ? "recv" : "send", WIFSIGNALED(st[i]) ? "signal" : "code",
 			       WIFSIGNALED(st[i]) ? WTERMSIG(st[i]) : WEXITSTATUS(st[i]));
 	}
-	/* one peer's failure is the case's failure, whatever the other one did */
-	for (int i = 0; i < 2; i++)
-		if (code[i] != 0 && code[i] != EXIT_SKIP)
-			return 1;
-	if (code[0] == EXIT_SKIP || code[1] == EXIT_SKIP)
-		return EXIT_SKIP;
-	return 0;
+	return mk_test_case_verdict(code[0], code[1]);
 }
 
 static void usage(const char *argv0)
