@@ -1,11 +1,11 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Check the dynamic symbol surface of the NCCL plugin library:
 #   - nm -D --defined-only lists exactly the plugin tables (tuner tables with --tuner);
 #   - nothing undefined comes from libibverbs, libfabric or CUDA (backends dlopen them);
 #   - ldd shows none of those libraries; the module carries no SONAME.
 # Usage: check-exports.sh [--tuner] path/to/libnccl-net-mkernel.so
-set -u
+set -uo pipefail
 
 tuner=0
 if [ "${1:-}" = "--tuner" ]; then
@@ -58,7 +58,7 @@ else
 	echo "ok: ldd shows no libfabric/libibverbs/libcuda/libcudart"
 fi
 
-if readelf -d "$lib" | grep -q '(SONAME)'; then
+if readelf -d "$lib" | grep '(SONAME)' >/dev/null; then
 	echo "FAIL: the module has a SONAME"
 	fail=1
 else

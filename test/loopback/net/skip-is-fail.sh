@@ -1,10 +1,10 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # A loopback run whose precondition holds cannot turn into skips: with libfabric offering the
 # provider, a module that fails init (here: its libfabric hidden from it, so it reports no
 # backend with ncclInvalidUsage) is a FAIL; only a provider libfabric does not offer is a SKIP.
 # usage: skip-is-fail.sh <test-net-loopback> <plugin .so>
-set -u
+set -uo pipefail
 exe=$1 plugin=$2
 fails=0
 # the precondition, asked of libfabric itself (its fi_info), never of the module under test
@@ -19,7 +19,7 @@ expect() {
 	out=$(MKERNEL_OFI_PROVIDER=$2 "$exe" --version 11 --case connect_first "$plugin" 2>&1)
 	rc=$?
 	echo "$out"
-	if [ "$rc" -ne "$3" ] || ! printf '%s\n' "$out" | grep -q "$4"; then
+	if [ "$rc" -ne "$3" ] || ! grep -q "$4" <<<"$out"; then
 		echo "FAIL: $1: exit $rc (want $3)"
 		fails=$((fails + 1))
 	else
