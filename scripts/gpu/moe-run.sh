@@ -86,7 +86,7 @@ for s in $steps; do
 			mps=1
 			[ "$l" = s ] && mps=0
 			echo "== test-moe-gpu layout $l"
-			MPS=$mps RANK_TIMEOUT=240 "$here/runtime-comm.sh" "$bin/test-moe-gpu" "$l" >"$out/moe-$l.log" 2>&1
+			MPS=$mps RANK_TIMEOUT=${MOE_RANK_TIMEOUT:-240} "$here/runtime-comm.sh" "$bin/test-moe-gpu" "$l" >"$out/moe-$l.log" 2>&1
 			rc=$?
 			grep -E 'FAIL|failure|node [0-9]|first|WARN|exit' "$out/moe-$l.log" | head -40
 			step "moe-$l" "$rc"

@@ -52,6 +52,9 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
 fi
 
 tmp=$(mktemp -d)
+# Line-buffered output: a rank the timeout kills still shows how far it got.
+lb=()
+command -v stdbuf >/dev/null && lb=(stdbuf -oL -eL)
 # shellcheck source=mps.sh
 . "$here/mps.sh"
 [ "$mps" = 1 ] && mps_start "$tmp"
@@ -59,7 +62,7 @@ pids=()
 for r in $(seq 0 $((n - 1))); do
 	mapfile -t own < <(mk_layout_env "$r")
 	# shellcheck disable=SC2086 # WRAP is a command line to split
-	env "${own[@]}" timeout "${RANK_TIMEOUT:-150}" ${WRAP:-} "$bin" "$r" "$n" "$tmp/ncclid" \
+	env "${own[@]}" timeout "${RANK_TIMEOUT:-150}" "${lb[@]}" ${WRAP:-} "$bin" "$r" "$n" "$tmp/ncclid" \
 		"$nodes" "$nlocal" "$@" >"$tmp/rank$r.log" 2>&1 &
 	pids+=($!)
 done

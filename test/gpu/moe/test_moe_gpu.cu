@@ -97,31 +97,41 @@ static int case_tokens(const struct mcase *mc, int s)
 	return mc->tokens - 37 * (s % 3);
 }
 
-/* Expert of (rank s, token t, slot j): distinct in a token unless -1. */
-static int route_of(const struct mcase *mc, int ne, int s, int t, int j, uint32_t seed)
+/* Expert of (rank s, token t, slot j) given the token's earlier slots: distinct unless -1. */
+static int pick_slot(const struct mcase *mc, int ne, int s, int t, int j, uint32_t seed,
+		     const int *earlier)
 {
-	int e;
-
 	if (mc->route == RT_NONE_SLOTS && hash3(seed + 7, s * 131 + t, j) % 3 == 0)
 		return -1;
-	for (int tries = 0;; tries++) {
+	for (int tries = 0; tries <= 64; tries++) {
 		uint32_t h = hash3(seed, (uint32_t)(s * 100003 + t), (uint32_t)(j * 31 + tries));
+		int e = (int)(h % (uint32_t)ne), dup = 0;
 
-		e = (int)(h % (uint32_t)ne);
 		if (mc->route == RT_HOT && h % 4 != 0)
 			e = 1;
 		if (mc->route == RT_HALF_EMPTY)
 			e = (e / 2) * 2;
-		int dup = 0;
-
 		for (int jj = 0; jj < j; jj++)
-			if (route_of(mc, ne, s, t, jj, seed) == e)
-				dup = 1;
+			dup |= earlier[jj] == e;
 		if (!dup)
 			return e;
-		if (tries > 64) /* a token with fewer usable experts than slots: give up the slot */
-			return -1;
 	}
+	return -1; /* a token with fewer usable experts than slots: the slot stays empty */
+}
+
+/* Expert of (rank s, token t, slot j). The token's slots are picked in order, each against the
+ * ones before it; iteratively, because the first version recursed into every earlier slot on
+ * every try and took exponential time on a token with more slots than experts (2 experts,
+ * top-8: layout s never finished). */
+static int route_of(const struct mcase *mc, int ne, int s, int t, int j, uint32_t seed)
+{
+	int got[64];
+
+	if (j >= 64)
+		return -1;
+	for (int jj = 0; jj <= j; jj++)
+		got[jj] = pick_slot(mc, ne, s, t, jj, seed, got);
+	return got[j];
 }
 
 struct problem {
