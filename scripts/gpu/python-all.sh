@@ -119,6 +119,12 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 	for l in s a b c; do
 		step "check-$l" layout_run "$l" -- --mode check
 	done
+	# small outputs (fewer tiles than ranks) on every forced path, on the layouts of most ranks
+	for l in b c; do
+		for p in oneshot fused unfused; do
+			step "small-$l-$p" layout_run "$l" MKERNEL_GEMM_AR_PATH=$p -- --mode small
+		done
+	done
 	# the last rank dies; MKERNEL_TIMEOUT 5 s: the survivors must raise within 2 x 5 + 10 s
 	for lk in b:1 a:1 c:3; do
 		step "kill-${lk%:*}" layout_run "${lk%:*}" KILLED_RANK="${lk#*:}" MKERNEL_TIMEOUT=5000 \

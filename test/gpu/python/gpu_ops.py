@@ -397,6 +397,30 @@ def mode_burst(group, world, calls=100):
     mkernel.check(group)
 
 
+# Small outputs with fewer output tiles than ranks, odd N and K, decode M: run under each
+# MKERNEL_GEMM_AR_PATH (python-all.sh's small-* steps) so every path meets these shapes.
+SMALL_SHAPES = [(128, 256, 128), (128, 128, 128), (64, 256, 64), (1, 256, 128), (200, 384, 96),
+                (256, 512, 128), (16, 136, 40), (128, 256, 512)]
+
+
+def mode_small(group, world):
+    os.environ["MKERNEL_STRICT"] = "gemm_all_reduce"
+    forced = os.environ.get("MKERNEL_GEMM_AR_PATH", "cost model")
+    for m, n, k in SMALL_SHAPES:
+        for layout in ("nk", "kn"):
+            a, b = gemm_inputs(m, n, k, layout, 3 * m + n + k)
+            y = mkernel.gemm_all_reduce(a, b, group, w_layout=layout)
+            ref = partial(a, b, layout)
+            dist.all_reduce(ref, group=group)
+            bad = (y.float() != ref).nonzero()
+            first = "" if bad.numel() == 0 else (
+                f"; {bad.shape[0]} wrong, first at {tuple(bad[0].tolist())}: "
+                f"got {y.float()[tuple(bad[0].tolist())].item()} "
+                f"want {ref[tuple(bad[0].tolist())].item()}")
+            expect(bad.numel() == 0, f"gemm_all_reduce {m}x{n}x{k} {layout} exact ({forced}){first}")
+    mkernel.check(group)
+
+
 def mode_kill(group, world, timeout_ms):
     os.environ["MKERNEL_STRICT"] = "gemm_all_reduce"
     victim = world - 1
@@ -433,7 +457,7 @@ def mode_kill(group, world, timeout_ms):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", required=True,
-                    choices=["check", "compile", "graph", "burst", "kill"])
+                    choices=["check", "compile", "graph", "burst", "kill", "small"])
     ap.add_argument("--lazy", action="store_true",
                     help="init_process_group without device_id: the Comm must make torch "
                          "create the group's communicator")
@@ -452,6 +476,7 @@ def main():
      "compile": lambda: mode_compile(group, world),
      "graph": lambda: mode_graph(group, world),
      "burst": lambda: mode_burst(group, world),
+     "small": lambda: mode_small(group, world),
      "kill": lambda: mode_kill(group, world, timeout_ms)}[args.mode]()
     comm = mkernel.Comm.cached(group)
     dist.destroy_process_group()  # destroys the Comm first (mkernel's hook), then the group
