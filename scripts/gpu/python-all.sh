@@ -121,8 +121,9 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 	done
 	# small outputs (fewer tiles than ranks) on every forced path, on the layouts of most ranks
 	for l in b c; do
-		for p in oneshot fused unfused; do
-			step "small-$l-$p" layout_run "$l" MKERNEL_GEMM_AR_PATH=$p -- --mode small
+		for p in model oneshot fused unfused; do
+			# model: the cost model's choice (an empty MKERNEL_GEMM_AR_PATH forces nothing)
+			step "small-$l-$p" layout_run "$l" MKERNEL_GEMM_AR_PATH="${p#model}" -- --mode small
 		done
 	done
 	# the last rank dies; MKERNEL_TIMEOUT 5 s: the survivors must raise within 2 x 5 + 10 s

@@ -234,6 +234,18 @@ def mlp_weights(h, f, world):
     return w1, b1, w2, b2
 
 
+def first_wrong(got, want):
+    """'' when equal, else how many elements differ and the first of them."""
+    if got.shape != want.shape:
+        return f"; shape {tuple(got.shape)}, want {tuple(want.shape)}"
+    bad = (got != want).nonzero()
+    if bad.numel() == 0:
+        return ""
+    at = tuple(bad[0].tolist())
+    return (f"; {bad.shape[0]} of {got.numel()} wrong, first at {at}: got {got[at].item()} "
+            f"want {want[at].item()}")
+
+
 def mlp_reference(x, w1, b1, w2, b2):
     y = torch.relu(x.float() @ w1.float().t() + b1.float())
     return y @ w2.float().t() + b2.float()
@@ -253,7 +265,8 @@ def check_layers(group, world, sp):
     if sp:
         want = want.chunk(world, 0)[RANK]
     expect(y.shape == want.shape and torch.equal(y.float(), want),
-           f"ColumnParallelLinear -> RowParallelLinear (sequence_parallel={sp}) exact")
+           f"ColumnParallelLinear -> RowParallelLinear (sequence_parallel={sp}) exact"
+           + first_wrong(y.float(), want))
     return col, row
 
 
@@ -412,12 +425,9 @@ def mode_small(group, world):
             y = mkernel.gemm_all_reduce(a, b, group, w_layout=layout)
             ref = partial(a, b, layout)
             dist.all_reduce(ref, group=group)
-            bad = (y.float() != ref).nonzero()
-            first = "" if bad.numel() == 0 else (
-                f"; {bad.shape[0]} wrong, first at {tuple(bad[0].tolist())}: "
-                f"got {y.float()[tuple(bad[0].tolist())].item()} "
-                f"want {ref[tuple(bad[0].tolist())].item()}")
-            expect(bad.numel() == 0, f"gemm_all_reduce {m}x{n}x{k} {layout} exact ({forced}){first}")
+            expect(torch.equal(y.float(), ref),
+                   f"gemm_all_reduce {m}x{n}x{k} {layout} exact ({forced})"
+                   + first_wrong(y.float(), ref))
     mkernel.check(group)
 
 
