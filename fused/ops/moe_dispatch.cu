@@ -307,8 +307,9 @@ MK_DEV int moe_count_phase(const struct mk_moe_kargs *a, uint32_t cur, void *dyn
 	}
 	__syncthreads();
 	if (status_s != MK_MOE_ST_OK) {
-		/* Every rank saw it: the comm's error word says so, nothing moves anywhere. */
-		moe_fail(a, -EINVAL);
+		/* Every rank saw it: the comm's error word says so (-ERANGE: ncclInvalidUsage from
+		 * mkCommGetAsyncError, as documented), nothing moves anywhere. */
+		moe_fail(a, -ERANGE);
 		return status_s;
 	}
 
