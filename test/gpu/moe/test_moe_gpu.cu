@@ -19,8 +19,8 @@
  * multiples of the tile; both weight layouts; three calls in a row on the same buffers. Then bad
  * input on every rank (no hang, same answer everywhere): an expert id out of range on one rank
  * only, maxRecv too small, a bad config, numTokens above maxTokensPerRank, capture of a call
- * that must read counts on the host. --kill: the last rank dies before a dispatch and every
- * other rank must get an error within the comm's timeout.
+ * that must read counts on the host. --kill: the last rank dies while the others are inside a
+ * dispatch and every other rank must get an error within the comm's timeout.
  * Each failure names the first wrong element with its expert, source rank, token and slot.
  *
  * usage: test-moe-gpu RANK NRANKS IDFILE NNODES NLOCAL [--kill] [--quick]
@@ -739,25 +739,31 @@ static void check_refusals(mkComm_t comm)
 }
 
 /*
- * A rank dies between two calls of a shape (the workspace set up by the first, as in a running
- * model): every other rank's second dispatch must end with an error within the comm's timeout.
+ * A rank dies while the others are inside the second call of a shape (the workspace set up by
+ * the first, as in a running model): every other rank's dispatch must end with an error within
+ * the comm's timeout. Every rank has finished the first call before the death (an NCCL
+ * all-reduce): node peers read each other's rows until their combine ends.
  */
 static void check_killed(mkComm_t comm, ncclComm_t nccl)
 {
 	static const struct mcase mc = { "killed", 4, 2, 64, 32, 40, 0, RT_UNIFORM, -1, 1 };
 	struct problem p;
 	ncclResult_t r, ae = ncclSuccess;
+	float *one;
 	uint64_t t0;
 	double s;
 
 	problem_open(&p, &mc, comm, 99);
 	free(run_once(comm, &p, MK_MOE_PATH_FUSED, "killed: the call before", 0));
+	CK(cudaMalloc((void **)&one, 4));
+	NK(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, nccl, 0));
+	CK(cudaStreamSynchronize(0));
 	if (comm->rank == g_nranks - 1) {
+		usleep(500000); /* the others are inside their next dispatch by now */
 		printf("rank %d: dying now\n", comm->rank);
 		fflush(stdout);
 		_exit(0);
 	}
-	sleep(1);
 	t0 = mk_now_ns();
 	r = mkMoeDispatchGemm(p.x, p.didx, p.dw, p.wup, p.out, p.layout, (size_t)p.ntok, &p.cfg,
 			      comm, 0);
