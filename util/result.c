@@ -43,6 +43,11 @@ static const struct result_row result_rows[] = {
 	{ EPROTONOSUPPORT, ncclInvalidUsage, ncclInvalidUsage },
 	/* Both: a send larger than the posted receive. */
 	{ EMSGSIZE, ncclInvalidUsage, ncclInvalidUsage },
+	/* api: a value a kernel found outside its range, reported through the comm's
+	 * asynchronous error (an MoE expert id outside [-1, E), a receive count above maxRecv):
+	 * the call was made, so it is a usage error of the comm, not an argument refused at once.
+	 * net: never produced there (system). */
+	{ ERANGE, ncclSystemError, ncclInvalidUsage },
 	/* net: a malformed connection blob or immediate (a peer of another build: system).
 	 * api: the ranks disagree (mkMemAlloc sizes, collective calls not made alike). */
 	{ EPROTO, ncclSystemError, ncclInvalidUsage },

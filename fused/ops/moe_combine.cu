@@ -12,8 +12,9 @@
  *    my node through me at the dispatch, the node partial: the weighted sum of their rows on my
  *    node (pulled through the mapped heaps once their blocks' flags are up), rounded to bf16
  *    once and put in chunks to the token's home rank (one signal per chunk, once that rank
- *    entered); then my own tokens: my node's rows plus every other node's landed partial,
- *    summed in fp32 and stored into y.
+ *    entered); then my own tokens: my node's rows plus every other node's landed partial (read
+ *    once all of that node's chunks have landed: they land in any order), summed in fp32 and
+ *    stored into y.
  */
 #include <errno.h>
 
@@ -129,6 +130,7 @@ MK_DEV int moe_token_item(const struct mk_moe_kargs *a, int t0, int t1, uint32_t
 	const int32_t *prow = (const int32_t *)(a->layout + a->lm.pair_row);
 	const float *pw = (const float *)(a->layout + a->lm.pair_w);
 	const int32_t *slot = (const int32_t *)(a->layout + a->lm.node_slot);
+	const int32_t *sent = (const int32_t *)(a->layout + a->lm.send_count);
 	const size_t rb = (size_t)g->hidden * 2;
 	int rc;
 
@@ -152,8 +154,10 @@ MK_DEV int moe_token_item(const struct mk_moe_kargs *a, int t0, int t1, uint32_t
 				continue;
 			const uint64_t off = a->ws_off + a->w.land + ((size_t)b * g->max_tokens + sl) * rb;
 
+			/* every partial chunk of node b, not just this slot's: they land in any
+			 * order */
 			rc = moe_signal_wait(a, a->sig_land + (uint32_t)b,
-					     a->ctl->land_base[b] + (uint32_t)(sl / MK_MOE_CHUNK) + 1);
+					     mk_moe_chunks_landed(a->ctl->land_base[b], sent[b]));
 			if (rc)
 				return rc;
 			mk_dev_land_block(&a->dc, a->rank_at[b][g->local], off, rb);
@@ -235,7 +239,7 @@ MK_DEV void moe_combine_enter(const struct mk_moe_kargs *a, uint32_t cur, int ok
 		const int n = ((const int32_t *)(a->layout + a->lm.send_count))[b];
 
 		ctl->land_base[b] = ctl->land_total[b];
-		ctl->land_total[b] += (uint32_t)mk_moe_chunks(n);
+		ctl->land_total[b] = mk_moe_chunks_landed(ctl->land_base[b], n);
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {

@@ -15,7 +15,9 @@
  *     received rows; to another node, once per token and node: staged with a header (token, its
  *     pairs' ranks, rows and weights) and put in chunks to the rank of that node with my local
  *     index (one signal per chunk); arriving chunks of other nodes, through me, are fanned out
- *     to the ranks of my node the same way, their headers kept in the layout for the combine.
+ *     to the ranks of my node the same way once all of that node's chunks have landed (the
+ *     signal counts chunks, which land in any order), their headers kept in the layout for the
+ *     combine.
  *     Every stored row adds 1 to its 128-row block's counter at the owner.
  *  3. the GEMM (the other CTAs): the grouped role over my received rows; a tile's A is loaded
  *     once its row blocks are complete.
@@ -305,8 +307,9 @@ MK_DEV int moe_count_phase(const struct mk_moe_kargs *a, uint32_t cur, void *dyn
 	}
 	__syncthreads();
 	if (status_s != MK_MOE_ST_OK) {
-		/* Every rank saw it: the comm's error word says so, nothing moves anywhere. */
-		moe_fail(a, -EINVAL);
+		/* Every rank saw it: the comm's error word says so (-ERANGE: ncclInvalidUsage from
+		 * mkCommGetAsyncError, as documented), nothing moves anywhere. */
+		moe_fail(a, -ERANGE);
 		return status_s;
 	}
 
@@ -325,7 +328,7 @@ MK_DEV int moe_count_phase(const struct mk_moe_kargs *a, uint32_t cur, void *dyn
 
 		in[b] = cnt;
 		a->ctl->in_base[b] = a->ctl->in_total[b];
-		a->ctl->in_total[b] += (uint32_t)mk_moe_chunks(cnt);
+		a->ctl->in_total[b] = mk_moe_chunks_landed(a->ctl->in_base[b], cnt);
 	}
 	__syncthreads();
 	return MK_MOE_ST_OK;
@@ -399,8 +402,8 @@ MK_DEV int moe_send_item(const struct mk_moe_kargs *a, int b, int s0, int s1, ui
 				       (uint64_t)(s1 - s0) * eb, a->sig_in + (uint32_t)g->node, ticket);
 }
 
-/* Chunk [s0, s1) of node b's tokens entering through me: land, keep the headers, fan out. */
-MK_DEV int moe_forward_item(const struct mk_moe_kargs *a, int b, int chunk, int s0, int s1,
+/* Chunk [s0, s1) of node b's cnt tokens entering through me: land, keep the headers, fan out. */
+MK_DEV int moe_forward_item(const struct mk_moe_kargs *a, int b, int cnt, int s0, int s1,
 				int *q_s, int *row_s)
 {
 	const struct mk_moe_geom *g = &a->g;
@@ -411,7 +414,9 @@ MK_DEV int moe_forward_item(const struct mk_moe_kargs *a, int b, int chunk, int 
 	const char *in = a->dc.heap + off;
 	int rc;
 
-	rc = moe_signal_wait(a, a->sig_in + (uint32_t)b, a->ctl->in_base[b] + (uint32_t)chunk + 1);
+	/* every chunk of node b, not just this one's count: they land in any order */
+	rc = moe_signal_wait(a, a->sig_in + (uint32_t)b,
+			     mk_moe_chunks_landed(a->ctl->in_base[b], cnt));
 	if (rc)
 		return rc;
 	mk_dev_land_block(&a->dc, src_rank, off, (uint64_t)(s1 - s0) * eb);
@@ -485,7 +490,7 @@ MK_DEV void moe_comm_role(const struct mk_moe_kargs *a, int *scratch)
 				t -= chunks_s[1][b];
 			const int cnt = ((const int32_t *)(a->layout + a->lm.in_count))[b];
 
-			rc = moe_forward_item(a, b, t, t * MK_MOE_CHUNK,
+			rc = moe_forward_item(a, b, cnt, t * MK_MOE_CHUNK,
 					      min(cnt, (t + 1) * MK_MOE_CHUNK), q_s, row_s);
 		}
 		if (rc)

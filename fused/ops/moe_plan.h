@@ -183,6 +183,19 @@ MK_MOE_HD int mk_moe_chunks(int n)
 	return (n + MK_MOE_CHUNK - 1) / MK_MOE_CHUNK;
 }
 
+/*
+ * The value of a node's chunk signal word (tokens entering through me at the dispatch, partials
+ * landing at the combine) at which any chunk of this call may be read: base (the word's value
+ * before the call) plus all n tokens' chunks. The word counts chunks, not which ones: they are
+ * put by different CTAs, so they enter the command queue (and may cross the network) in any
+ * order, and base + chunk + 1 can be reached while that very chunk is still missing. Reading it
+ * then fans out garbage headers: its rows are never stored and the GEMM waits for them forever.
+ */
+MK_MOE_HD uint32_t mk_moe_chunks_landed(uint32_t base, int n)
+{
+	return base + (uint32_t)mk_moe_chunks(n);
+}
+
 /* ---- host side (moe_plan.c) ---- */
 
 /* Fill g from the config; -EINVAL and *why when the comm cannot take it. */

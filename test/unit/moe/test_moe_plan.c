@@ -7,7 +7,8 @@
  * rank, scatter at every receiver must put each (source, token, slot) at its row, and the way
  * back (the receiver's rows gathered per source, then unf_pos at the source) must return every
  * pair to its token. Routings: uniform, one hot expert, empty experts and ranks, -1 slots,
- * duplicate experts in a token, top-k 1..8, 1..8 ranks, uneven token counts.
+ * duplicate experts in a token, top-k 1..8, 1..8 ranks, uneven token counts. And the fused
+ * kernels' rule for reading chunks of another node whose signal word counts them.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -428,6 +429,74 @@ static void test_topk_1_to_8(void **state)
 	}
 }
 
+/* Next permutation of a[0, n) in lexicographic order; 0 after the last. */
+static int next_perm(int *a, int n)
+{
+	int i = n - 2, j = n - 1, t;
+
+	while (i >= 0 && a[i] >= a[i + 1])
+		i--;
+	if (i < 0)
+		return 0;
+	while (a[j] <= a[i])
+		j--;
+	t = a[i];
+	a[i] = a[j];
+	a[j] = t;
+	for (i++, j = n - 1; i < j; i++, j--) {
+		t = a[i];
+		a[i] = a[j];
+		a[j] = t;
+	}
+	return 1;
+}
+
+/*
+ * A node's chunk signal word over consecutive calls, its chunks landing in every order: whenever
+ * the word has reached mk_moe_chunks_landed(base, n), every chunk of the call has landed (a
+ * reader never takes a missing chunk), the word reaches it once they all have (no hang), and the
+ * next call's base is that value. The per-chunk rule (base + chunk + 1) is shown unsafe.
+ */
+static void test_chunk_signal_any_order(void **state)
+{
+	static const int tokens[] = { 0, 1, 32, 33, 64, 100, 128, 160 };
+	uint32_t base = 0, word = 0;
+	int per_chunk_unsafe = 0;
+
+	(void)state;
+	assert_int_equal(mk_moe_chunks_landed(7, 0), 7); /* nothing to wait for */
+	for (size_t i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++) {
+		const int n = tokens[i], nch = mk_moe_chunks(n);
+		const uint32_t want = mk_moe_chunks_landed(base, n);
+		int order[8];
+
+		assert_true(nch <= 8);
+		assert_int_equal(want - base, (uint32_t)nch);
+		for (int c = 0; c < nch; c++)
+			order[c] = c;
+		do {
+			int landed[8] = { 0 };
+
+			for (int k = 0; k <= nch; k++) {
+				/* k chunks landed: the word is base + k */
+				word = base + (uint32_t)k;
+				for (int c = 0; c < nch; c++) {
+					if (word >= want)
+						assert_true(landed[c]);
+					if (word >= base + (uint32_t)c + 1 && !landed[c])
+						per_chunk_unsafe = 1;
+				}
+				if (k < nch)
+					landed[order[k]] = 1;
+			}
+			assert_true(word >= want);
+		} while (next_perm(order, nch));
+		base = want;
+	}
+	assert_int_equal(word, base);
+	assert_true(per_chunk_unsafe);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -439,6 +508,7 @@ int main(void)
 		cmocka_unit_test(test_empty_experts_and_rank),
 		cmocka_unit_test(test_none_slots_and_duplicates),
 		cmocka_unit_test(test_topk_1_to_8),
+		cmocka_unit_test(test_chunk_signal_any_order),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -54,6 +54,7 @@ static ncclResult_t want_api(int e)
 	case EPROTONOSUPPORT:
 	case EMSGSIZE:
 	case EPROTO:
+	case ERANGE:
 		return ncclInvalidUsage;
 	case EIO:
 	case ENOSYS:
