@@ -41,8 +41,8 @@ static const char *gar_fused_no(const struct mk_comm *c, const void *a, const vo
 	const char *rule = NULL;
 	uint64_t words;
 
-	/* mkGemmAllReduce's signal words are the comm's first half after mkAllToAll's (the
-	 * sequence-parallel ops own the other half), its last nnodes the one-shot path's */
+	/* mkGemmAllReduce's signal words come after mkAllToAll's and end at mk_gar1_sig_end
+	 * (fused/ops/signals.h), its last nnodes the one-shot path's */
 	words = 2ull * (uint64_t)c->nranks + (uint64_t)c->topo.nnodes +
 		(uint64_t)c->topo.nnodes *
 			(uint64_t)mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);

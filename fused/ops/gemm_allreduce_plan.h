@@ -8,6 +8,8 @@
 #ifndef MK_FUSED_OPS_GEMM_ALLREDUCE_PLAN_H
 #define MK_FUSED_OPS_GEMM_ALLREDUCE_PLAN_H
 
+#include "fused/ops/signals.h"
+
 #ifdef __CUDACC__
 #define MK_GAR_HD static inline __host__ __device__
 #else
@@ -213,13 +215,13 @@ MK_GAR_HD void mk_gar_adapt(const unsigned long long busy[MK_GAR_ROLES],
 }
 
 /*
- * mkGemmAllReduce's signal words end at the comm's half (the sequence-parallel ops own the
- * other half); the one-shot path takes the last `nnodes` of them (node n's put raises
+ * mkGemmAllReduce's signal words end at mk_sig_gar_end (fused/ops/signals.h: the map of every
+ * op's range); the one-shot path takes the last `nnodes` of them (node n's put raises
  * mk_gar1_sig_end(nsignals) - nnodes + n), the fused kernel the ones before.
  */
 MK_GAR_HD unsigned int mk_gar1_sig_end(unsigned int nsignals)
 {
-	return nsignals / 2;
+	return mk_sig_gar_end(nsignals);
 }
 
 /*

@@ -4,7 +4,8 @@
  * workspace in the symmetric heap (one geometry at a time), the signal words, the SM split, and
  * the launches of moe_dispatch.cu / moe_combine.cu with the grouped GEMM role's arguments.
  *
- * Signal words: the top of the comm's range, [nsignals - 2 nranks - 2 nnodes, nsignals):
+ * Signal words: the top of the MoE ops' range (fused/ops/signals.h), [end - 2 nranks - 2 nnodes,
+ * end):
  * counts from each rank, token chunks from each node, "entered the combine" from each rank,
  * partial chunks from each node. Each only grows; the kernels keep what a call expects in the
  * device control words (struct mk_moe_ctl), which live as long as the comm, so a new workspace
@@ -16,6 +17,7 @@
 
 #include "fused/gemm/grouped.h"
 #include "fused/ops/moe.h"
+#include "fused/ops/signals.h"
 #include "fused/runtime/comm.h"
 #include "tuner/policy.h"
 
@@ -28,7 +30,7 @@
 
 static uint32_t moe_sig_base(const struct mk_comm *c)
 {
-	return c->nsignals - 2 * (uint32_t)c->nranks - 2 * (uint32_t)c->topo.nnodes;
+	return mk_sig_moe_end(c->nsignals) - 2 * (uint32_t)c->nranks - 2 * (uint32_t)c->topo.nnodes;
 }
 
 const char *mk_moe_fused_why_not(const struct mk_comm *c, const struct mk_moe_geom *g)
@@ -46,8 +48,7 @@ const char *mk_moe_fused_why_not(const struct mk_comm *c, const struct mk_moe_ge
 		return "hidden and inter must be multiples of 8 (16-byte rows, TMA strides)";
 	if (g->hidden > MOE_MAX_HIDDEN_FUSED)
 		return "hidden above 9216";
-	/* the comm's own words below ours: mkAllToAll's 2 nranks */
-	if (c->nsignals < 4 * (uint32_t)c->nranks + 2 * (uint32_t)c->topo.nnodes)
+	if (mk_sig_eighth(c->nsignals) < 2 * (uint32_t)c->nranks + 2 * (uint32_t)c->topo.nnodes)
 		return "too few signal words in the comm";
 	return NULL;
 }

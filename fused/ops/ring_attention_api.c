@@ -13,6 +13,7 @@
 
 #include "fused/ops/ring_attention_host.h"
 #include "fused/ops/ring_attention_params.h"
+#include "fused/ops/signals.h"
 #include "fused/runtime/comm.h"
 #include "fused/runtime/roles.h"
 #include "fused/runtime/runtime_params.h"
@@ -20,6 +21,9 @@
 #include "mk/log.h"
 #include "mk/result.h"
 #include "tuner/policy.h"
+
+/* fused/ops/signals.h cuts the comm's words in eighths */
+_Static_assert(MK_COMM_SIGNALS % 8 == 0, "MK_COMM_SIGNALS must be a multiple of 8");
 
 static const char *ring_bad_args(const struct mk_comm *c, const struct mk_ring_call *x)
 {
@@ -76,7 +80,7 @@ static const char *ring_why_not(const struct mk_comm *c, const struct mk_ring_ca
 		return "more ranks per node than the fused kernel maps (8)";
 	if (!c->topo.uniform)
 		return "nodes have different numbers of ranks";
-	if (2ull * (uint64_t)c->topo.nnodes > c->nsignals / 4)
+	if (2ull * (uint64_t)c->topo.nnodes > mk_sig_eighth(c->nsignals))
 		return "more nodes than the op's share of the comm's signal words";
 	if ((in & 15) || ((uintptr_t)x->o & 3))
 		return "q, k, v not 16-byte aligned or o not 4-byte aligned (TMA)";

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fused/ops/signals.h"
+
 #ifdef __CUDACC__
 #define MK_RING_HD static inline __host__ __device__
 #else
@@ -103,18 +105,19 @@ int mk_ring_mem_plan(int batch, int seq_local, int heads_kv, int head_dim, int n
 		     size_t flags_bytes, struct mk_ring_mem *m);
 
 /*
- * Signal words of the fused kernel: the last 2 x nnodes words of the comm's second quarter
- * (mkAllToAll and mkGemmAllReduce count up from word 0; the sequence-parallel pair owns the
- * third and fourth quarters).
+ * Signal words of the fused kernel: the last 2 x nnodes words of the ring's range
+ * (fused/ops/signals.h). They once ended at the comm's half, on the words of mkGemmAllReduce's
+ * one-shot path: a ring call then let a later one-shot call read another node's slice before
+ * it landed.
  */
 MK_RING_HD uint32_t mk_ring_sig_kv(uint32_t nsignals, int nnodes, int n)
 {
-	return nsignals / 2 - 2u * (uint32_t)nnodes + (uint32_t)n; /* node n's block landed */
+	return mk_sig_ring_end(nsignals) - 2u * (uint32_t)nnodes + (uint32_t)n; /* block landed */
 }
 
 MK_RING_HD uint32_t mk_ring_sig_free(uint32_t nsignals, int nnodes, int n)
 {
-	return nsignals / 2 - (uint32_t)nnodes + (uint32_t)n; /* node n's peer emptied my slot */
+	return mk_sig_ring_end(nsignals) - (uint32_t)nnodes + (uint32_t)n; /* slot emptied */
 }
 
 /* Puts of a block to another node: chunks of at most `chunk` bytes; the last carries the

@@ -67,7 +67,8 @@ struct mk_sp_common {
 	struct mk_dev_comm dc; /* puts and signals to other nodes */
 };
 
-/* First word of an op's window and the words it needs (done words, then landing words). */
+/* First word of an op's window (fused/ops/signals.h) and the words it needs (done words, then
+ * landing words). */
 static inline uint32_t mk_sp_sig_base(uint32_t nsignals, int quarter)
 {
 	return nsignals / 4 * (uint32_t)quarter;

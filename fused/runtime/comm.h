@@ -16,8 +16,8 @@
 extern "C" {
 #endif
 
-/* Signal words per comm; the ops above divide them among themselves (each op says which). */
-#define MK_COMM_SIGNALS 4096
+/* Signal words per comm; the ops above divide them among themselves (fused/ops/signals.h). */
+#define MK_COMM_SIGNALS 8192
 
 /* First word of a live comm: the API refuses other pointers (and destroyed comms, mostly). */
 #define MK_COMM_MAGIC 0x6d6b636dU

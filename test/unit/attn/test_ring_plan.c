@@ -241,10 +241,13 @@ static void test_ring_mem_and_signals(void **state)
 	assert_int_equal(m.flags_off, 768); /* 2 x 384 bytes, no landing slot, aligned */
 	assert_int_equal(mk_ring_mem_plan(0, 3, 1, 64, 1, 8, &m), -EINVAL);
 	/* the last 2 x nnodes words of the second quarter, distinct */
-	assert_int_equal(mk_ring_sig_kv(4096, 4, 0), 2040);
-	assert_int_equal(mk_ring_sig_kv(4096, 4, 3), 2043);
-	assert_int_equal(mk_ring_sig_free(4096, 4, 0), 2044);
-	assert_int_equal(mk_ring_sig_free(4096, 4, 3), 2047);
+	/* the top 2 x nnodes words of the ring's range [S/4, 3S/8), clear of mkGemmAllReduce's
+	 * [0, S/4) (whose one-shot words the first version shared) */
+	assert_int_equal(mk_ring_sig_kv(8192, 4, 0), 3064);
+	assert_int_equal(mk_ring_sig_kv(8192, 4, 3), 3067);
+	assert_int_equal(mk_ring_sig_free(8192, 4, 0), 3068);
+	assert_int_equal(mk_ring_sig_free(8192, 4, 3), 3071);
+	assert_true(mk_ring_sig_kv(8192, 16, 0) >= mk_sig_gar_end(8192));
 	assert_int_equal(mk_ring_chunks(0, 8), 1);
 	assert_int_equal(mk_ring_chunks(8, 8), 1);
 	assert_int_equal(mk_ring_chunks(9, 8), 2);

@@ -366,10 +366,17 @@ static void test_oneshot_slices_cover_all_lines(void **state)
 			assert_true(hi - lo <= 1);
 		}
 	}
-	/* mkGemmAllReduce's signal words stop where the sequence-parallel ops' begin */
+	/* The ops' signal ranges in the map's order, none overlapping the next, all inside the
+	 * comm's words, and mkGemmAllReduce's as large as it was (a quarter). */
 	for (unsigned int words = 64; words <= 65536; words *= 2) {
-		assert_true(mk_gar1_sig_end(words) <= mk_sp_sig_base(words, MK_SP_SIG_QUARTER_GRS));
-		assert_true(mk_gar1_sig_end(words) >= words / 2);
+		assert_true(mk_gar1_sig_end(words) == words / 4);
+		assert_true(mk_gar1_sig_end(words) <=
+			    mk_sig_ring_end(words) - mk_sig_eighth(words));
+		assert_true(mk_sig_ring_end(words) <= mk_sig_moe_end(words) - mk_sig_eighth(words));
+		assert_true(mk_sig_moe_end(words) <= mk_sp_sig_base(words, MK_SP_SIG_QUARTER_GRS));
+		assert_true(mk_sp_sig_base(words, MK_SP_SIG_QUARTER_GRS) + words / 4 <=
+			    mk_sp_sig_base(words, MK_SP_SIG_QUARTER_AGG));
+		assert_true(mk_sp_sig_base(words, MK_SP_SIG_QUARTER_AGG) + words / 4 <= words);
 	}
 	/* the largest output the path takes: 8 MiB of bf16 in lines of 4 */
 	assert_int_equal(mk_gar1_slice(1 << 20, 8, 8), 1 << 20);
