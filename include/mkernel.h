@@ -133,7 +133,12 @@ MK_API ncclResult_t mkCommInit(ncclComm_t nccl, const mkConfig_t *config, mkComm
  * mkCommAbort after it, or mkCommGetAsyncError on a destroyed comm are errors, not crashes.
  */
 MK_API ncclResult_t mkCommDestroy(mkComm_t comm);
-/* Local: stops the proxy and frees everything without talking to any peer. */
+/*
+ * Local: stops the proxy, makes this rank's kernels of the comm leave (they see the error; the
+ * call waits for them, at most the comm's timeout), and frees everything without talking to any
+ * peer, except the symmetric heap when the node has other ranks: their kernels may still read
+ * it through their mapping, so it is released when the process ends.
+ */
 MK_API ncclResult_t mkCommAbort(mkComm_t comm);
 /* ncclSuccess, or the error the proxy or a kernel of this comm hit (dead peer, timeout, ...). */
 MK_API ncclResult_t mkCommGetAsyncError(mkComm_t comm, ncclResult_t *asyncError);

@@ -496,7 +496,8 @@ void mk_comm_free(struct mk_comm *c)
 		mk_cmdq_fini(&c->q);
 	comm_unmap_peers(c);
 	cudaFree(c->peer_local_d);
-	cudaFree(c->heap);
+	if (!c->keep_heap)
+		cudaFree(c->heap);
 	cudaFreeHost(c->stage);
 	cudaFreeHost(c->signals);
 	cudaFreeHost(c->kerr);

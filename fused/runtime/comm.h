@@ -49,6 +49,7 @@ struct mk_comm {
 	char *peer_base[MK_MAX_LOCAL]; /* node peers' device allocations (mine at my local rank) */
 	int *peer_local_d;	       /* device: local rank of every rank, -1 if another node */
 	int *kerr;		       /* mapped: first error a kernel of this comm hit */
+	int keep_heap; /* abort: node peers may still read the heap, never free it */
 	/* command queue + proxy */
 	struct mk_cmdq_slot *slots;
 	struct mk_cmdq_ctrl *ctrl;

@@ -56,6 +56,16 @@ MK_API ncclResult_t mkCommAbort(mkComm_t comm)
 		return mk_api_result(-EINVAL, "mkCommAbort(not a live comm: NULL, destroyed "
 					      "already, or never made by mkCommInit)");
 	mk_proxy_fail(comm->proxy, -ECANCELED);
+	/* This rank's kernels see the error word and leave (every wait of theirs also ends at the
+	 * comm's timeout) before the memory they poll is freed under them. */
+	if (comm->kerr != NULL)
+		__atomic_compare_exchange_n(comm->kerr, &(int){ 0 }, -ECANCELED, 0,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	(void)cudaDeviceSynchronize();
+	/* Node peers that have not noticed yet may still read this heap through their mapping:
+	 * freed under them it faults their kernels (and under MPS every client of the GPU), so an
+	 * aborted comm leaves it to the process's end. */
+	comm->keep_heap = comm->topo.nlocal > 1;
 	mk_comm_free(comm);
 	return ncclSuccess;
 }
