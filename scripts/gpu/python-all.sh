@@ -127,6 +127,12 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 		done
 	done
 	# the last rank dies; MKERNEL_TIMEOUT 5 s: the survivors must raise within 2 x 5 + 10 s
+	# diagnosis variants (only when named in STEPS): survivors linger before they abort and
+	# exit; the victim dies between calls
+	[ -n "${STEPS:-}" ] && step kill-c-linger layout_run c KILLED_RANK=3 MKERNEL_TIMEOUT=5000 MKERNEL_GEMM_AR_FUSED=1 \
+		RANK_TIMEOUT=120 KILL_LINGER=12 -- --mode kill
+	[ -n "${STEPS:-}" ] && step kill-c-idle layout_run c KILLED_RANK=3 MKERNEL_TIMEOUT=5000 MKERNEL_GEMM_AR_FUSED=1 \
+		RANK_TIMEOUT=120 KILL_IDLE=1 -- --mode kill
 	for lk in b:1 a:1 c:3; do
 		step "kill-${lk%:*}" layout_run "${lk%:*}" KILLED_RANK="${lk#*:}" MKERNEL_TIMEOUT=5000 \
 			MKERNEL_GEMM_AR_FUSED=1 RANK_TIMEOUT=120 -- --mode kill

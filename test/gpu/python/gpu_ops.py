@@ -441,13 +441,19 @@ def mode_kill(group, world, timeout_ms):
     dist.barrier(group=group)
     if RANK == victim:
         mkernel.gemm_all_reduce(a, b, group)
+        if os.environ.get("KILL_IDLE") == "1":  # diagnosis: die between calls instead
+            torch.cuda.synchronize()
         say("enqueued a call; dying now")
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.time()
     try:
-        for _ in range(200):
+        for i in range(200):
             mkernel.gemm_all_reduce(a, b, group)
-            torch.cuda.synchronize()
+            try:
+                torch.cuda.synchronize()
+            except RuntimeError as e:  # say when, for the diagnosis of a fault
+                say(f"call {i}: the GPU failed after {time.time() - t0:.2f} s: {e}")
+                raise
             mkernel.check(group)
     except mkernel.MkernelError as e:
         dt = time.time() - t0
@@ -458,6 +464,7 @@ def mode_kill(group, world, timeout_ms):
                             f"{timeout_ms / 1e3:.0f} s)")
     else:
         expect(False, "200 calls with a dead peer raised nothing")
+    time.sleep(float(os.environ.get("KILL_LINGER", "0")))  # diagnosis: outlive the peers' calls
     mkernel.abort()  # the peer is gone: no collective teardown
     say("result:", "FAIL" if FAILS else "pass")
     sys.stdout.flush()
