@@ -16,6 +16,9 @@ Recognised records (one plot per kind found):
   test-seqpar-gpu --bench (gemm_rs, ag_gemm)  -> gemm-rs.png, ag-gemm.png (fused and default path
                                                  vs cuBLAS + NCCL, fused vs max(GEMM, collective))
                                                  and gemm-rs-splits.png, ag-gemm-splits.png
+  moe_bench.py (moe_dispatch_gemm, moe_gemm_combine) -> moe.png (ratio vs global tokens)
+  attn_ring_bench.py (ring_attention)         -> ring-attention.png (speedup vs total sequence,
+                                                 against all-gather + SDPA and a ring of SDPA)
 Emulated records are labelled in the plot titles.
 """
 import argparse
@@ -183,6 +186,58 @@ def plot_gemm_allreduce(rows, out):
     return layout_panels(rows, "gemm_allreduce", out, "gemm-allreduce.png", draw)
 
 
+def emulated(rs):
+    return " (emulated)" if any(r.get("emulated") for r in rs) else ""
+
+
+def plot_moe(rows, out):
+    g = [r for r in rows if r.get("bench") in ("moe_dispatch_gemm", "moe_gemm_combine")]
+    if not g:
+        return []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for op in ("moe_dispatch_gemm", "moe_gemm_combine"):
+        rs = sorted((r for r in g if r["bench"] == op), key=lambda r: r["tokens_global"])
+        if rs:
+            ax.plot([r["tokens_global"] for r in rs], [r["ratio"] for r in rs], marker="o",
+                    label=op)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens (global)")
+    ax.set_ylabel("all_to_all_single + torch._grouped_mm time / mkernel time")
+    ax.set_title("MoE dispatch+GEMM and GEMM+combine" + emulated(g))
+    ax.legend()
+    path = os.path.join(out, "moe.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def plot_ring(rows, out):
+    g = [r for r in rows if r.get("bench") == "ring_attention"]
+    if not g:
+        return []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for causal in (0, 1):
+        rs = sorted((r for r in g if r["causal"] == causal), key=lambda r: r["seq_total"])
+        for key, what in (("speedup_vs_allgather_sdpa", "all-gather K,V + SDPA"),
+                          ("speedup_vs_ring_sdpa", "ring of SDPA")):
+            if rs:
+                ax.plot([r["seq_total"] for r in rs], [r[key] for r in rs], marker="o",
+                        label=f"vs {what}, {'causal' if causal else 'non-causal'}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("total sequence")
+    ax.set_ylabel("baseline time / mkRingAttention time")
+    ax.set_title("mkRingAttention" + emulated(g))
+    ax.legend(fontsize=7)
+    path = os.path.join(out, "ring-attention.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jsonl", nargs="+")
@@ -192,7 +247,7 @@ def main():
     rows = load(a.jsonl)
     made = (plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out) +
             plot_gemm_allreduce(rows, a.out) + plot_gemm_allreduce_splits(rows, a.out) +
-            plot_seqpar(rows, a.out))
+            plot_seqpar(rows, a.out) + plot_moe(rows, a.out) + plot_ring(rows, a.out))
     for m in made:
         print(m)
     return 0 if made else 1
