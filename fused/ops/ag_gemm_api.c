@@ -11,7 +11,7 @@
 #include "mk/log.h"
 
 static const struct mk_sp_op_ops agg_ops = {
-	.unfused = "ncclAllGather + cuBLAS",
+	.unfused = "ncclAllGather + GEMM",
 	.force = mk_param_ag_gemm_fused,
 	.shape_k = 1,
 	.alone_direct = 1,

@@ -60,7 +60,7 @@ static int agg_shape_fill(struct mk_comm *c, struct mk_sp_shape *s)
 	    mk_sp_shape_mem(c, gbuf, &s->mem[0]) != 0) {
 		MK_WARN("mkAllGatherGemm M %d x K %d needs %zu bytes of symmetric heap (gather "
 			"buffer %zu, flags %zu): raise MKERNEL_SYMM_HEAP or mkConfig_t.heapBytes; "
-			"running ncclAllGather + cuBLAS instead",
+			"running ncclAllGather + GEMM instead",
 			s->m, s->k, gbuf + s->words.bytes, gbuf, s->words.bytes);
 		return -ENOMEM;
 	}

@@ -10,7 +10,6 @@
 
 #include "fused/ops/gemm_allreduce.h"
 #include "fused/ops/gemm_dispatch.h"
-#include "fused/ops/gemm_fallback.h"
 #include "fused/runtime/comm.h"
 
 int mk_gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,
@@ -19,13 +18,8 @@ int mk_gar_unfused(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	const cudaDataType_t ct = type == ncclBfloat16	? CUDA_R_16BF
 				  : type == ncclFloat16 ? CUDA_R_16F
 							: CUDA_R_32F;
-	int rc;
+	const int rc = mk_gemm_plain(a, b, cc, m, n, k, b_layout == MK_GEMM_B_NK, ct, stream);
 
-	if (type == ncclBfloat16)
-		rc = mk_gemm_dispatch(a, b, cc, m, n, k, b_layout == MK_GEMM_B_NK, stream, NULL,
-				      NULL);
-	else
-		rc = mk_fallback_gemm(a, b, cc, m, n, k, b_layout, ct, ct, stream);
 	if (rc || c->nranks == 1)
 		return rc;
 	if (ncclAllReduce(cc, cc, (size_t)m * n, type, ncclSum, c->nccl, stream) != ncclSuccess)

@@ -387,3 +387,11 @@ MK_API ncclResult_t mkGemm(const void *a, const void *b, void *c, size_t m, size
 			      stream, NULL, NULL);
 	return rc ? mk_result_api(rc) : ncclSuccess; /* the dispatch WARNed what failed */
 }
+
+int mk_gemm_plain(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		  cudaDataType_t type, cudaStream_t stream)
+{
+	if (type == CUDA_R_16BF)
+		return mk_gemm_dispatch(a, b, c, m, n, k, b_nk, stream, NULL, NULL);
+	return mk_fallback_gemm(a, b, c, m, n, k, b_nk, type, type, stream);
+}

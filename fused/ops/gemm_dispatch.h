@@ -69,6 +69,14 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 		     cudaStream_t stream, const struct mk_gemm_pick *force,
 		     struct mk_gemm_ran *ran);
 
+/*
+ * An op's plain GEMM (what its unfused path runs): bf16 through mk_gemm_dispatch (the faster of
+ * the engine and cuBLAS for the shape), fp16 and fp32 (type CUDA_R_16F, CUDA_R_32F; C of the same
+ * type) through cublasGemmEx. 0 or -errno.
+ */
+int mk_gemm_plain(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		  cudaDataType_t type, cudaStream_t stream);
+
 /* The last dispatch of this thread (what ran and why), for tests. */
 void mk_gemm_dispatch_last(struct mk_gemm_ran *ran);
 

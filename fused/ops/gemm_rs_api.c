@@ -11,7 +11,7 @@
 #include "mk/log.h"
 
 static const struct mk_sp_op_ops grs_ops = {
-	.unfused = "cuBLAS + ncclReduceScatter",
+	.unfused = "GEMM + ncclReduceScatter",
 	.force = mk_param_gemm_rs_fused,
 	.shape_k = 0,
 	.alone_direct = 0,

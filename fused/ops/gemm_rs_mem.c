@@ -36,7 +36,7 @@ static int grs_shape_fill(struct mk_comm *c, struct mk_sp_shape *s)
 	    (c->topo.nnodes > 1 && mk_sp_shape_mem(c, land, &s->mem[1]) != 0)) {
 		MK_WARN("mkGemmReduceScatter M %d x N %d needs %zu bytes of symmetric heap "
 			"(partials %zu, landing area %zu, flags %zu): raise MKERNEL_SYMM_HEAP or "
-			"mkConfig_t.heapBytes; running cuBLAS + ncclReduceScatter instead",
+			"mkConfig_t.heapBytes; running GEMM + ncclReduceScatter instead",
 			s->m, s->n,
 			(c->nranks > 1 ? mat : 0) + (c->topo.nnodes > 1 ? land : 0) +
 				s->words.bytes,
