@@ -7,6 +7,9 @@
 * RowParallelLinear(in, out): weight (out, in / R) (columns split), bias (out) added once
   after the reduction; the input is the column-parallel output [.., in / R]. It runs
   gemm_all_reduce, or gemm_reduce_scatter with sequence_parallel (output [S/R, ..., out]).
+* MoE(hidden, inter, num_experts, topk): expert parallelism, E / R experts per rank; tokens
+  routed by the caller's topk_idx / topk_weight (or a router module), moe_dispatch_gemm ->
+  SwiGLU -> moe_gemm_combine.
 
 Sequence parallelism splits the first dimension (Megatron's [s, b, h] order). Where mkernel
 cannot run the call at all (a CPU tensor, a group of another backend), the layer computes the
@@ -24,6 +27,8 @@ from .ops import _base
 from .ops.all_gather_gemm import all_gather_gemm
 from .ops.gemm_all_reduce import gemm_all_reduce
 from .ops.gemm_reduce_scatter import gemm_reduce_scatter
+from .ops.moe_dispatch_gemm import moe_dispatch_gemm
+from .ops.moe_gemm_combine import moe_gemm_combine
 
 
 def _compiling():
@@ -156,3 +161,88 @@ class RowParallelLinear(_ParallelLinear):
             else:
                 dist.all_reduce(y, group=pg)
         return y + self.bias if self.bias is not None else y
+
+
+class MoE(torch.nn.Module):
+    """A mixture-of-experts FFN with expert parallelism over the group's R ranks:
+    y = sum_j topk_weight[:, j] * W_down[e_j] (silu(W_gate[e_j] x) * W_up[e_j] x).
+
+    Rank r holds experts [r E/R, (r+1) E/R) as nn.Linear weights stacked: w_up (E/R, 2 I, H),
+    each expert's rows [0, I) its gate projection and rows [I, 2 I) its up projection (one GEMM
+    makes both halves; fuse_gate_up builds it from separate tensors), w_down (E/R, H, I). The
+    router is the caller's: forward(x, topk_idx, topk_weight) with global expert ids (-1: no
+    expert in that slot), or a `router` module called as router(x2d) -> (topk_idx,
+    topk_weight). Collective: every rank calls forward alike (a rank with no tokens passes
+    x of 0 rows).
+
+    Args: hidden (H), inter (I, each expert's intermediate size), num_experts (E, a multiple
+    of R), topk, router, group (None: the default group), max_tokens_per_rank (the most tokens
+    any rank passes per call; None: this call's tokens, which must then be equal on every rank
+    for libmkernel), max_recv (rows per rank the dispatch can take; None: the worst case),
+    device, dtype. Forward only (the ops define no backward). bf16 CUDA input on an NCCL group
+    runs libmkernel; anything else the ops' torch fallback (mkernel.stats())."""
+
+    def __init__(self, hidden, inter, num_experts, topk, router=None, group=None,
+                 max_tokens_per_rank=None, max_recv=None, device=None, dtype=None):
+        super().__init__()
+        self.group = _comm.resolve_group(group)
+        world = self.group.size()
+        self.experts_per_rank = _split(num_experts, world, "num_experts")
+        if not 1 <= topk <= 16:
+            raise ValueError(f"mkernel.nn: topk must be 1 .. 16, got {topk}")
+        self.hidden, self.inter, self.num_experts, self.topk = hidden, inter, num_experts, topk
+        self.router = router
+        self.max_tokens_per_rank, self.max_recv = max_tokens_per_rank, max_recv
+        kw = {"device": device, "dtype": dtype}
+        e = self.experts_per_rank
+        self.w_up = torch.nn.Parameter(torch.empty((e, 2 * inter, hidden), **kw))
+        self.w_down = torch.nn.Parameter(torch.empty((e, hidden, inter), **kw))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # nn.Linear's initialisation of every expert's projections.
+        for w, fan_in in ((self.w_up, self.hidden), (self.w_down, self.inter)):
+            bound = 1 / math.sqrt(fan_in)
+            torch.nn.init.uniform_(w, -bound, bound)
+
+    @staticmethod
+    def fuse_gate_up(w_gate, w_up):
+        """(E, 2 I, H) from per-expert gate and up weights (E, I, H) each: gate rows first."""
+        return torch.cat([w_gate, w_up], dim=1)
+
+    def shard(self, full_w_up, full_w_down):
+        """Copy this rank's experts of full per-expert weights: full_w_up (E, 2 I, H) (gate
+        rows, then up rows; see fuse_gate_up), full_w_down (E, H, I)."""
+        e, i, h = self.num_experts, self.inter, self.hidden
+        if tuple(full_w_up.shape) != (e, 2 * i, h) or tuple(full_w_down.shape) != (e, h, i):
+            raise ValueError(f"mkernel.nn.MoE.shard: want full_w_up {(e, 2 * i, h)} and "
+                             f"full_w_down {(e, h, i)}, got {tuple(full_w_up.shape)} and "
+                             f"{tuple(full_w_down.shape)}")
+        r = self.group.rank()
+        mine = slice(r * self.experts_per_rank, (r + 1) * self.experts_per_rank)
+        with torch.no_grad():
+            self.w_up.copy_(full_w_up[mine])
+            self.w_down.copy_(full_w_down[mine])
+        return self
+
+    def forward(self, x, topk_idx=None, topk_weight=None):
+        """x [..., H]; topk_idx, topk_weight [tokens, topk] (tokens = x's rows flattened), or
+        None to ask the router. Output x's shape."""
+        x2 = x.reshape(-1, self.hidden).contiguous()
+        if topk_idx is None:
+            if self.router is None:
+                raise ValueError("mkernel.nn.MoE: no topk_idx given and no router module")
+            topk_idx, topk_weight = self.router(x2)
+        if topk_idx.shape[-1] != self.topk:
+            raise ValueError(f"mkernel.nn.MoE: topk_idx has {topk_idx.shape[-1]} slots per "
+                             f"token, the layer's topk is {self.topk}")
+        t = x2.shape[0]
+        mt = t if self.max_tokens_per_rank is None else self.max_tokens_per_rank
+        d = moe_dispatch_gemm(x2, topk_idx.contiguous(), topk_weight.contiguous(), self.w_up,
+                              self.group, num_experts=self.num_experts,
+                              max_tokens_per_rank=mt, max_recv=self.max_recv)
+        gate, up = d.out.split(self.inter, dim=-1)
+        h = (F.silu(gate) * up).contiguous()
+        y = moe_gemm_combine(h, self.w_down, d.layout, t, self.topk, self.group,
+                             max_tokens_per_rank=mt)
+        return y.reshape(x.shape)

@@ -16,6 +16,8 @@ OPS = (
     "attention",
     "ring_attention",
     "grouped_gemm",
+    "moe_dispatch_gemm",
+    "moe_gemm_combine",
 )
 
 modules = {name: importlib.import_module(f".{name}", __name__) for name in OPS}

@@ -225,6 +225,73 @@ def check_grouped_gemm():
     path_ok("grouped_gemm", "mkGroupedGemm", before)
 
 
+def check_moe(group, world):
+    """moe_dispatch_gemm + moe_gemm_combine and nn.MoE against an fp32 reference of the same
+    routing: exact for the pair (integer data: every product sum is an integer below 256, the
+    weights are powers of two), 2e-2 relative (Frobenius) for nn.MoE (SwiGLU rounds to bf16)."""
+    before = mkernel.stats()
+    e, k, hd, inter = 4 * world, 3, 256, 128
+    eloc = e // world
+    tokens = [37 + 13 * r for r in range(world)]  # differ between ranks, multiples of nothing
+    g = torch.Generator(device="cuda").manual_seed(500)
+    w_up = ints((e * inter, hd), 501, band=8).view(e, inter, hd)
+    w_down = ints((e * hd, inter), 502, band=8).view(e, hd, inter)
+    xs = [ints((t, hd), 510 + r, band=4) for r, t in enumerate(tokens)]
+    ids = [torch.stack([torch.randperm(e, device="cuda", generator=g)[:k] for _ in range(t)])
+           for t in tokens]
+    ids[0][0] = -1  # a token routed nowhere: zeros
+    ids[-1][:, 0] = 0  # skew: expert 0 takes every last-rank token
+    wts = [torch.full((t, k), 0.25, device="cuda") for t in tokens]
+    mine = slice(RANK * eloc, (RANK + 1) * eloc)
+    x, idx, wt = xs[RANK], ids[RANK], wts[RANK]
+    mt = max(tokens)
+    d = mkernel.moe_dispatch_gemm(x, idx, wt, w_up[mine].contiguous(), group,
+                                  max_tokens_per_rank=mt)
+    offs = [0]
+    rows = []
+    for le in range(eloc):
+        for s in range(world):
+            hit = (ids[s] == RANK * eloc + le).nonzero()
+            rows += [xs[s][t].float() @ w_up[RANK * eloc + le].float().t()
+                     for t, _ in hit.tolist()]
+        offs.append(len(rows))
+    expect(d.recv_offsets.tolist() == offs, f"moe_dispatch_gemm receive offsets {offs}")
+    expect(torch.equal(d.out[:offs[-1]].float(), torch.stack(rows)),
+           f"moe_dispatch_gemm exact ({offs[-1]} rows, tokens {tokens}, top-{k})")
+    h = (d.out.float().clamp(-2, 2)).to(BF).contiguous()  # keep products small: exact sums
+    y = mkernel.moe_gemm_combine(h, w_down[mine].contiguous(), d.layout, x.shape[0], k, group,
+                                 max_tokens_per_rank=mt)
+    want = torch.zeros(x.shape[0], hd, device="cuda")
+    for t in range(x.shape[0]):
+        for j in range(k):
+            ge = int(idx[t, j])
+            if ge >= 0:
+                a = (x[t].float() @ w_up[ge].float().t()).clamp(-2, 2)
+                want[t] += 0.25 * (a @ w_down[ge].float().t())
+    expect(torch.equal(y.float(), want), "moe_gemm_combine exact (weighted, a token without "
+           "experts gets zeros)")
+    path_ok("moe_dispatch_gemm", "mkMoeDispatchGemm", before)
+    path_ok("moe_gemm_combine", "mkMoeGemmCombine", before)
+    before = mkernel.stats()
+    layer = mkernel.nn.MoE(hd, inter // 2, e, k, group=group, max_tokens_per_rank=mt,
+                           device="cuda", dtype=BF).shard(w_up.float().mul(0.1).to(BF),
+                                                          w_down[:, :, :inter // 2]
+                                                          .float().mul(0.1).to(BF))
+    with torch.no_grad():
+        y = layer(x, idx, wt).float()
+    want = torch.zeros_like(y)
+    for t in range(x.shape[0]):
+        for j in range(k):
+            ge = int(idx[t, j])
+            if ge >= 0:
+                a = x[t].float() @ w_up[ge].float().mul(0.1).to(BF).float().t()
+                a = torch.nn.functional.silu(a[:inter // 2]) * a[inter // 2:]
+                want[t] += 0.25 * (a @ w_down[ge, :, :inter // 2].float().mul(0.1).to(BF).float().t())
+    err = float(torch.linalg.norm(y - want) / max(float(torch.linalg.norm(want)), 1e-30))
+    expect(err < 2e-2, f"nn.MoE against fp32 SwiGLU reference: relative error {err:.2e}")
+    path_ok("moe_dispatch_gemm", "mkMoeDispatchGemm", before)
+
+
 def mlp_weights(h, f, world):
     """Full weights every rank builds alike; sparse enough that every value stays exact."""
     w1 = ints((f, h), 71, band=max(1, h // 4))   # <= 4 non-zeros per row
@@ -299,6 +366,7 @@ def mode_check(group, world):
     check_rs_ag(group, world)
     check_attention(group, world)
     check_grouped_gemm()
+    check_moe(group, world)
     check_layers(group, world, sp=False)
     check_layers(group, world, sp=True)
     check_bad_input(group, world)

@@ -27,7 +27,23 @@ def cases(g):
         ("ring_attention", (m(2, 64, 8, 128), m(2, 64, 4, 128), m(2, 64, 4, 128), name, True),
          [(2, 64, 8, 128), (2, 8, 64)]),
         ("grouped_gemm", (m(50, 32), m(4, 48, 32), m(5, dtype=torch.int32), 1), [(50, 48)]),
+        # E 8 over 4 ranks, top-3, 13 tokens of at most 16, 40 rows; nk and kn weights
+        ("moe_dispatch_gemm", (m(13, 32), m(13, 3, dtype=torch.int32),
+                               m(13, 3, dtype=torch.float32), m(2, 48, 32), 8, 16, 40, 1, name),
+         [(40, 48), (moe_layout(8, 4, 3, 16, 40),)]),
+        ("moe_dispatch_gemm", (m(0, 32), m(0, 1, dtype=torch.int32),
+                               m(0, 1, dtype=torch.float32), m(2, 32, 48), 8, 5, 7, 0, name),
+         [(7, 48), (moe_layout(8, 4, 1, 5, 7),)]),
+        ("moe_gemm_combine", (m(40, 48), m(2, 32, 48), m(moe_layout(8, 4, 3, 16, 40),
+                                                         dtype=torch.uint8), 13, 3, 16, 1, name),
+         [(13, 32)]),
     ]
+
+
+def moe_layout(*a):
+    from mkernel.ops import _moe
+
+    return _moe.layout_bytes(*a)
 
 
 def _shapes(out):
@@ -117,8 +133,11 @@ def test_compile_fullgraph_every_wrapper(fake_world):
     g = fake_world
     be = _Graphs()
 
-    def everything(a, w, x, q, kv, ex, off):
-        r = [mkernel.gemm_all_reduce(a, w, g), mkernel.gemm_reduce_scatter(a, w, g),
+    def everything(a, w, x, q, kv, ex, off, idx, tw):
+        d = mkernel.moe_dispatch_gemm(a, idx, tw, ex, g, num_experts=12)
+        y = mkernel.moe_gemm_combine(torch.nn.functional.silu(d.out), ex.transpose(1, 2)
+                                     .contiguous(), d.layout, a.shape[0], idx.shape[1], g)
+        r = [d.out, d.recv_offsets, y] + [mkernel.gemm_all_reduce(a, w, g), mkernel.gemm_reduce_scatter(a, w, g),
              mkernel.all_gather_gemm(a, w, g), mkernel.all_to_all(x, g)]
         r += list(mkernel.attention(q, kv, kv, causal=True))
         r += list(mkernel.ring_attention(q, kv, kv, g, causal=True))
@@ -127,10 +146,12 @@ def test_compile_fullgraph_every_wrapper(fake_world):
 
     out = torch.compile(everything, fullgraph=True, backend=be)(
         torch.randn(8, 16), torch.randn(24, 16), torch.randn(4, 3), torch.randn(1, 6, 4, 64),
-        torch.randn(1, 6, 2, 64), torch.randn(3, 24, 16), torch.zeros(4, dtype=torch.int32))
+        torch.randn(1, 6, 2, 64), torch.randn(3, 24, 16), torch.zeros(4, dtype=torch.int32),
+        torch.zeros(8, 2, dtype=torch.int64), torch.rand(8, 2))
     assert sorted(set(be.ops())) == sorted(f"mkernel.{n}" for n in mkernel.ops.OPS)
+    # moe: 12 experts over 4 ranks (3 each), top-2, 8 tokens: 4 x 8 x min(2, 3) = 64 rows
     assert [tuple(t.shape) for t in out] == [
-        (8, 24), (2, 24), (32, 24), (4, 3), (1, 6, 4, 64), (1, 4, 6), (1, 6, 4, 64), (1, 4, 6),
+        (64, 24), (4,), (8, 16), (8, 24), (2, 24), (32, 24), (4, 3), (1, 6, 4, 64), (1, 4, 6), (1, 6, 4, 64), (1, 4, 6),
         (8, 24)]
 
 
@@ -191,3 +212,13 @@ def test_gemm_ops_gradients_have_the_inputs_shapes(fake_world):
         assert gathered.shape == (64, 32)
         c.sum().backward()
         assert a.grad.shape == a.shape and b.grad.shape == b.shape
+
+
+def test_compile_fullgraph_moe_layer(fake_world):
+    # nn.MoE traced whole: dispatch, SwiGLU, combine; x [2, 5, H] in and out.
+    layer = mkernel.nn.MoE(16, 8, 8, 2, group=fake_world, max_tokens_per_rank=12)
+    be = _Graphs()
+    out = torch.compile(lambda x, i, w: layer(x, i, w), fullgraph=True, backend=be)(
+        torch.randn(2, 5, 16), torch.zeros(10, 2, dtype=torch.int32), torch.rand(10, 2))
+    assert be.ops() == ["mkernel.moe_dispatch_gemm", "mkernel.moe_gemm_combine"]
+    assert tuple(out.shape) == (2, 5, 16)
