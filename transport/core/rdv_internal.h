@@ -122,7 +122,9 @@ struct mk_rdv_req {
 	int n;
 	bool optional;
 	bool cts_posted, cts_done;
-	int cts_status; /* the CTS write failed: fatal only while data is still due */
+	bool cts_lazy;	    /* filled by eager messages at its post: its CTS may wait */
+	uint32_t cts_first; /* the CTS write this request completes began at this group */
+	int cts_status;	    /* the CTS write failed: fatal only while data is still due */
 	size_t got[MK_RDV_MAX_RECVS];
 	uint8_t segs_seen[MK_RDV_MAX_RECVS];
 	uint8_t segs_total[MK_RDV_MAX_RECVS];

@@ -14,6 +14,7 @@
 #include "rdv_internal.h"
 
 #define RECV_POLL_BATCH 16
+#define RECV_CTS_BATCH	8 /* groups one CTS write carries at most */
 
 /* Every sub-receive has its data (by rendezvous or eager). */
 static bool recv_data_in(const struct mk_rdv_req *req)
@@ -98,24 +99,60 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 			mk_rdv_fail(&r->cs, ev->status, "transport error");
 		return;
 	}
-	if (ev->status) {
-		/*
-		 * A failed CTS write fails its receive only if data is still due: a sender that
-		 * sent eagerly and closed has left the whole message here already.
-		 */
-		if (ev->type != MK_EV_READ_DONE)
-			req->cts_status = ev->status;
-		else if (req->status == 0)
-			req->status = ev->status;
-		mk_rdv_fail(&r->cs, ev->status,
-			    ev->type == MK_EV_READ_DONE ? "flush read" : "clear-to-send write");
-	}
-	if (ev->type == MK_EV_READ_DONE)
+	if (ev->type == MK_EV_READ_DONE) {
+		if (ev->status) {
+			if (req->status == 0)
+				req->status = ev->status;
+			mk_rdv_fail(&r->cs, ev->status, "flush read");
+		}
 		req->flushed = true;
-	else
+		return;
+	}
+	/*
+	 * A failed CTS write fails its receives only if data is still due: a sender that sent
+	 * eagerly and closed has left the whole message here already.
+	 */
+	if (ev->status)
+		mk_rdv_fail(&r->cs, ev->status, "clear-to-send write");
+	if (req->kind != MK_RDV_REQ_RECV) {
 		req->cts_done = true;
-	if (req->kind == MK_RDV_REQ_RECV && req->state == MK_RDV_REQ_LINGER && recv_complete(req))
-		req->state = MK_RDV_REQ_FREE;
+		return;
+	}
+	/* one write carried the CTS of groups cts_first .. seq (recv_post_cts) */
+	for (uint32_t g = req->cts_first; (int32_t)(req->seq - g) >= 0; g++) {
+		struct mk_rdv_req *q = &r->reqs[g % MK_RDV_CTS_GROUPS];
+
+		if (ev->status)
+			q->cts_status = ev->status;
+		q->cts_done = true;
+		if (q->state == MK_RDV_REQ_LINGER && recv_complete(q))
+			q->state = MK_RDV_REQ_FREE;
+	}
+}
+
+/*
+ * Whether a group needs its CTS for its data: eager messages that were already here when it was
+ * posted did not fill it. A group they filled needs it only so the sender can move past it,
+ * which can wait for a later group's write.
+ */
+static bool recv_cts_wanted(const struct mk_rdv_req *req)
+{
+	return !req->cts_lazy;
+}
+
+/*
+ * Whether the CTS of the groups not written yet should go now: one of them wants it, or enough
+ * wait that the sender should move past them (its frontier holds our ring; its pending eager
+ * messages wait for groups to match in).
+ */
+static bool recv_cts_due(const struct mk_rdv_recv *r)
+{
+	if (r->next_seq - r->cts_next >= RECV_CTS_BATCH)
+		return true;
+	for (uint32_t g = r->cts_next; g != r->next_seq; g++)
+		if (recv_cts_wanted(&r->reqs[g % MK_RDV_CTS_GROUPS]))
+			return true;
+	return false;
 }
 
 /*
@@ -123,25 +160,53 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
  * receive counts as posted before its CTS is out: eager messages already here can fill it, and
  * a transport refusing writes to a peer that left (net does so for good) cannot hold them back.
  * Draining, no CTS is written at all.
+ *
+ * A group that eager messages filled at its post waits (recv_cts_due): its CTS rides with the
+ * next group that needs one, or goes once RECV_CTS_BATCH such groups wait. Each write carries a
+ * run of groups contiguous both in our staging and in the sender's ring, so a stream of small
+ * messages costs about one eager write each and a CTS write per batch, not one per receive: on
+ * the socket providers every write is system calls at each end.
  */
 static void recv_post_cts(struct mk_rdv_recv *r)
 {
 	struct mk_conn *c = r->cs.conn;
 
 	while (r->cts_next != r->next_seq) {
-		uint32_t seq = r->cts_next;
-		struct mk_rdv_req *req = &r->reqs[seq % MK_RDV_CTS_GROUPS];
-		struct mk_rdv_cts *cts = &r->staging[(seq % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
-		uint64_t dst = r->peer_ring + (uint64_t)((seq - 1) % MK_RDV_CTS_GROUPS) *
+		uint32_t first = r->cts_next, end = first + 1;
+		struct mk_rdv_req *last;
+		struct mk_rdv_cts *cts =
+			&r->staging[(first % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+		uint64_t dst = r->peer_ring + (uint64_t)((first - 1) % MK_RDV_CTS_GROUPS) *
 						      MK_RDV_MAX_RECVS * sizeof(*cts);
 		int rc = r->cs.error;
 
+		if (rc == 0 && !recv_cts_due(r))
+			return;
+		/* staging wraps before group 0 mod the ring's depth, the sender's ring before 1 */
+		while (end != r->next_seq && end - first < RECV_CTS_BATCH &&
+		       end % MK_RDV_CTS_GROUPS > 1)
+			end++;
+		last = &r->reqs[(end - 1) % MK_RDV_CTS_GROUPS];
 		if (rc == 0) {
-			for (int i = 0; i < req->n; i++)
-				cts[i].credits = r->eager.next; /* as fresh as they can be */
-			rc = c->ops->write(c, 0, cts, (size_t)req->n * sizeof(*cts),
-					   r->cs.region.mr->bmr, dst, &r->cs.peer_rkey, false, 0,
-					   req);
+			size_t len =
+				((size_t)(end - 1 - first) * MK_RDV_MAX_RECVS + (size_t)last->n) *
+				sizeof(*cts);
+
+			for (uint32_t g = first; g != end; g++) {
+				struct mk_rdv_cts *e =
+					&r->staging[(g % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+				int n = r->reqs[g % MK_RDV_CTS_GROUPS].n;
+
+				for (int i = 0; i < n; i++)
+					e[i].credits = r->eager.next; /* as fresh as they can be */
+				/* the write covers the unused entries too: no group of theirs is
+				 * due */
+				for (int i = n; g + 1 != end && i < MK_RDV_MAX_RECVS; i++)
+					e[i].seq = g - MK_RDV_CTS_GROUPS;
+			}
+			last->cts_first = first;
+			rc = c->ops->write(c, 0, cts, len, r->cs.region.mr->bmr, dst,
+					   &r->cs.peer_rkey, false, 0, last);
 			if (rc == -EAGAIN)
 				return;
 			if (rc)
@@ -149,16 +214,19 @@ static void recv_post_cts(struct mk_rdv_recv *r)
 			else
 				r->eager.credited = r->eager.next;
 		}
-		if (rc) {
+		for (uint32_t g = first; rc && g != end; g++) {
+			struct mk_rdv_req *req = &r->reqs[g % MK_RDV_CTS_GROUPS];
+
 			req->cts_done =
 				true; /* nothing in flight: a receive filled eagerly may end */
 			req->cts_status = rc;
 		}
-		r->cts_next = seq + 1;
+		r->cts_next = end;
 	}
 }
 
-int mk_rdv_recv_progress(struct mk_rdv_recv *r)
+/* Take in every completion and immediate the transport has for us. */
+static void recv_poll(struct mk_rdv_recv *r)
 {
 	struct mk_event ev[RECV_POLL_BATCH];
 	int n;
@@ -172,8 +240,14 @@ int mk_rdv_recv_progress(struct mk_rdv_recv *r)
 		for (int i = 0; i < n; i++)
 			recv_event(r, &ev[i]);
 	} while (n == RECV_POLL_BATCH);
-	recv_post_cts(r);
+}
+
+int mk_rdv_recv_progress(struct mk_rdv_recv *r)
+{
+	recv_poll(r);
+	/* eager messages first: a receive they fill needs no CTS of its own */
 	mk_rdv_eager_deliver(r);
+	recv_post_cts(r);
 	return r->cs.error;
 }
 
@@ -257,8 +331,26 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	req->cts_posted = true;
 	req->cts_done = false;
 	req->cts_status = 0;
+	req->cts_first = seq;
+	req->cts_lazy = false;
 	r->next_seq++;
 	r->outstanding++;
+	/*
+	 * Eager messages that arrived before this receive fill it now; if they fill all of it, its
+	 * CTS can wait for a later group's write (recv_post_cts). A receive small enough for them
+	 * looks for what landed first (manual progress: only a poll lands it): a poll is cheaper
+	 * than the CTS write it saves, and a test of a receive filled here needs none.
+	 */
+	if (r->eager.slots != NULL) {
+		bool small = true;
+
+		for (int i = 0; i < n && small; i++)
+			small = sizes[i] <= r->eager.bytes;
+		if (small)
+			recv_poll(r);
+		mk_rdv_eager_deliver(r);
+		req->cts_lazy = req->etaken == (uint8_t)((1u << n) - 1);
+	}
 	recv_post_cts(r);
 	*out = req;
 	return 0;
@@ -304,7 +396,10 @@ int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 	*done = 0;
 	if (req->state == MK_RDV_REQ_LINGER)
 		return -EBADF; /* already reported done */
-	rc = mk_rdv_recv_progress(r);
+	/* as in send test: a request already done needs no CQ read */
+	rc = (req->kind == MK_RDV_REQ_FLUSH ? req->flushed : recv_data_in(req))
+		     ? 0
+		     : mk_rdv_recv_progress(r);
 	if (req->status)
 		return req->status;
 	if (req->kind == MK_RDV_REQ_FLUSH) {

@@ -100,8 +100,74 @@ static void test_eager_send_goes_before_its_receive(void **state)
 	check(rbuf, 100, 3);
 	assert_int_equal(rbuf[100], 0);
 	assert_int_equal(recv_of(&p)->eager.copied, 1);
-	/* one eager write and the receive's CTS, no data write into the receive buffer */
-	assert_int_equal(fake_tp_writes() - writes, 2);
+	/*
+	 * One eager write, no data write into the receive buffer, and no CTS yet: the message
+	 * filled the receive at its post, so its CTS waits to ride with a later group's.
+	 */
+	assert_int_equal(fake_tp_writes() - writes, 1);
+	assert_int_equal(recv_of(&p)->cts_next, rreq->seq);
+	mk_rdv_dereg(p.s, smr);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+}
+
+/*
+ * Receives that eager messages fill at their post hold their CTS back: the held groups go in one
+ * write once 8 wait, or with the next group that needs a CTS, in runs that never cross the wrap
+ * of the receiver's staging (group 0 mod 64) or of the sender's ring (group 1 mod 64).
+ */
+static void test_eager_filled_receives_batch_their_cts(void **state)
+{
+	enum { MSG = 64, N = 40, FIRST = 60 };
+	static char sbuf[MSG], rbuf[N + 1][MSG];
+	struct mk_rdv_req *sreq, *rreq;
+	struct mk_mr *smr, *rmr;
+	struct mk_rdv_recv *r;
+	size_t got = 0;
+	int writes;
+	struct pair p;
+
+	mk_rdv_set_initial_seq(FIRST);
+	pair_open(&p);
+	r = recv_of(&p);
+	smr = reg(p.s, sbuf, sizeof(sbuf));
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	for (int i = 0; i < N; i++) {
+		fill(sbuf, MSG, (unsigned)i);
+		sreq = NULL;
+		while (sreq == NULL)
+			assert_int_equal(mk_rdv_isend(p.s, sbuf, MSG, 0, smr, &sreq), 0);
+		assert_true(sreq->eager); /* held groups are full: no CTS entry is free */
+		assert_int_equal(wait_both(sreq, NULL, NULL, NULL), 0);
+		writes = fake_tp_writes();
+		rreq = post_recv(&p, rbuf[i], MSG, 0, rmr);
+		assert_true(rreq->cts_lazy);
+		/* a write only when 8 wait: [60,64) and [64] at the wraps, then 8 at a time */
+		if (rreq->seq == 67 || rreq->seq == 71 || (rreq->seq > 71 && rreq->seq % 8 == 0))
+			assert_int_equal(fake_tp_writes() - writes, 1);
+		else
+			assert_int_equal(fake_tp_writes() - writes, 0);
+		assert_true(r->next_seq - r->cts_next < 8);
+		assert_int_equal(wait_both(NULL, rreq, &got, NULL), 0);
+		assert_int_equal(got, MSG);
+		check(rbuf[i], MSG, (unsigned)i);
+	}
+	assert_int_equal(r->cts_next, FIRST + N - 3);
+	/* nothing waits for this one: its CTS goes at once, the three held groups with it */
+	writes = fake_tp_writes();
+	rreq = post_recv(&p, rbuf[N], MSG, 0, rmr);
+	assert_false(rreq->cts_lazy);
+	assert_int_equal(fake_tp_writes() - writes, 1);
+	assert_int_equal(r->cts_next, r->next_seq);
+	fill(sbuf, MSG, N);
+	sreq = NULL;
+	while (sreq == NULL)
+		assert_int_equal(mk_rdv_isend(p.s, sbuf, MSG, 0, smr, &sreq), 0);
+	assert_false(sreq->eager); /* the CTS was here: straight into the receive buffer */
+	assert_int_equal(send_of(&p)->seen, FIRST + N + 1);
+	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+	check(rbuf[N], MSG, N);
+	assert_int_equal(recv_of(&p)->eager.copied, N);
 	mk_rdv_dereg(p.s, smr);
 	mk_rdv_dereg(p.r, rmr);
 	pair_close(&p);
@@ -186,7 +252,11 @@ static void test_eager_not_offered_where_receives_may_be_gpu_memory(void **state
 static void test_eager_credits_run_out_then_no_block(void **state)
 {
 	enum { N = MK_RDV_EAGER_SLOTS + 1 };
-	static char sbuf[N][32], rbuf[N][32];
+	/*
+	 * Receives larger than an eager message: their post does not look for messages that
+	 * landed (it would copy them out, and the CTS would carry the credits at once).
+	 */
+	static char sbuf[N][32], rbuf[N][2 * 8192];
 	struct mk_rdv_req *sreq[N] = { NULL }, *rq[N];
 	struct mk_mr *smr, *rmr;
 	size_t got;
@@ -209,7 +279,7 @@ static void test_eager_credits_run_out_then_no_block(void **state)
 	}
 	/* 32 receives posted, none tested: their CTS belong to the first 32 eager messages */
 	for (int i = 0; i < MK_RDV_MAX_REQUESTS; i++) {
-		rq[i] = post_recv(&p, rbuf[i], 32, 0, rmr);
+		rq[i] = post_recv(&p, rbuf[i], sizeof(rbuf[i]), 0, rmr);
 		assert_non_null(rq[i]);
 	}
 	for (int spin = 0; spin < 100; spin++) {
@@ -230,7 +300,7 @@ static void test_eager_credits_run_out_then_no_block(void **state)
 	for (int i = MK_RDV_MAX_REQUESTS; i < N; i++) {
 		rq[i] = NULL;
 		while (rq[i] == NULL) {
-			rq[i] = post_recv(&p, rbuf[i], 32, 0, rmr);
+			rq[i] = post_recv(&p, rbuf[i], sizeof(rbuf[i]), 0, rmr);
 			if (rq[i] == NULL) /* 32 outstanding: take the oldest */
 				assert_int_equal(
 					wait_both(NULL, rq[i - MK_RDV_MAX_REQUESTS], NULL, NULL),
@@ -747,6 +817,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_eager_send_goes_before_its_receive, setup),
 		cmocka_unit_test_setup(test_eager_yields_to_a_cts_already_here, setup),
+		cmocka_unit_test_setup(test_eager_filled_receives_batch_their_cts, setup),
 		cmocka_unit_test_setup(test_eager_off_and_above_the_limit_wait_for_the_cts, setup),
 		cmocka_unit_test_setup(test_eager_not_offered_where_receives_may_be_gpu_memory,
 				       setup),
