@@ -190,6 +190,21 @@ def emulated(rs):
     return " (emulated)" if any(r.get("emulated") for r in rs) else ""
 
 
+def finish_ratio(fig, ax, out, name, xlabel, ylabel, title, legend_size=None):
+    """A ratio-against-baseline plot over log2 x: the 1.0 line, labels, saved as out/name."""
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
+    path = os.path.join(out, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
 def plot_moe(rows, out):
     g = [r for r in rows if r.get("bench") in ("moe_dispatch_gemm", "moe_gemm_combine")]
     if not g:
@@ -200,17 +215,9 @@ def plot_moe(rows, out):
         if rs:
             ax.plot([r["tokens_global"] for r in rs], [r["ratio"] for r in rs], marker="o",
                     label=op)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tokens (global)")
-    ax.set_ylabel("all_to_all_single + torch._grouped_mm time / mkernel time")
-    ax.set_title("MoE dispatch+GEMM and GEMM+combine" + emulated(g))
-    ax.legend()
-    path = os.path.join(out, "moe.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+    return finish_ratio(fig, ax, out, "moe.png", "tokens (global)",
+                        "all_to_all_single + torch._grouped_mm time / mkernel time",
+                        "MoE dispatch+GEMM and GEMM+combine" + emulated(g))
 
 
 def plot_ring(rows, out):
@@ -225,17 +232,9 @@ def plot_ring(rows, out):
             if rs:
                 ax.plot([r["seq_total"] for r in rs], [r[key] for r in rs], marker="o",
                         label=f"vs {what}, {'causal' if causal else 'non-causal'}")
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("total sequence")
-    ax.set_ylabel("baseline time / mkRingAttention time")
-    ax.set_title("mkRingAttention" + emulated(g))
-    ax.legend(fontsize=7)
-    path = os.path.join(out, "ring-attention.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+    return finish_ratio(fig, ax, out, "ring-attention.png", "total sequence",
+                        "baseline time / mkRingAttention time", "mkRingAttention" + emulated(g),
+                        legend_size=7)
 
 
 def main():

@@ -232,14 +232,19 @@ def check_gemm(op, a, b, b_layout, a_name="a", dtypes=GEMM_DTYPES):
     return m, n, k
 
 
-def group_of(op, group_name):
-    """The NCCL ProcessGroup named `group_name`; ValueError for another backend."""
+def named_group(op, group_name):
+    """The ProcessGroup named `group_name`, any backend; ValueError when it names none."""
     resolve_group(None)  # torch.distributed initialised, else its own clear error
     try:
-        pg = resolve_group(group_name)
+        return resolve_group(group_name)
     except (KeyError, ValueError, RuntimeError) as e:
         raise ValueError(f"mkernel.{op}: group_name {group_name!r} names no process group "
                          f"({e})") from None
+
+
+def group_of(op, group_name):
+    """The NCCL ProcessGroup named `group_name`; ValueError for another backend."""
+    pg = named_group(op, group_name)
     check_nccl_group(pg, f"mkernel.{op}: group {group_name!r}")
     return pg
 

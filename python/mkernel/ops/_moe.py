@@ -17,7 +17,6 @@ import torch.distributed as dist
 
 from . import _base as B
 from .. import _lib
-from ..comm import resolve_group
 
 DISPATCH, COMBINE = "moe_dispatch_gemm", "moe_gemm_combine"
 SYM_DISPATCH, SYM_COMBINE, SYM_SIZE = "mkMoeDispatchGemm", "mkMoeGemmCombine", "mkMoeLayoutSize"
@@ -74,13 +73,21 @@ def fb_regions(eloc, world, topk, max_tokens, max_recv):
 
 def group_of(op, group_name):
     """(ProcessGroup, backend name); the MoE ops run any backend's group through the fallback."""
-    resolve_group(None)  # torch.distributed initialised, else its own clear error
-    try:
-        pg = resolve_group(group_name)
-    except (KeyError, ValueError, RuntimeError) as e:
-        raise ValueError(f"mkernel.{op}: group_name {group_name!r} names no process group "
-                         f"({e})") from None
+    pg = B.named_group(op, group_name)
     return pg, str(dist.get_backend(pg)).lower()
+
+
+def _expert_out(op, name, w, w_layout, letters, k, what):
+    """Output width of the experts' weights `w` (E/R, out, in) for nk, (E/R, in, out) for kn,
+    whose input width must be k (`letters`: the names of out and in in the message)."""
+    nk = w_layout == B.LAYOUT_NK
+    out, inp = (w.shape[1], w.shape[2]) if nk else (w.shape[2], w.shape[1])
+    if inp != k:
+        o, i = letters
+        form = f"(E/R, {o}, {i})" if nk else f"(E/R, {i}, {o})"
+        raise ValueError(f"mkernel.{op}: {name} {form} must have {what} = {k}, got "
+                         f"shape {tuple(w.shape)}")
+    return out
 
 
 def _check_w_layout(op, w_layout):
@@ -139,12 +146,7 @@ def dispatch_dims(x, topk_idx, topk_weight, w_up, num_experts, max_tokens, max_r
         raise ValueError(f"mkernel.{op}: topk_weight must have topk_idx's shape "
                          f"{tuple(topk_idx.shape)}, got {tuple(topk_weight.shape)}")
     eloc = _experts(op, "w_up", w_up, world, num_experts)
-    inter, kh = (w_up.shape[1], w_up.shape[2]) if w_layout == B.LAYOUT_NK else \
-        (w_up.shape[2], w_up.shape[1])
-    if kh != h:
-        form = "(E/R, I, H)" if w_layout == B.LAYOUT_NK else "(E/R, H, I)"
-        raise ValueError(f"mkernel.{op}: w_up {form} must have x's hidden size H = {h}, got "
-                         f"shape {tuple(w_up.shape)}")
+    inter = _expert_out(op, "w_up", w_up, w_layout, ("I", "H"), h, "x's hidden size H")
     if h == 0 or inter == 0:
         raise ValueError(f"mkernel.{op}: empty expert GEMM (H, I) = ({h}, {inter})")
     _check_tokens(op, t, max_tokens)
@@ -167,12 +169,7 @@ def combine_dims(h, w_down, layout, num_tokens, topk, max_tokens, w_layout, worl
     eloc = w_down.shape[0]
     if eloc < 1:
         raise ValueError(f"mkernel.{op}: w_down holds no expert, shape {tuple(w_down.shape)}")
-    hidden, ki = (w_down.shape[1], w_down.shape[2]) if w_layout == B.LAYOUT_NK else \
-        (w_down.shape[2], w_down.shape[1])
-    if ki != inter:
-        form = "(E/R, H, I)" if w_layout == B.LAYOUT_NK else "(E/R, I, H)"
-        raise ValueError(f"mkernel.{op}: w_down {form} must have h's width I = {inter}, got "
-                         f"shape {tuple(w_down.shape)}")
+    hidden = _expert_out(op, "w_down", w_down, w_layout, ("H", "I"), inter, "h's width I")
     if hidden == 0 or inter == 0 or max_recv == 0:
         raise ValueError(f"mkernel.{op}: empty expert GEMM (rows, H, I) = ({max_recv}, "
                          f"{hidden}, {inter})")
