@@ -267,7 +267,9 @@ typedef struct {
 	int numExperts;		 /* E, global: a multiple of the comm's rank count */
 	int topk;		 /* experts per token: 1 .. MK_MOE_MAX_TOPK */
 	size_t hidden;		 /* H: row length of x and y */
-	size_t inter;		 /* I: row length of out and h (width of the up projection) */
+	size_t inter;		 /* I: row length of out (dispatch) or of h (combine); the
+				  * combine may pass another I than its dispatch (a gated MLP's
+				  * h is half as wide as out), every other field must match */
 	size_t maxTokensPerRank; /* the most tokens any rank passes */
 	size_t maxRecv;	    /* rows of out and h on every rank: (token, expert) pairs it can take */
 	mkLayout_t wLayout; /* per expert: w_up H x I, w_down I x H (RowMajorKN), or w_up I x H,

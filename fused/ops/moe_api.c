@@ -366,7 +366,7 @@ MK_API ncclResult_t mkMoeGemmCombine(const void *h, const void *wDown, void *y, 
 				  "layout was not filled by mkMoeDispatchGemm on this comm");
 	if (path == MK_MOE_PATH_FUSED) {
 		/* Its workspace holds what the dispatch left for this combine. */
-		if (st->ws == NULL || memcmp(&st->ws_geom, &g, sizeof(g)) != 0)
+		if (st->ws == NULL || !mk_moe_same_exchange(&st->ws_geom, &g))
 			return moe_refuse(
 				op, ncclInvalidUsage,
 				"the fused dispatch's workspace was replaced by a call of "

@@ -53,11 +53,6 @@ const char *mk_moe_fused_why_not(const struct mk_comm *c, const struct mk_moe_ge
 	return NULL;
 }
 
-static int moe_same_geom(const struct mk_moe_geom *x, const struct mk_moe_geom *y)
-{
-	return memcmp(x, y, sizeof(*x)) == 0;
-}
-
 int mk_moe_fused_workspace(struct mk_comm *c, struct mk_moe_state *st, const struct mk_moe_geom *g,
 			   cudaStream_t stream)
 {
@@ -65,7 +60,7 @@ int mk_moe_fused_workspace(struct mk_comm *c, struct mk_moe_state *st, const str
 	struct mk_moe_wmap w;
 	void *ws = NULL;
 
-	if (st->ws != NULL && moe_same_geom(&st->ws_geom, g))
+	if (st->ws != NULL && mk_moe_same_exchange(&st->ws_geom, g))
 		return 0;
 	if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess)
 		(void)cudaGetLastError();

@@ -50,6 +50,14 @@ int mk_moe_geom_init(struct mk_moe_geom *g, int nranks, int rank, int nnodes, in
 	return 0;
 }
 
+int mk_moe_same_exchange(const struct mk_moe_geom *a, const struct mk_moe_geom *b)
+{
+	struct mk_moe_geom x = *a, y = *b;
+
+	x.inter = y.inter = 0;
+	return memcmp(&x, &y, sizeof(x)) == 0;
+}
+
 void mk_moe_lmap_init(const struct mk_moe_geom *g, struct mk_moe_lmap *m)
 {
 	const size_t pairs = (size_t)g->max_tokens * g->topk, n = (size_t)g->nnodes;

@@ -204,6 +204,13 @@ int mk_moe_geom_init(struct mk_moe_geom *g, int nranks, int rank, int nnodes, in
 		     size_t max_recv, int w_nk, const char **why);
 
 void mk_moe_lmap_init(const struct mk_moe_geom *g, struct mk_moe_lmap *m);
+
+/*
+ * 1 when a and b move tokens alike (every field but inter): the layout, the workspace and the
+ * exchange do not depend on the expert width, and a gated MLP's combine takes h of half the
+ * width of its dispatch's out (SwiGLU: up N = 2 I, down K = I).
+ */
+int mk_moe_same_exchange(const struct mk_moe_geom *a, const struct mk_moe_geom *b);
 void mk_moe_wmap_init(const struct mk_moe_geom *g, struct mk_moe_wmap *m);
 
 /* Rows the worst routing could send to one rank: nranks x max_tokens x min(topk, eloc). */

@@ -372,6 +372,31 @@ static void test_maps_are_disjoint_and_aligned(void **state)
 	assert_int_equal(mk_moe_chunks(MK_MOE_CHUNK + 1), 2);
 }
 
+/* A SwiGLU layer's combine (K = I) follows a dispatch of twice the width (N = 2 I): the layout
+ * and workspace maps must not depend on the width, so the combine may reuse the dispatch's. */
+static void test_gated_combine_reuses_exchange(void **state)
+{
+	struct mk_moe_geom up, down, other;
+	struct mk_moe_lmap lu, ld;
+	struct mk_moe_wmap wu, wd;
+
+	(void)state;
+	mk_moe_geom_init(&up, 4, 1, 2, 2, 0, 1, 32, 8, 7168, 4096, 1000, 3000, 1, NULL);
+	mk_moe_geom_init(&down, 4, 1, 2, 2, 0, 1, 32, 8, 7168, 2048, 1000, 3000, 1, NULL);
+	mk_moe_geom_init(&other, 4, 1, 2, 2, 0, 1, 32, 8, 4096, 2048, 1000, 3000, 1, NULL);
+	assert_true(mk_moe_same_exchange(&up, &down));
+	assert_false(mk_moe_same_exchange(&down, &other));
+	other = down;
+	other.max_recv++;
+	assert_false(mk_moe_same_exchange(&down, &other));
+	mk_moe_lmap_init(&up, &lu);
+	mk_moe_lmap_init(&down, &ld);
+	mk_moe_wmap_init(&up, &wu);
+	mk_moe_wmap_init(&down, &wd);
+	assert_memory_equal(&lu, &ld, sizeof(lu));
+	assert_memory_equal(&wu, &wd, sizeof(wu));
+}
+
 static void test_uniform(void **state)
 {
 	struct routing r;
@@ -503,6 +528,7 @@ int main(void)
 		cmocka_unit_test(test_geom_rules),
 		cmocka_unit_test(test_count_finds_bad_ids),
 		cmocka_unit_test(test_maps_are_disjoint_and_aligned),
+		cmocka_unit_test(test_gated_combine_reuses_exchange),
 		cmocka_unit_test(test_uniform),
 		cmocka_unit_test(test_hot_expert),
 		cmocka_unit_test(test_empty_experts_and_rank),
