@@ -17,6 +17,8 @@ Recognised records (one plot per kind found):
                                                  vs cuBLAS + NCCL, fused vs max(GEMM, collective))
                                                  and gemm-rs-splits.png, ag-gemm-splits.png
   moe_bench.py (moe_dispatch_gemm, moe_gemm_combine) -> moe.png (ratio vs global tokens)
+  attn_bench.py (attention_vs_sdpa_summary)  -> attention.png (mkAttention / fastest SDPA backend
+                                                 vs sequence, per head dim and mask)
   attn_ring_bench.py (ring_attention)         -> ring-attention.png (speedup vs total sequence,
                                                  against all-gather + SDPA and a ring of SDPA)
 Emulated records are labelled in the plot titles.
@@ -237,6 +239,24 @@ def plot_ring(rows, out):
                         legend_size=7)
 
 
+def plot_attention(rows, out):
+    g = [r for r in rows if r.get("bench") == "attention_vs_sdpa_summary"]
+    if not g:
+        return []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for d in sorted({r["D"] for r in g}, reverse=True):
+        for causal in (0, 1):
+            rs = sorted((r for r in g if r["D"] == d and r["causal"] == causal),
+                        key=lambda r: r["S"])
+            if rs:
+                ax.plot([r["S"] for r in rs], [r["ratio_vs_best"] for r in rs], marker="o",
+                        label=f"D {d}, {'causal' if causal else 'non-causal'}")
+    ax.axhline(0.9, color="gray", lw=0.8, ls="--")
+    return finish_ratio(fig, ax, out, "attention.png", "sequence length S (B 4, H 16)",
+                        "fastest SDPA backend time / mkAttention time",
+                        "mkAttention vs PyTorch SDPA" + emulated(g))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jsonl", nargs="+")
@@ -246,7 +266,8 @@ def main():
     rows = load(a.jsonl)
     made = (plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out) +
             plot_gemm_allreduce(rows, a.out) + plot_gemm_allreduce_splits(rows, a.out) +
-            plot_seqpar(rows, a.out) + plot_moe(rows, a.out) + plot_ring(rows, a.out))
+            plot_seqpar(rows, a.out) + plot_moe(rows, a.out) + plot_ring(rows, a.out) +
+            plot_attention(rows, a.out))
     for m in made:
         print(m)
     return 0 if made else 1
