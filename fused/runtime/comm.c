@@ -2,25 +2,37 @@
 /*
  * mkComm: the device runtime's communicator over an ncclComm_t. Init is collective and exchanges
  * everything through NCCL itself (ncclAllGather): host identities (node discovery agreeing with
- * NCCL's), CUDA IPC handles of the heaps of node peers, transport listen handles, remote keys.
+ * NCCL's), how node peers share heaps, transport listen handles, remote keys.
  *
  * Memory. One device allocation per rank holds the symmetric heap followed by the words node
- * peers write (signals, then the barrier counter); ranks of one node map each other's allocation
- * through CUDA IPC, so kernels move node-local data with plain loads and stores. Ranks of other
- * nodes are reached through the host proxy: the transport registers the heap itself when it can
- * reach GPU memory, and otherwise a host-pinned mirror of the heap (`stage`), which puts leave
- * from and land in (device.cuh copies between heap and mirror on the GPU). The signal words the
- * proxy increments, the error word and the command queue are host-pinned and mapped.
+ * peers write (signals, then the barrier counter); ranks of one node map each other's allocation,
+ * so kernels move node-local data with plain loads and stores. The allocation is a CUDA VMM one
+ * (heap_share.h) where every rank of the node can use VMM: each rank exports it as a POSIX fd
+ * and hands it to its node peers over a Unix socket (fd_pass.h), which import and map it. The
+ * physical memory then lives until the last mapping goes: a peer that died or aborted leaves its
+ * heap readable to the others, and an aborted comm may release its own. Elsewhere (or
+ * MKERNEL_HEAP_SHARE=legacy) it is a cudaMalloc shared through CUDA IPC handles, whose owner must
+ * outlive every reader. Ranks of other nodes are reached through the host proxy: the transport
+ * registers the heap itself when it can reach GPU memory, and otherwise a host-pinned mirror of
+ * the heap (`stage`), which puts leave from and land in (device.cuh copies between heap and
+ * mirror on the GPU). The signal words the proxy increments, the error word and the command
+ * queue are host-pinned and mapped.
+ *
+ * Init exchanges that can fail on one rank carry its status: every rank joins every all-gather
+ * and returns an error when any rank failed, so none is left waiting in NCCL.
  */
 #define MK_LOG_PREFIX "RUNTIME/mkernel"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "fused/runtime/comm.h"
 #include "fused/runtime/comm_live.h"
+#include "fused/runtime/fd_pass.h"
+#include "fused/runtime/heap_policy.h"
 #include "fused/runtime/runtime_params.h"
 #include "mk/core_params.h"
 #include "mk/err.h"
@@ -121,22 +133,110 @@ static size_t comm_sync_len(const struct mk_comm *c)
 	return (size_t)c->nsignals * sizeof(uint64_t) + COMM_HEAP_ALIGN;
 }
 
-/* Heap + sync words (device), signals, error word and queue (host-pinned, mapped). */
-static int comm_memory(struct mk_comm *c)
+/* A comm's own random number: the names of its fd-passing sockets differ from any other's. */
+static uint64_t comm_nonce(void)
+{
+	uint64_t n = 0;
+
+	if (getrandom(&n, sizeof(n), GRND_NONBLOCK) != (ssize_t)sizeof(n))
+		n = mk_now_ns() ^ ((uint64_t)getpid() << 32);
+	return n;
+}
+
+struct heap_vote_msg {
+	struct mk_heap_vote v;
+	int32_t status; /* 0, or this rank's MKERNEL_HEAP_SHARE is not a value */
+	int32_t pad;
+	uint64_t nonce;
+};
+
+/*
+ * How node peers will share heaps, decided before any heap exists: every rank's knob and VMM
+ * support travel in one all-gather and every rank applies the same rule (heap_policy.h).
+ */
+static int comm_heap_choose(struct mk_comm *c)
+{
+	struct heap_vote_msg mine = { 0 }, *all = calloc((size_t)c->nranks, sizeof(*all));
+	struct mk_heap_vote *votes = calloc((size_t)c->nranks, sizeof(*votes));
+	char why[256], cannot[192] = "";
+	int rc = -ENOMEM, knob;
+
+	if (all == NULL || votes == NULL)
+		goto out;
+	knob = mk_heap_knob_parse(mk_param_heap_share());
+	if (knob < 0) {
+		MK_WARN("MKERNEL_HEAP_SHARE=%s: expected auto, vmm or legacy",
+			mk_param_heap_share());
+		mine.status = knob;
+	} else {
+		mine.v.knob = knob;
+		if (knob != MK_HEAP_KNOB_LEGACY)
+			mine.v.vmm_ok = mk_heap_vmm_probe(c->cuda_dev, &c->heap_gdr, cannot,
+							  sizeof(cannot));
+	}
+	mine.nonce = comm_nonce();
+	rc = mk_comm_allgather(c, &mine, all, sizeof(mine));
+	if (rc)
+		goto out;
+	for (int r = 0; r < c->nranks; r++) {
+		votes[r] = all[r].v;
+		if (all[r].status != 0 && rc == 0) {
+			if (r != c->rank)
+				MK_WARN("rank %d has an MKERNEL_HEAP_SHARE it does not know", r);
+			rc = -EINVAL;
+		}
+	}
+	if (rc)
+		goto out;
+	if (mine.v.knob != MK_HEAP_KNOB_LEGACY && !mine.v.vmm_ok)
+		MK_INFO(MK_SUBSYS_INIT, "rank %d cannot share its heap through CUDA VMM: %s",
+			c->rank, cannot);
+	rc = mk_heap_share_choose(votes, c->topo.node_of, c->nranks, c->topo.node, why,
+				  sizeof(why));
+	if (rc < 0) {
+		MK_WARN("%s%s%s", why, cannot[0] != '\0' ? "; this rank: " : "", cannot);
+		goto out;
+	}
+	c->heap_share = rc;
+	c->heap_nonce = all[0].nonce;
+	if (c->heap_share != MK_HEAP_SHARE_VMM)
+		c->heap_gdr = 0;
+	MK_INFO(MK_SUBSYS_INIT, "rank %d: node peers share heaps through %s: %s", c->rank,
+		mk_heap_share_name(c->heap_share), why);
+	rc = 0;
+out:
+	free(all);
+	free(votes);
+	return rc;
+}
+
+/* The heap + sync words, zeroed: a VMM allocation others can import, or a cudaMalloc. */
+static int comm_heap_alloc(struct mk_comm *c)
 {
 	const size_t total = c->heap_len + comm_sync_len(c);
-	struct mk_cmdq_prod prod;
 	int rc;
 
-	rc = cuda_rc(cudaMalloc((void **)&c->heap, total), "cudaMalloc(symmetric heap)");
+	if (c->heap_share == MK_HEAP_SHARE_VMM) {
+		rc = mk_heap_vmm_alloc(c->cuda_dev, total, c->heap_gdr, &c->heap_vmm);
+		c->heap = c->heap_vmm.base;
+	} else {
+		rc = cuda_rc(cudaMalloc((void **)&c->heap, total), "cudaMalloc(symmetric heap)");
+	}
 	if (rc) {
 		MK_WARN("the symmetric heap takes %zu bytes of GPU memory (MKERNEL_SYMM_HEAP)",
 			c->heap_len);
 		return rc;
 	}
-	rc = cuda_rc(cudaMemset(c->heap, 0, total), "cudaMemset(symmetric heap)");
-	if (rc)
-		return rc;
+	/* a VMM mapping is ordinary device memory to the runtime once its access is set */
+	return cuda_rc(cudaMemset(c->heap, 0, total), "cudaMemset(symmetric heap)");
+}
+
+/* Signals, error word and queue (host-pinned, mapped). */
+static int comm_memory(struct mk_comm *c)
+{
+	struct mk_cmdq_prod prod;
+	int rc;
+
 	rc = cuda_rc(cudaHostAlloc((void **)&c->signals, c->nsignals * sizeof(uint64_t),
 				   cudaHostAllocMapped),
 		     "cudaHostAlloc(signals)");
@@ -168,59 +268,181 @@ static int comm_memory(struct mk_comm *c)
 		       "cudaMemcpy(producer)");
 }
 
-/*
- * Node peers map each other's device allocation (CUDA IPC; the handles travel in one
- * all-gather) and every rank learns which ranks are node-local (peer_local_d).
- */
-static int comm_node_map(struct mk_comm *c)
+/* What each rank tells the others before node peers map heaps. */
+struct node_msg {
+	cudaIpcMemHandle_t ipc; /* legacy: my heap's handle */
+	int32_t status;		/* 0, or why I cannot go on (allocation, export, listen) */
+	int32_t pid;		/* VMM: names my fd-passing socket */
+};
+
+/* Gets my heap ready for node peers: its CUDA IPC handle, or an exported fd and a listener. */
+static int comm_heap_offer(struct mk_comm *c, struct node_msg *mine, struct mk_fdpass *fp, int *fd)
 {
-	const struct mk_topo *t = &c->topo;
-	cudaIpcMemHandle_t mine, *all = NULL;
-	int *local = NULL;
-	int rc = -ENOMEM;
+	int rc;
 
-	if (t->nlocal > MK_MAX_LOCAL) {
-		MK_WARN("%d ranks share a node; at most %d can map each other's heaps", t->nlocal,
-			MK_MAX_LOCAL);
-		return -EINVAL;
-	}
-	all = calloc((size_t)c->nranks, sizeof(*all));
-	local = calloc((size_t)c->nranks, sizeof(*local));
-	if (all == NULL || local == NULL)
-		goto out;
-	rc = cuda_rc(cudaIpcGetMemHandle(&mine, c->heap), "cudaIpcGetMemHandle(heap)");
-	if (rc)
-		goto out;
-	rc = mk_comm_allgather(c, &mine, all, sizeof(mine));
-	if (rc)
-		goto out;
+	if (c->heap_share != MK_HEAP_SHARE_VMM)
+		return cuda_rc(cudaIpcGetMemHandle(&mine->ipc, c->heap),
+			       "cudaIpcGetMemHandle(heap)");
+	if (c->topo.nlocal == 1)
+		return 0;
+	rc = mk_heap_vmm_export(&c->heap_vmm, fd);
+	if (rc == 0)
+		rc = mk_fdpass_listen(fp, c->heap_nonce, (int32_t)getpid(), c->rank,
+				      c->topo.nlocal);
+	return rc;
+}
+
+/* Legacy: opens every node peer's CUDA IPC handle. */
+static int comm_map_legacy(struct mk_comm *c, const struct node_msg *all, const int *local)
+{
 	for (int r = 0; r < c->nranks; r++) {
-		local[r] = t->node_of[r] == t->node ? t->local_of[r] : -1;
-		if (r == c->rank) {
-			c->peer_base[local[r]] = c->heap;
-		} else if (local[r] >= 0) {
-			cudaError_t e =
-				cudaIpcOpenMemHandle((void **)&c->peer_base[local[r]], all[r],
-						     cudaIpcMemLazyEnablePeerAccess);
+		cudaError_t e;
 
-			if (e != cudaSuccess) {
-				MK_WARN("rank %d cannot map the heap of rank %d of its node (CUDA "
-					"IPC: %s); ranks with one host identity (NCCL_HOSTID, "
-					"MKERNEL_HOSTID) must reach each other's GPU memory",
-					c->rank, r, cudaGetErrorString(e));
-				c->peer_base[local[r]] = NULL;
-				rc = -EIO;
-				goto out;
-			}
+		if (r == c->rank || local[r] < 0)
+			continue;
+		e = cudaIpcOpenMemHandle((void **)&c->peer_base[local[r]], all[r].ipc,
+					 cudaIpcMemLazyEnablePeerAccess);
+		if (e != cudaSuccess) {
+			MK_WARN("rank %d cannot map the heap of rank %d of its node (CUDA IPC: "
+				"%s); ranks with one host identity (NCCL_HOSTID, MKERNEL_HOSTID) "
+				"must reach each other's GPU memory",
+				c->rank, r, cudaGetErrorString(e));
+			c->peer_base[local[r]] = NULL;
+			return -EIO;
 		}
 	}
-	rc = cuda_rc(cudaMalloc((void **)&c->peer_local_d, (size_t)c->nranks * sizeof(int)),
-		     "cudaMalloc(peer map)");
+	return 0;
+}
+
+/* VMM: my fd to every node peer, theirs to me (bounded by the comm's timeout), imported. */
+static int comm_map_vmm(struct mk_comm *c, const struct node_msg *all, const int *local,
+			struct mk_fdpass *fp, int fd)
+{
+	const size_t need = c->heap_len + comm_sync_len(c);
+	struct mk_fdpass_peer peers[MK_MAX_LOCAL];
+	int fds[MK_MAX_LOCAL], at[MK_MAX_LOCAL], n = 0, rc;
+	uint64_t sizes[MK_MAX_LOCAL];
+
+	for (int r = 0; r < c->nranks; r++) {
+		if (r != c->rank && local[r] >= 0) {
+			peers[n] = (struct mk_fdpass_peer){ r, all[r].pid };
+			at[n++] = local[r];
+		}
+	}
+	if (n == 0)
+		return 0;
+	rc = mk_fdpass_exchange(fp, peers, n, fd, c->heap_vmm.size, fds, sizes, c->timeout_ms);
+	if (rc) {
+		MK_WARN("rank %d: passing heap fds between the %d ranks of its node failed: %s",
+			c->rank, c->topo.nlocal, mk_strerror(rc));
+		return rc;
+	}
+	for (int i = 0; i < n; i++) {
+		if (rc == 0 && sizes[i] < need) {
+			MK_WARN("rank %d's heap allocation (%llu bytes) is smaller than this "
+				"rank's (%zu): every rank needs the same MKERNEL_SYMM_HEAP",
+				peers[i].rank, (unsigned long long)sizes[i], need);
+			rc = -EPROTO;
+		}
+		if (rc == 0) {
+			rc = mk_heap_vmm_import(c->cuda_dev, fds[i], sizes[i], &c->peer_vmm[at[i]]);
+			if (rc)
+				MK_WARN("rank %d cannot map the heap of rank %d of its node (CUDA "
+					"VMM: %s); MKERNEL_HEAP_SHARE=legacy tries CUDA IPC",
+					c->rank, peers[i].rank, mk_strerror(rc));
+			else
+				c->peer_base[at[i]] = c->peer_vmm[at[i]].base;
+		}
+		/* the imported handle holds the memory now */
+		close(fds[i]);
+	}
+	return rc;
+}
+
+/* Everyone's status in one all-gather: 0 when every rank succeeded, else an error everywhere. */
+static int comm_agree(struct mk_comm *c, int rc, const char *what)
+{
+	int32_t mine = rc, *all = calloc((size_t)c->nranks, sizeof(*all));
+	int grc;
+
+	if (all == NULL)
+		return -ENOMEM;
+	grc = mk_comm_allgather(c, &mine, all, sizeof(mine));
+	for (int r = 0; r < c->nranks && grc == 0 && rc == 0; r++) {
+		if (all[r] != 0) {
+			MK_WARN("rank %d: rank %d failed %s: %s", c->rank, r, what,
+				mk_strerror(all[r]));
+			rc = -EIO;
+		}
+	}
+	free(all);
+	return rc ? rc : grc;
+}
+
+/*
+ * Node peers map each other's device allocation (the mechanism comm_heap_choose picked), and
+ * every rank learns which ranks are node-local (peer_local_d). rc: how allocating my heap went;
+ * a failure is reported to every rank, in the first all-gather, and so is any failure to map.
+ */
+static int comm_node_map(struct mk_comm *c, int rc)
+{
+	const struct mk_topo *t = &c->topo;
+	struct mk_fdpass fp = { .lfd = -1 };
+	struct node_msg mine, *all = calloc((size_t)c->nranks, sizeof(*all));
+	int *local = calloc((size_t)c->nranks, sizeof(*local));
+	int fd = -1, grc;
+
+	memset(&mine, 0, sizeof(mine));
+	if (all == NULL || local == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (rc == 0 && t->nlocal > MK_MAX_LOCAL) {
+		MK_WARN("%d ranks share a node; at most %d can map each other's heaps", t->nlocal,
+			MK_MAX_LOCAL);
+		rc = -EINVAL;
+	}
+	if (rc == 0)
+		rc = comm_heap_offer(c, &mine, &fp, &fd);
+	mine.status = rc;
+	mine.pid = (int32_t)getpid();
+	/* separates every listen from every connect, and tells everybody who failed */
+	grc = mk_comm_allgather(c, &mine, all, sizeof(mine));
+	if (grc) {
+		rc = grc;
+		goto out;
+	}
+	for (int r = 0; r < c->nranks && rc == 0; r++) {
+		if (all[r].status != 0) {
+			MK_WARN("rank %d: rank %d failed to get its heap ready for its node peers: "
+				"%s",
+				c->rank, r, mk_strerror(all[r].status));
+			rc = -EIO;
+		}
+	}
+	for (int r = 0; r < c->nranks; r++)
+		local[r] = t->node_of[r] == t->node ? t->local_of[r] : -1;
+	if (rc == 0) {
+		c->peer_base[t->local_rank] = c->heap;
+		rc = c->heap_share == MK_HEAP_SHARE_VMM ? comm_map_vmm(c, all, local, &fp, fd)
+							: comm_map_legacy(c, all, local);
+	}
+	if (fd >= 0)
+		close(fd); /* importers hold the allocation now (or the exchange failed) */
+	fd = -1;
+	mk_fdpass_close(&fp);
+	rc = comm_agree(c, rc, "to map its node peers' heaps");
+	if (rc == 0)
+		rc = cuda_rc(cudaMalloc((void **)&c->peer_local_d, (size_t)c->nranks * sizeof(int)),
+			     "cudaMalloc(peer map)");
 	if (rc == 0)
 		rc = cuda_rc(cudaMemcpy(c->peer_local_d, local, (size_t)c->nranks * sizeof(int),
 					cudaMemcpyHostToDevice),
 			     "cudaMemcpy(peer map)");
 out:
+	if (fd >= 0)
+		close(fd);
+	mk_fdpass_close(&fp);
 	free(all);
 	free(local);
 	return rc;
@@ -314,7 +536,9 @@ static int comm_register(struct mk_comm *c, struct mk_rkey *mine)
 	rc = c->ops->dev_props(c->tp_dev, &props);
 	if (rc)
 		return rc;
-	if (props.ptr_support & MK_PTR_CUDA) {
+	/* a VMM heap is registrable by a NIC only when created GPUDirect-RDMA capable */
+	if ((props.ptr_support & MK_PTR_CUDA) &&
+	    (c->heap_share != MK_HEAP_SHARE_VMM || c->heap_gdr)) {
 		attr.type = MK_PTR_CUDA;
 		attr.cuda_device = c->cuda_dev;
 	} else {
@@ -324,9 +548,13 @@ static int comm_register(struct mk_comm *c, struct mk_rkey *mine)
 			return rc;
 		target = c->stage;
 		MK_INFO(MK_SUBSYS_INIT,
-			"transport device %s cannot register GPU memory: remote puts go through a "
+			"transport device %s cannot register %s: remote puts go through a "
 			"%zu-byte host mirror of the heap",
-			props.name, c->heap_len);
+			props.name,
+			props.ptr_support & MK_PTR_CUDA
+				? "a VMM heap without GPUDirect RDMA support (this GPU)"
+				: "GPU memory",
+			c->heap_len);
 	}
 	rc = c->ops->reg_mr(c->tp_dev, target, c->heap_len, &attr, &c->heap_mr, mine);
 	if (rc)
@@ -454,9 +682,11 @@ int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
 	if (rc == 0)
 		rc = comm_topology(c);
 	if (rc == 0)
-		rc = comm_memory(c);
+		rc = comm_heap_choose(c);
 	if (rc == 0)
-		rc = comm_node_map(c);
+		rc = comm_node_map(c, comm_heap_alloc(c));
+	if (rc == 0)
+		rc = comm_memory(c);
 	if (rc == 0)
 		rc = comm_transport(c);
 	if (rc == 0)
@@ -496,8 +726,14 @@ void mk_comm_free(struct mk_comm *c)
 		mk_cmdq_fini(&c->q);
 	comm_unmap_peers(c);
 	cudaFree(c->peer_local_d);
-	if (!c->keep_heap)
+	if (c->heap_vmm.size != 0) {
+		/* node peers' mappings keep the memory for as long as they read it: an aborted comm
+		 * releases its heap too, once its own kernels are done with it */
+		(void)cudaDeviceSynchronize();
+		mk_heap_vmm_unmap(&c->heap_vmm);
+	} else if (!c->keep_heap) {
 		cudaFree(c->heap);
+	}
 	cudaFreeHost(c->stage);
 	cudaFreeHost(c->signals);
 	cudaFreeHost(c->kerr);
@@ -535,12 +771,23 @@ int mk_comm_barrier(struct mk_comm *c)
 	return rc;
 }
 
-/* Unmap node peers' heaps (their owners free them only after everyone did: CUDA IPC rule). */
+/*
+ * Unmap node peers' heaps. CUDA IPC: their owners free them only after everyone did. VMM: my
+ * mapping holds the memory; it goes once this process's kernels are done with it (unlike
+ * cudaFree, cuMemUnmap does not wait for them).
+ */
 static void comm_unmap_peers(struct mk_comm *c)
 {
+	int synced = 0;
+
 	for (int l = 0; l < MK_MAX_LOCAL; l++) {
-		if (c->peer_base[l] != NULL && c->peer_base[l] != c->heap)
+		if (c->peer_vmm[l].size != 0) {
+			if (!synced++)
+				(void)cudaDeviceSynchronize();
+			mk_heap_vmm_unmap(&c->peer_vmm[l]);
+		} else if (c->peer_base[l] != NULL && c->peer_base[l] != c->heap) {
 			cudaIpcCloseMemHandle(c->peer_base[l]);
+		}
 		c->peer_base[l] = NULL;
 	}
 }

@@ -7,6 +7,7 @@
 
 #include "fused/runtime/comm_ops.h"
 #include "fused/runtime/dev_comm.h"
+#include "fused/runtime/heap_share.h"
 #include "fused/runtime/proxy.h"
 #include "fused/runtime/symm.h"
 #include "fused/runtime/topo.h"
@@ -49,7 +50,15 @@ struct mk_comm {
 	char *peer_base[MK_MAX_LOCAL]; /* node peers' device allocations (mine at my local rank) */
 	int *peer_local_d;	       /* device: local rank of every rank, -1 if another node */
 	int *kerr;		       /* mapped: first error a kernel of this comm hit */
-	int keep_heap; /* abort: node peers may still read the heap, never free it */
+	/* how node peers map the heaps (enum mk_heap_share, heap_policy.h; the same on every rank
+	 * of a node) and what that took: the VMM mappings, or CUDA IPC's */
+	int heap_share;
+	uint64_t heap_nonce;			   /* names this comm's fd-passing sockets */
+	int heap_gdr;				   /* VMM heap created GPUDirect-RDMA capable */
+	struct mk_heap_map heap_vmm;		   /* VMM: my heap (size 0: cudaMalloc'd) */
+	struct mk_heap_map peer_vmm[MK_MAX_LOCAL]; /* VMM: node peers' heaps, imported */
+	int keep_heap; /* legacy CUDA IPC, abort: node peers may still read the heap, never free it
+			*/
 	/* command queue + proxy */
 	struct mk_cmdq_slot *slots;
 	struct mk_cmdq_ctrl *ctrl;

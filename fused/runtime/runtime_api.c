@@ -11,6 +11,7 @@
 
 #include "fused/runtime/comm.h"
 #include "fused/runtime/comm_live.h"
+#include "fused/runtime/heap_policy.h"
 #include "mk/err.h"
 #include "mk/log.h"
 #include "mk/result.h"
@@ -62,10 +63,11 @@ MK_API ncclResult_t mkCommAbort(mkComm_t comm)
 		__atomic_compare_exchange_n(comm->kerr, &(int){ 0 }, -ECANCELED, 0,
 					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 	(void)cudaDeviceSynchronize();
-	/* Node peers that have not noticed yet may still read this heap through their mapping:
-	 * freed under them it faults their kernels (and under MPS every client of the GPU), so an
-	 * aborted comm leaves it to the process's end. */
-	comm->keep_heap = comm->topo.nlocal > 1;
+	/* Node peers that have not noticed yet may still read this heap through their mapping. A
+	 * VMM heap stays alive under their mappings; a CUDA IPC one freed under them faults their
+	 * kernels (and under MPS every client of the GPU), so an aborted comm leaves it to the
+	 * process's end. */
+	comm->keep_heap = comm->topo.nlocal > 1 && comm->heap_share == MK_HEAP_SHARE_LEGACY;
 	mk_comm_free(comm);
 	return ncclSuccess;
 }

@@ -13,6 +13,12 @@ MK_PARAM_INT(symm_heap, "fused", "MKERNEL_SYMM_HEAP", 512 << 20,
 	     "node peers; a host-pinned mirror of the same size where the transport cannot "
 	     "register GPU memory)")
 MK_PARAM_STR(
+	heap_share, "fused", "MKERNEL_HEAP_SHARE", "auto",
+	"how ranks of one node map each other's heap: 'vmm' (CUDA VMM allocations passed as "
+	"POSIX fds over a Unix socket; a peer's mapping keeps the memory alive after its owner "
+	"died or aborted; init fails if a rank cannot), 'legacy' (CUDA IPC handles), 'auto' "
+	"(vmm where every rank of the node supports it, else legacy)")
+MK_PARAM_STR(
 	role_split, "fused", "MKERNEL_ROLE_SPLIT", "",
 	"initial CTAs per role of persistent kernels, \"compute,intra,send,reduce\" (scaled to "
 	"the grid); empty = the policy engine's split")
