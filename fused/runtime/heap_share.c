@@ -20,7 +20,7 @@
 
 #include "mk/log.h"
 
-/* The driver calls this file makes (prototype versions from cudaTypedefs.h). */
+/* The driver calls this file makes (prototypes at the ABI versions the toolkit names). */
 struct heap_cu {
 	PFN_cuGetErrorName_v6000 get_error_name;
 	PFN_cuDeviceGet_v2000 device_get;

@@ -7,9 +7,11 @@
  * patterns from a kernel (ring, one-to-many, data visible before its signal), mkAllToAll with
  * exact results over several calls, and, with --bench, mkAllToAll against ncclSend/ncclRecv groups and a put+signal round
  * trip against an NCCL send/recv ping-pong (JSON lines from rank 0). With --kill, the last rank
- * dies after setup and the survivors must see an async error, not a hang.
+ * dies after setup and the survivors must see an async error, not a hang. --expect-vmm and
+ * --expect-legacy check how node peers mapped each other's heaps (MKERNEL_HEAP_SHARE picks it).
  *
  * usage: test-comm-gpu RANK NRANKS IDFILE NNODES NLOCAL [--bench] [--kill] [--quick]
+ *        [--expect-vmm | --expect-legacy]
  * Exit: 0 pass, 1 fail, 77 no CUDA device.
  */
 #include <stdio.h>
@@ -22,6 +24,7 @@
 
 #include "fused/runtime/comm.h"
 #include "fused/runtime/device.cuh"
+#include "fused/runtime/heap_policy.h"
 
 #include "rank_check.h"
 
@@ -466,6 +469,28 @@ static void run_api_misuse(mkComm_t comm, int rank)
 	NK(mkMemFree(comm, r));
 }
 
+/* The heap-sharing mechanism init chose is the one asked for, and every mapping is of its kind. */
+static void check_heap_share(mkComm_t comm, int want)
+{
+	char what[200];
+	int vmm_peers = 0;
+
+	snprintf(what, sizeof(what), "node peers share heaps through %s (init chose %s)",
+		 mk_heap_share_name(want), mk_heap_share_name(comm->heap_share));
+	expect(comm->heap_share == want, what);
+	for (int l = 0; l < comm->topo.nlocal; l++)
+		vmm_peers += l != comm->topo.local_rank && comm->peer_vmm[l].size != 0 &&
+			     comm->peer_vmm[l].base == comm->peer_base[l];
+	if (want == MK_HEAP_SHARE_VMM) {
+		expect(comm->heap_vmm.size >= comm->heap_len && comm->heap_vmm.base == comm->heap,
+		       "the heap is a VMM allocation covering heap and sync words");
+		expect(vmm_peers == comm->topo.nlocal - 1, "every node peer's heap imported via VMM");
+	} else {
+		expect(comm->heap_vmm.size == 0 && vmm_peers == 0,
+		       "legacy: cudaMalloc'd heap, peers mapped through CUDA IPC");
+	}
+}
+
 int main(int argc, char **argv)
 {
 	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
@@ -475,7 +500,8 @@ int main(int argc, char **argv)
 	char *buf;
 	int rc, rank, nranks, nnodes, nlocal, bench, kill_last;
 
-	rc = rank_args_parse(argc, argv, "[--bench] [--kill] [--quick]", &a);
+	rc = rank_args_parse(argc, argv,
+			     "[--bench] [--kill] [--quick] [--expect-vmm | --expect-legacy]", &a);
 	if (rc)
 		return rc;
 	rank = a.rank;
@@ -491,8 +517,13 @@ int main(int argc, char **argv)
 	NK(mkCommInit(nccl, &cfg, &comm));
 	expect(comm->topo.nnodes == nnodes && comm->topo.nlocal == nlocal,
 	       "node discovery agrees with the launcher's NCCL_HOSTID layout");
-	printf("rank %d: node %d/%d local %d/%d\n", rank, comm->topo.node, comm->topo.nnodes,
-	       comm->topo.local_rank, comm->topo.nlocal);
+	printf("rank %d: node %d/%d local %d/%d, heaps shared through %s\n", rank, comm->topo.node,
+	       comm->topo.nnodes, comm->topo.local_rank, comm->topo.nlocal,
+	       mk_heap_share_name(comm->heap_share));
+	if (rank_has_opt(argc, argv, "--expect-vmm"))
+		check_heap_share(comm, MK_HEAP_SHARE_VMM);
+	if (rank_has_opt(argc, argv, "--expect-legacy"))
+		check_heap_share(comm, MK_HEAP_SHARE_LEGACY);
 	NK(mkMemAlloc(comm, 8u << 20, (void **)&buf));
 	if (kill_last) {
 		ncclResult_t ae = ncclSuccess;
