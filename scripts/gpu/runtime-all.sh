@@ -46,13 +46,17 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" info test 2>&1 | tee "$r/run1.log" |
 		show -vE '^ok '
 	check runtime-run-test $?
-	RANK_TIMEOUT=90 comm a a
-	MPS=1 RANK_TIMEOUT=90 comm b b
-	MPS=1 RANK_TIMEOUT=120 comm c c
-	MPS=1 RANK_TIMEOUT=90 comm a4 a4
-	RANK_TIMEOUT=40 comm kill-a a --kill
-	MPS=1 RANK_TIMEOUT=40 comm kill-b b --kill
-	MPS=1 RANK_TIMEOUT=40 comm kill-c c --kill
+	# heaps shared through CUDA VMM (the default; each run fails if init chose otherwise), and
+	# through legacy CUDA IPC on request
+	RANK_TIMEOUT=90 comm a a --expect-vmm
+	MPS=1 RANK_TIMEOUT=90 comm b b --expect-vmm
+	MPS=1 RANK_TIMEOUT=120 comm c c --expect-vmm
+	MPS=1 RANK_TIMEOUT=90 comm a4 a4 --expect-vmm
+	MPS=1 MKERNEL_HEAP_SHARE=legacy RANK_TIMEOUT=90 comm b-legacy b --expect-legacy
+	MPS=1 MKERNEL_HEAP_SHARE=legacy RANK_TIMEOUT=120 comm c-legacy c --expect-legacy
+	RANK_TIMEOUT=40 comm kill-a a --kill --expect-vmm
+	MPS=1 RANK_TIMEOUT=40 comm kill-b b --kill --expect-vmm
+	MPS=1 RANK_TIMEOUT=40 comm kill-c c --kill --expect-vmm
 fi
 if [ "$phase" = extra ] || [ "$phase" = all ]; then
 	"$here/scripts/gpu/runtime-run.sh" "$bin" "$r" sanitize 2>&1 | tee "$r/run2.log"
