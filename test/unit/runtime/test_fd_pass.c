@@ -34,6 +34,8 @@ struct group {
 	int got[MAXR][MAXR]; /* got[r][i]: the fd rank r received from its i-th peer */
 	uint64_t vals[MAXR][MAXR];
 	int rc[MAXR];
+	int timeout_ms;
+	int silent; /* this rank listens but never sends: its peers must time out */
 };
 
 struct rank_arg {
@@ -53,12 +55,16 @@ static void *rank_main(void *p)
 		if (r != a->rank)
 			peers[np++] = (struct mk_fdpass_peer){ r, (int32_t)getpid() };
 	}
+	for (int i = 0; i < MAXR; i++)
+		g->got[a->rank][i] = -1;
 	rc = mk_fdpass_listen(&fp, g->nonce, (int32_t)getpid(), a->rank, g->n);
 	pthread_barrier_wait(&g->met);
-	if (rc == 0)
+	if (rc == 0 && a->rank == g->silent)
+		usleep((useconds_t)g->timeout_ms * 3000u); /* alive and listening, never sending */
+	else if (rc == 0)
 		rc = mk_fdpass_exchange(&fp, peers, np, g->files[a->rank],
 					1000u + (uint64_t)a->rank, g->got[a->rank],
-					g->vals[a->rank], 5000);
+					g->vals[a->rank], g->timeout_ms);
 	mk_fdpass_close(&fp);
 	g->rc[a->rank] = rc;
 	return NULL;
@@ -69,6 +75,8 @@ static void group_init(struct group *g, int n, uint64_t nonce)
 	memset(g, 0, sizeof(*g));
 	g->n = n;
 	g->nonce = nonce;
+	g->timeout_ms = 5000;
+	g->silent = -1;
 	pthread_barrier_init(&g->met, NULL, (unsigned)n);
 	for (int r = 0; r < n; r++) {
 		g->files[r] = memfd_create("fdpass-test", MFD_CLOEXEC);
@@ -166,6 +174,30 @@ static void test_two_exchanges_different_nonces(void **state)
 	group_check(&g[1]);
 	group_fini(&g[0]);
 	group_fini(&g[1]);
+}
+
+/* Rank 2 of 3 is alive and listening but never sends: the others time out, bounded. */
+static void test_silent_peer_in_exchange(void **state)
+{
+	struct group g;
+	uint64_t t0;
+	int ms;
+
+	(void)state;
+	group_init(&g, 3, 0xb1);
+	g.timeout_ms = 300;
+	g.silent = 2;
+	t0 = mk_now_ns();
+	run_groups(&g, 1);
+	ms = (int)((mk_now_ns() - t0) / 1000000u);
+	for (int r = 0; r < 2; r++) {
+		assert_int_equal(g.rc[r], -ETIMEDOUT);
+		/* what did arrive is closed again, nothing half-received is left */
+		assert_int_equal(g.got[r][0], -1);
+		assert_int_equal(g.got[r][1], -1);
+	}
+	assert_true(ms >= 250 && ms < 5000);
+	group_fini(&g);
 }
 
 static void test_name_taken(void **state)
@@ -304,6 +336,7 @@ int main(void)
 		cmocka_unit_test(test_two_ranks),
 		cmocka_unit_test(test_four_ranks),
 		cmocka_unit_test(test_two_exchanges_different_nonces),
+		cmocka_unit_test(test_silent_peer_in_exchange),
 		cmocka_unit_test(test_name_taken),
 		cmocka_unit_test(test_peer_never_sends),
 		cmocka_unit_test(test_send_to_absent_listener),
