@@ -123,7 +123,9 @@ typedef struct {
  * Collective over `nccl` (every rank calls it; every exchange goes through NCCL itself): discovers
  * nodes exactly as NCCL does (NCCL_HOSTID honoured), connects the transport between ranks, sets
  * up the symmetric heap, the GPU -> host command queue and the host proxy. config may be NULL.
- * The caller's current CUDA device must be the one `nccl` uses.
+ * The caller's current CUDA device must be the one `nccl` uses. When one rank's arguments are bad
+ * or its setup fails, every rank's call fails (that rank's with the specific error) instead of
+ * some ranks waiting in an exchange for it; each step is bounded by the comm's timeout.
  */
 MK_API ncclResult_t mkCommInit(ncclComm_t nccl, const mkConfig_t *config, mkComm_t *comm);
 /*

@@ -460,16 +460,16 @@ static int comm_connect(struct mk_comm *c)
 	uint8_t *mine = calloc((size_t)n, hsz), *all = calloc((size_t)n * n, hsz);
 	int32_t me = c->rank;
 	uint64_t t0;
-	int rc = -ENOMEM, pending;
+	int rc = 0, pending;
 
 	if (ls == NULL || mine == NULL || all == NULL)
-		goto out;
-	for (int p = 0; p < me; p++) {
+		rc = -ENOMEM;
+	for (int p = 0; p < me && rc == 0; p++)
 		rc = c->ops->listen(c->tp_dev, mine + (size_t)p * hsz, &ls[p]);
-		if (rc)
-			goto out;
-	}
-	rc = mk_comm_allgather(c, mine, all, (size_t)n * hsz);
+	/* a rank that cannot listen still joins the exchange, so no rank waits for it there */
+	rc = comm_agree(c, rc, "to listen for its transport connections");
+	if (rc == 0)
+		rc = mk_comm_allgather(c, mine, all, (size_t)n * hsz);
 	if (rc)
 		goto out;
 	for (int p = me + 1; p < n; p++) {
@@ -563,23 +563,23 @@ static int comm_register(struct mk_comm *c, struct mk_rkey *mine)
 	return rc;
 }
 
-static int comm_transport(struct mk_comm *c)
+/* rc: how setting up my queue and signal words went (agreed on with the registration). */
+static int comm_transport(struct mk_comm *c, int rc)
 {
 	struct mk_rkey mine = { 0 };
-	int rc;
 
-	if (c->nranks > 1) {
+	if (rc == 0 && c->nranks > 1) {
 		rc = mk_transport_get(&c->ops);
-		if (rc) {
-			MK_WARN("no transport backend (MKERNEL_TRANSPORT): %s", mk_strerror(rc));
-			return rc;
-		}
-		c->have_tp = 1;
-		rc = comm_register(c, &mine);
 		if (rc)
-			return rc;
+			MK_WARN("no transport backend (MKERNEL_TRANSPORT): %s", mk_strerror(rc));
+		else
+			c->have_tp = 1;
+		if (rc == 0)
+			rc = comm_register(c, &mine);
 	}
-	rc = mk_comm_allgather(c, &mine, c->rkeys, sizeof(mine));
+	rc = comm_agree(c, rc, "to set up its queue or register its heap");
+	if (rc == 0)
+		rc = mk_comm_allgather(c, &mine, c->rkeys, sizeof(mine));
 	if (rc || c->nranks == 1)
 		return rc;
 	return comm_connect(c);
@@ -667,34 +667,40 @@ int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
 	if (rc == 0)
 		rc = cuda_rc(cudaGetDevice(&c->cuda_dev), "cudaGetDevice");
 	if (rc == 0)
-		rc = comm_config(c, cfg);
+		rc = cuda_rc(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+			     "cudaStreamCreate");
 	if (rc)
-		goto undo;
-	c->conns = calloc((size_t)c->nranks, sizeof(*c->conns));
-	c->connected = calloc((size_t)c->nranks, sizeof(*c->connected));
-	c->rkeys = calloc((size_t)c->nranks, sizeof(*c->rkeys));
-	if (c->conns == NULL || c->connected == NULL || c->rkeys == NULL) {
-		rc = -ENOMEM;
-		goto undo;
+		goto undo; /* no rank count or stream: this rank cannot take part in any exchange */
+	rc = comm_config(c, cfg);
+	if (rc == 0) {
+		c->conns = calloc((size_t)c->nranks, sizeof(*c->conns));
+		c->connected = calloc((size_t)c->nranks, sizeof(*c->connected));
+		c->rkeys = calloc((size_t)c->nranks, sizeof(*c->rkeys));
+		if (c->conns == NULL || c->connected == NULL || c->rkeys == NULL)
+			rc = -ENOMEM;
 	}
-	rc = cuda_rc(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
-		     "cudaStreamCreate");
+	/*
+	 * Init is collective: a rank that fails joins the next agreement instead of leaving, and
+	 * every rank then returns the error, so none waits in an exchange for a rank that left.
+	 * (Each step between two agreements is local or bounded by the comm's timeout.)
+	 */
+	rc = comm_agree(c, rc, "its mkCommInit arguments (mkConfig_t) or their allocation");
 	if (rc == 0)
 		rc = comm_topology(c);
 	if (rc == 0)
 		rc = comm_heap_choose(c);
 	if (rc == 0)
 		rc = comm_node_map(c, comm_heap_alloc(c));
-	if (rc == 0)
-		rc = comm_memory(c);
-	if (rc == 0)
-		rc = comm_transport(c);
-	if (rc == 0)
-		rc = comm_proxy(c);
-	if (rc == 0)
-		rc = mk_symm_init(&c->symm, c->heap_len);
-	if (rc == 0)
-		rc = mk_comm_ops_init(c);
+	if (rc == 0) {
+		rc = comm_transport(c, comm_memory(c));
+		if (rc == 0)
+			rc = comm_proxy(c);
+		if (rc == 0)
+			rc = mk_symm_init(&c->symm, c->heap_len);
+		if (rc == 0)
+			rc = mk_comm_ops_init(c);
+		rc = comm_agree(c, rc, "to connect, start its proxy or set up its ops");
+	}
 	if (rc == 0)
 		rc = mk_comm_live_add(c);
 	if (rc)

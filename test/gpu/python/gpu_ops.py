@@ -509,6 +509,8 @@ def mode_kill(group, world, timeout_ms):
     dist.barrier(group=group)
     if RANK == victim:
         mkernel.gemm_all_reduce(a, b, group)
+        if os.environ.get("KILL_IDLE") == "1":  # diagnosis: die between calls instead
+            torch.cuda.synchronize()
         say("enqueued a call; dying now")
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.time()
@@ -530,6 +532,7 @@ def mode_kill(group, world, timeout_ms):
                             f"{timeout_ms / 1e3:.0f} s)")
     else:
         expect(False, "200 calls with a dead peer raised nothing")
+    time.sleep(float(os.environ.get("KILL_LINGER", "0")))  # diagnosis: outlive the peers' calls
     mkernel.abort()  # the peer is gone: no collective teardown
     say("result:", "FAIL" if FAILS else "pass")
     sys.stdout.flush()
@@ -545,10 +548,6 @@ def main():
                          "create the group's communicator")
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if args.mode == "kill" and RANK == world - 1 and os.environ.get("KILL_VICTIM_TIMEOUT_MS"):
-        # the victim's kernel ends soon after its peers give up on it, before its process's
-        # memory goes (under MPS a dead process's faulting kernel ends every client's work)
-        os.environ["MKERNEL_TIMEOUT"] = os.environ["KILL_VICTIM_TIMEOUT_MS"]
     timeout_ms = int(os.environ.setdefault("MKERNEL_TIMEOUT", "5000" if args.mode == "kill"
                                            else "30000"))
     dev = int(os.environ.get("LOCAL_RANK", "0"))  # the rank's GPU (python-rank.sh)

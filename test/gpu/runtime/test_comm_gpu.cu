@@ -514,6 +514,22 @@ int main(int argc, char **argv)
 	rank_nccl_init(&a, &nccl);
 	cfg.heapBytes = bench ? (size_t)1 << 30 : (size_t)256 << 20;
 	cfg.timeoutMs = kill_last ? 3000 : 30000;
+	if (nranks > 1 && !kill_last) {
+		/* Bad arguments on one rank only: every rank gets an error (none waits in an init
+		 * exchange for the rank that left), the bad rank ncclInvalidArgument. */
+		mkConfig_t bad = cfg;
+		mkComm_t none = NULL;
+		const uint64_t t0 = mk_now_ns();
+		ncclResult_t r;
+
+		if (rank == nranks - 1)
+			bad.queueSlots = 3; /* not a power of two */
+		r = mkCommInit(nccl, &bad, &none);
+		expect(r != ncclSuccess && none == NULL &&
+			       (rank != nranks - 1 || r == ncclInvalidArgument),
+		       "mkCommInit with bad arguments on the last rank fails on every rank");
+		expect(mk_now_ns() - t0 < 20000000000ull, "... within 20 s");
+	}
 	NK(mkCommInit(nccl, &cfg, &comm));
 	expect(comm->topo.nnodes == nnodes && comm->topo.nlocal == nlocal,
 	       "node discovery agrees with the launcher's NCCL_HOSTID layout");
