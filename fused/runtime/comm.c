@@ -372,7 +372,7 @@ static int comm_agree(struct mk_comm *c, int rc, const char *what)
 		if (all[r] != 0) {
 			MK_WARN("rank %d: rank %d failed %s: %s", c->rank, r, what,
 				mk_strerror(all[r]));
-			rc = -EIO;
+			rc = -EREMOTEIO; /* ncclRemoteError: another rank failed */
 		}
 	}
 	free(all);
@@ -684,7 +684,7 @@ int mk_comm_init(ncclComm_t nccl, const mkConfig_t *cfg, struct mk_comm **out)
 	 * every rank then returns the error, so none waits in an exchange for a rank that left.
 	 * (Each step between two agreements is local or bounded by the comm's timeout.)
 	 */
-	rc = comm_agree(c, rc, "its mkCommInit arguments (mkConfig_t) or their allocation");
+	rc = comm_agree(c, rc, "with its mkCommInit arguments (mkConfig_t) or their allocation");
 	if (rc == 0)
 		rc = comm_topology(c);
 	if (rc == 0)
