@@ -1,9 +1,9 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Compile a calibration file (tuner/calib.h) into the library as the built-in table: its text
 # becomes the C string mk_calib_builtin, parsed at run time by the same parser as a file.
 # Usage: embed_calib.sh INPUT OUTPUT
-set -eu
+set -euo pipefail
 in=$1
 out=$2
 {

@@ -8,6 +8,8 @@
 # Binaries whose libraries the initramfs must carry (paths under the build dir):
 # rxe-vm-needs: test/rdma/verbs/test-verbs-loopback test/loopback/net/test-net-loopback
 # rxe-vm-needs: nccl_plugin/tools/mkernel-netbench nccl_plugin/libnccl-net-mkernel.so
+# pipefail where the shell has it (bash, busybox ash; Debian's dash lacks it)
+(set -o pipefail) 2>/dev/null && set -o pipefail
 
 # shellcheck source=../../scripts/rxe-vm/guest-lib.sh
 . "$RXE_VM_LIB"

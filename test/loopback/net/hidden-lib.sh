@@ -5,6 +5,8 @@
 # MKERNEL_TRANSPORT=auto the plugin must still load, pick the other backend, and move data.
 # usage: hidden-lib.sh <mkernel-netbench> <plugin .so> <expected device-name prefix>
 set -u
+# pipefail where the shell has it (bash, busybox ash; Debian's dash lacks it)
+(set -o pipefail) 2>/dev/null && set -o pipefail
 netbench=$1 plugin=$2 want=$3
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

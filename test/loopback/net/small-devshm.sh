@@ -1,11 +1,11 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # A /dev/shm too small for libfabric's shm regions (a container's 64 MiB default, here 40 MiB in
 # a private mount namespace): the module must refuse the connection with a WARN that names
 # /dev/shm, and neither peer may die of the provider's SIGBUS. Skips (77) where a mount
 # namespace cannot be made.
 # usage: small-devshm.sh <test-net-loopback> <plugin .so>
-set -u
+set -uo pipefail
 exe=$1 plugin=$2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

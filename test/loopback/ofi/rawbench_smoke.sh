@@ -1,10 +1,10 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs mkernel-rawbench-ofi briefly on tcp;ofi_rxm over lo in both modes and checks that the
 # client printed one JSON record per size with a positive figure, measured with both methods
 # (tagged send/recv and RMA write), the better one named and reported. Exit 77: provider
 # absent.
-set -u
+set -uo pipefail
 bench=$1
 prov='tcp;ofi_rxm'
 dir=$(mktemp -d)

@@ -4,6 +4,8 @@
 # when working on the backend): scripts/rxe-vm/run.sh --build <dir> --guest-script <this file>.
 # The first run lets the GID be picked automatically; the second uses the index /init found.
 # rxe-vm-needs: test/rdma/verbs/test-verbs-loopback
+# pipefail where the shell has it (bash, busybox ash; Debian's dash lacks it)
+(set -o pipefail) 2>/dev/null && set -o pipefail
 
 . "$RXE_VM_LIB"
 fails=0

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Build-time checks of the Hopper attention kernels on a machine without a GPU:
 #  - ptxas -v: both kernels compile with no spills, no stack frame, and ptxas did not serialise
@@ -15,7 +15,7 @@
 #    mbarrier transaction counts, exp2).
 # Usage: [KERNELS="name ..."] check_attn_kernel.sh NVCC ARCH SOURCE -I... (include flags)
 #   KERNELS: the entry points to check (default: the engine's two standalone kernels)
-set -u
+set -uo pipefail
 nvcc=$1 arch=$2 src=$3
 shift 3
 tmp=$(mktemp -d) || exit 1
@@ -54,7 +54,7 @@ for k in $kernels; do
 		continue
 	fi
 	n=$((n + 1))
-	if echo "$line" | grep -q "^ *0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"; then
+	if grep -q "^ *0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" <<<"$line"; then
 		echo "ok 3 - $k: no spills, no stack"
 	else
 		echo "not ok 3 - $k: $line"

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Build-time checks of the GEMM engine on a machine without a GPU:
 #  - ptxas -v: every variant's kernels compile for the target with no spills and no stack frame;
@@ -6,7 +6,7 @@
 #    TMA, mbarrier transaction counts, setmaxnreg, release flags, split-K counters and L2 reads);
 #  - libmkernel.so exports exactly the mk* API.
 # Usage: check_kernel.sh NVCC ARCH SOURCE LIBMKERNEL -I... (include flags)
-set -u
+set -uo pipefail
 nvcc=$1 arch=$2 src=$3 lib=$4
 shift 4
 tmp=$(mktemp -d) || exit 1
@@ -43,7 +43,7 @@ for k in $kernels; do
 		continue
 	fi
 	n=$((n + 1))
-	if echo "$line" | grep -q "^ *0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"; then
+	if grep -q "^ *0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" <<<"$line"; then
 		echo "ok 2 - $k: no spills, no stack ($regs registers at entry)"
 	else
 		echo "not ok 2 - $k: $line"
@@ -76,7 +76,7 @@ else
 	echo "not ok 4 - $lib exports: $syms"
 	fail=1
 fi
-if ldd "$lib" | grep -q 'libcudart\.so'; then
+if grep -q 'libcudart\.so' <<<"$(ldd "$lib")"; then
 	echo "ok 5 - shared cudart"
 else
 	echo "not ok 5 - libcudart.so not in ldd (static cudart?)"

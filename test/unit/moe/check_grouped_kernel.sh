@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # Build-time checks of the grouped GEMM's kernels on a machine without a GPU:
 #  - ptxas -v: the Hopper kernels (both B layouts) and the portable kernel (every target) compile
@@ -7,7 +7,7 @@
 #    schedule's window of offsets loads is issued as one batch (nine loads in a row, not sunk
 #    into the branches that use them).
 # Usage: check_grouped_kernel.sh NVCC ARCH HOPPER_SRC PORTABLE_SRC -I... (include flags)
-set -u
+set -uo pipefail
 nvcc=$1 arch=$2 src=$3 psrc=$4
 shift 4
 tmp=$(mktemp -d) || exit 1

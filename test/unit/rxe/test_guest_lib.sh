@@ -4,6 +4,8 @@
 # shell: a test that skips (77) is a SKIP only until the guest has proven rxe0 ACTIVE, then a
 # FAIL; a binary the guest must run but that was not built is a FAIL, never a SKIP.
 # Usage: test_guest_lib.sh GUEST_LIB
+# pipefail where the shell has it (bash, busybox ash; Debian's dash lacks it)
+(set -o pipefail) 2>/dev/null && set -o pipefail
 . "$1"
 MK_TIMEOUT=10
 fails=0
