@@ -59,7 +59,7 @@ if [ -z "$netbench" ]; then
 	echo "mkernel-netbench: not built"
 	mk_mark "netbench FAIL"
 	fails=$((fails + 1))
-elif ! "$netbench" --help 2>&1 | grep -q -- '--transport'; then
+elif ! printf '%s\n' "$("$netbench" --help 2>&1)" | grep -q -- '--transport'; then
 	echo "mkernel-netbench: no --transport option"
 	mk_mark "netbench FAIL"
 	fails=$((fails + 1))
