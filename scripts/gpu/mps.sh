@@ -6,6 +6,8 @@
 #
 #   mps_start DIR   start it (no-op without nvidia-cuda-mps-control); sets MPS_ON=1 on success
 #   mps_stop        stop the daemon mps_start started, if any
+# sourced: the caller's shell gets pipefail where it has it (bash, busybox ash; not dash)
+(set -o pipefail) 2>/dev/null && set -o pipefail
 
 MPS_ON=0
 
