@@ -187,9 +187,9 @@ static void run_window(size_t size, uint64_t *shared_out)
 				size_t cap = size;
 				int tag = 0;
 
-				assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false,
-							      &rreq[w]),
-						 0);
+				assert_int_equal(
+					mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq[w]),
+					0);
 				rseq[w] = posted;
 				posted += rreq[w] != NULL;
 			} else if (rreq[w] != NULL) {
