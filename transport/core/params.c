@@ -19,5 +19,8 @@ MK_PARAM_INT(
 	eager_bytes, "core", "MKERNEL_EAGER_BYTES", 8192,
 	"largest message sent without waiting for the receiver's clear-to-send, through bounce "
 	"buffers the receiver registered (0 = never; at most 65536)")
+MK_PARAM_INT(poll_share_ns, "core", "MKERNEL_POLL_SHARE_NS", 5000,
+	     "nanoseconds during which a completion-queue read made by one test() also answers "
+	     "the tests of the connection's other unfinished requests (0: every test reads)")
 MK_PARAM_INT(max_recvs, "core", "MKERNEL_MAX_RECVS", 8,
 	     "receives NCCL may group in one irecv (maxRecvs, 1..8)")

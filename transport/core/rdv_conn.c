@@ -102,6 +102,23 @@ void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
 		cs->last_event_ms = mk_now_ms();
 }
 
+bool mk_rdv_test_must_poll(struct mk_rdv_conn_state *cs, uint32_t *seen)
+{
+	/* the clock only when the epoch allows a skip: one request tested in a loop reads none */
+	if (*seen == cs->polls || cs->share_ns == 0 ||
+	    !mk_rdv_poll_shared(*seen, cs->polls, mk_now_ns(), cs->last_poll_ns, cs->share_ns))
+		return true;
+	*seen = cs->polls;
+	cs->polls_shared++;
+	return false;
+}
+
+void mk_rdv_polled(struct mk_rdv_conn_state *cs)
+{
+	cs->polls++;
+	cs->last_poll_ns = mk_now_ns();
+}
+
 struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs)
 {
 	return (struct mk_rdv_blob){
@@ -114,8 +131,14 @@ struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs)
 
 int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, struct mk_rdv_blob *peer)
 {
+	int64_t share = mk_param_poll_share_ns();
+
 	cs->conn = conn;
 	cs->last_event_ms = mk_now_ms();
+	cs->polls = 0;
+	cs->last_poll_ns = 0;
+	cs->polls_shared = 0;
+	cs->share_ns = share > 0 ? (uint64_t)share : 0;
 	if (conn->peer_blob_len < sizeof(*peer))
 		return -EPROTO;
 	memcpy(peer, conn->peer_blob, sizeof(*peer));

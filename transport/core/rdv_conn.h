@@ -67,6 +67,16 @@ struct mk_rdv_conn_state {
 	uint64_t last_event_ms;	  /* last sign of life from the peer */
 	uint64_t probe_posted_ms; /* 0 = no probe in flight */
 	uint64_t probes;	  /* probes posted (tests read it) */
+	/*
+	 * CQ reads shared between the tests of one connection's requests: every read of the
+	 * connection's completions bumps polls (an epoch each request remembers at its last
+	 * test) and stamps its end; a test answered by another request's read counts in
+	 * polls_shared (tests read it).
+	 */
+	uint32_t polls;
+	uint64_t last_poll_ns;
+	uint64_t share_ns; /* MKERNEL_POLL_SHARE_NS, read once at setup */
+	uint64_t polls_shared;
 };
 
 /* A scratch region of len bytes (rounded to pages) registered on (ops, dev). 0 or -errno. */
@@ -98,5 +108,28 @@ void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy);
 
 /* A probe's completion (the event whose ctx is cs) arrived with status. */
 void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status);
+
+/*
+ * May a test() of an unfinished request skip the CQ read? Only when some other read of the
+ * connection happened since this request's last test (its epoch seen differs from polls), so
+ * two tests of one request always have a read between them and a caller that tests one
+ * request in a loop still drives progress; and only while that read is younger than share_ns,
+ * so a completion is never reported later than share_ns after it could have been read.
+ * share_ns 0: every test reads.
+ */
+static inline bool mk_rdv_poll_shared(uint32_t seen, uint32_t polls, uint64_t now_ns,
+				      uint64_t last_ns, uint64_t share_ns)
+{
+	return seen != polls && share_ns != 0 && now_ns - last_ns < share_ns;
+}
+
+/*
+ * The test of an unfinished request whose last look was at epoch *seen: true when it must read
+ * the CQ (then call mk_rdv_polled after the read and take *seen = cs->polls); false when a
+ * fresh read of another request answers it (counted, *seen updated).
+ */
+bool mk_rdv_test_must_poll(struct mk_rdv_conn_state *cs, uint32_t *seen);
+/* A read of the connection's CQ just ended: a new epoch. */
+void mk_rdv_polled(struct mk_rdv_conn_state *cs);
 
 #endif /* MK_RDV_CONN_H */

@@ -105,6 +105,7 @@ struct mk_rdv_req {
 	int status; /* first error, 0 if none */
 	struct mk_rdv_comm *comm;
 	struct mk_rdv_req *next_free;
+	uint32_t polls_seen; /* the connection's CQ-read epoch at its post or last test */
 	/* send */
 	const char *src;
 	struct mk_mr *mr;

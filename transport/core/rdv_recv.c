@@ -240,6 +240,7 @@ static void recv_poll(struct mk_rdv_recv *r)
 		for (int i = 0; i < n; i++)
 			recv_event(r, &ev[i]);
 	} while (n == RECV_POLL_BATCH);
+	mk_rdv_polled(&r->cs);
 }
 
 int mk_rdv_recv_progress(struct mk_rdv_recv *r)
@@ -325,6 +326,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	req->etaken = 0;
 	req->state = MK_RDV_REQ_POSTED;
 	req->status = 0;
+	req->polls_seen = r->cs.polls;
 	req->seq = seq;
 	req->n = n;
 	req->optional = optional && r->early_ok;
@@ -384,6 +386,7 @@ int mk_rdv_iflush(struct mk_rdv_comm *comm, int n, void **data, const int *sizes
 			return rc;
 	}
 	req->state = MK_RDV_REQ_POSTED;
+	req->polls_seen = r->cs.polls;
 	*out = req;
 	return 0;
 }
@@ -391,15 +394,16 @@ int mk_rdv_iflush(struct mk_rdv_comm *comm, int n, void **data, const int *sizes
 int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 {
 	struct mk_rdv_recv *r = container_of(req->comm, struct mk_rdv_recv, head);
-	int rc;
+	int rc = 0;
 
 	*done = 0;
 	if (req->state == MK_RDV_REQ_LINGER)
 		return -EBADF; /* already reported done */
-	/* as in send test: a request already done needs no CQ read */
-	rc = (req->kind == MK_RDV_REQ_FLUSH ? req->flushed : recv_data_in(req))
-		     ? 0
-		     : mk_rdv_recv_progress(r);
+	/* as in send test: a request already done needs no CQ read, nor one read a moment ago */
+	if (!(req->kind == MK_RDV_REQ_FLUSH ? req->flushed : recv_data_in(req)))
+		rc = mk_rdv_test_must_poll(&r->cs, &req->polls_seen) ? mk_rdv_recv_progress(r)
+								     : r->cs.error;
+	req->polls_seen = r->cs.polls;
 	if (req->status)
 		return req->status;
 	if (req->kind == MK_RDV_REQ_FLUSH) {

@@ -167,6 +167,7 @@ int mk_rdv_send_progress(struct mk_rdv_send *s)
 		for (int i = 0; i < n; i++)
 			send_event(s, &ev[i]);
 	} while (n == SEND_POLL_BATCH);
+	mk_rdv_polled(&s->cs);
 	send_see(s);
 	rc = mk_rdv_eager_tx_error(s);
 	if (rc)
@@ -263,6 +264,7 @@ static struct mk_rdv_req *send_req_get(struct mk_rdv_send *s, void *data, size_t
 	s->free_reqs = req->next_free;
 	req->state = MK_RDV_REQ_POSTED;
 	req->status = 0;
+	req->polls_seen = s->cs.polls;
 	req->src = data;
 	req->mr = mr;
 	req->size = size;
@@ -381,14 +383,18 @@ static bool send_req_done(const struct mk_rdv_req *req)
 int mk_rdv_send_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 {
 	struct mk_rdv_send *s = container_of(req->comm, struct mk_rdv_send, head);
-	int rc;
+	int rc = 0;
 
 	*done = 0;
 	/*
-	 * Progress only for a request still waiting: with several in flight, one call's CQ read
+	 * Progress only for a request still waiting, and only when no other request's read a
+	 * moment ago saw what there was (rdv_conn.h): with several in flight, one call's CQ read
 	 * often completes the rest, and each read costs system calls on the socket providers.
 	 */
-	rc = send_req_done(req) ? 0 : mk_rdv_send_progress(s);
+	if (!send_req_done(req))
+		rc = mk_rdv_test_must_poll(&s->cs, &req->polls_seen) ? mk_rdv_send_progress(s)
+								     : s->cs.error;
+	req->polls_seen = s->cs.polls;
 	if (send_req_done(req)) {
 		if (req->trunc)
 			rc = -EMSGSIZE;

@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * CQ reads shared between the tests of one connection's requests: the policy as a pure function,
+ * then over the fake backend that a sweep of tests over W unfinished requests reads the CQ once,
+ * that one request tested in a loop reads every time, that a stale read answers nobody, and that
+ * data still flows when the caller only sweeps test() over a full window.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake_tp.h"
+#include "mk/param.h"
+#include "mk/rdv.h"
+#include "rdv_internal.h"
+#include "rdv_pair.h"
+
+#define W 4
+
+static int setup(void **state)
+{
+	(void)state;
+	fake_tp_reset();
+	unsetenv("MKERNEL_POLL_SHARE_NS");
+	unsetenv("MKERNEL_EAGER_BYTES");
+	mk_param_reset_all();
+	mk_rdv_set_initial_seq(1);
+	return 0;
+}
+
+static void share_ns(const char *v)
+{
+	setenv("MKERNEL_POLL_SHARE_NS", v, 1);
+	mk_param_reset_all();
+}
+
+static void test_poll_shared_policy(void **state)
+{
+	(void)state;
+	/* nothing read since this request's last test: it must read */
+	assert_false(mk_rdv_poll_shared(7, 7, 1000, 999, 5000));
+	/* another read since, 1 us ago, window 5 us: answered by it */
+	assert_true(mk_rdv_poll_shared(6, 7, 2000, 1000, 5000));
+	/* that read is as old as the window or older: read again */
+	assert_false(mk_rdv_poll_shared(6, 7, 6000, 1000, 5000));
+	assert_false(mk_rdv_poll_shared(6, 7, 1000000, 1000, 5000));
+	/* sharing off */
+	assert_false(mk_rdv_poll_shared(6, 7, 1001, 1000, 0));
+	/* the epoch wraps: only equality counts */
+	assert_true(mk_rdv_poll_shared(UINT32_MAX, 0, 1001, 1000, 5000));
+	assert_false(mk_rdv_poll_shared(0, 0, 1001, 1000, 5000));
+}
+
+/* W receives posted, nothing sent: W tests (one sweep) and how many CQ reads they made. */
+static void sweep(struct mk_rdv_req **req, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int done = 1;
+
+		assert_int_equal(mk_rdv_test(req[i], &done, NULL), 0);
+		assert_int_equal(done, 0);
+	}
+}
+
+static void post_recvs(struct pair *p, char *buf, struct mk_mr *mr, struct mk_rdv_req **req)
+{
+	for (int i = 0; i < W; i++) {
+		void *d = buf + i * 64;
+		size_t cap = 64;
+		int tag = 0;
+
+		req[i] = NULL;
+		assert_int_equal(mk_rdv_irecv(p->r, 1, &d, &cap, &tag, &mr, false, &req[i]), 0);
+		assert_non_null(req[i]);
+	}
+}
+
+static void test_sweep_reads_once_and_one_request_always_reads(void **state)
+{
+	struct pair p;
+	char rbuf[W * 64];
+	struct mk_mr *rmr;
+	struct mk_rdv_req *req[W];
+	struct mk_rdv_recv *r;
+	uint32_t polls;
+	uint64_t shared;
+
+	(void)state;
+	share_ns("1000000000"); /* 1 s: the test's own pace never makes a read stale */
+	pair_open(&p);
+	r = (struct mk_rdv_recv *)p.r;
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	post_recvs(&p, rbuf, rmr, req);
+	/* the first sweep: the first request reads, it answers the other three */
+	sweep(req, W);
+	polls = r->cs.polls;
+	shared = r->cs.polls_shared;
+	for (int k = 0; k < 3; k++)
+		sweep(req, W);
+	assert_int_equal(r->cs.polls - polls, 3);
+	assert_int_equal(r->cs.polls_shared - shared, 3 * (W - 1));
+	/* one request tested in a loop (NCCL tests the oldest): a read every time */
+	polls = r->cs.polls;
+	shared = r->cs.polls_shared;
+	for (int k = 0; k < 5; k++)
+		sweep(&req[2], 1);
+	assert_int_equal(r->cs.polls - polls, 5);
+	assert_int_equal(r->cs.polls_shared, shared);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+}
+
+static void test_stale_read_and_sharing_off_read_every_test(void **state)
+{
+	struct pair p;
+	char rbuf[W * 64];
+	struct mk_mr *rmr;
+	struct mk_rdv_req *req[W];
+	struct mk_rdv_recv *r;
+	struct timespec ts = { .tv_nsec = 5 * 1000 * 1000 };
+	uint32_t polls;
+
+	(void)state;
+	share_ns("1000000"); /* 1 ms */
+	pair_open(&p);
+	r = (struct mk_rdv_recv *)p.r;
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	post_recvs(&p, rbuf, rmr, req);
+	sweep(req, 1);
+	polls = r->cs.polls;
+	nanosleep(&ts, NULL); /* the read ages past the window */
+	sweep(&req[1], 1);
+	assert_int_equal(r->cs.polls - polls, 1);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+
+	share_ns("0");
+	fake_tp_reset();
+	pair_open(&p);
+	r = (struct mk_rdv_recv *)p.r;
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	post_recvs(&p, rbuf, rmr, req);
+	polls = r->cs.polls;
+	for (int k = 0; k < 3; k++)
+		sweep(req, W);
+	assert_int_equal(r->cs.polls - polls, 3 * W);
+	assert_int_equal(r->cs.polls_shared, 0);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+}
+
+/*
+ * A full window each way, the caller only sweeping test() over it (as a benchmark does), on a
+ * backend where data lands only while the target polls, the sender acting every third sweep:
+ * every message arrives intact and in order, and shared reads did answer tests (the fast path
+ * ran).
+ */
+static void run_window(size_t size, uint64_t *shared_out)
+{
+	enum { NMSG = 64 };
+	struct pair p;
+	char *sbuf = malloc(W * size), *rbuf = calloc(W, size);
+	struct mk_mr *smr, *rmr;
+	struct mk_rdv_req *sreq[W] = { 0 }, *rreq[W] = { 0 };
+	int sent = 0, posted = 0, sdone = 0, rdone = 0, rseq[W] = { 0 };
+	struct mk_rdv_send *s;
+	struct mk_rdv_recv *r;
+
+	fake_tp_faults.land_on_poll = 1;
+	fake_tp_faults.needs_poll = 1;
+	pair_open(&p);
+	s = (struct mk_rdv_send *)p.s;
+	r = (struct mk_rdv_recv *)p.r;
+	smr = reg(p.s, sbuf, W * size);
+	rmr = reg(p.r, rbuf, W * size);
+	for (int it = 0; it < 200000 && (sdone < NMSG || rdone < NMSG); it++) {
+		for (int w = 0; w < W; w++) {
+			int done = 0;
+
+			if (rreq[w] == NULL && posted < NMSG) {
+				void *d = rbuf + (size_t)w * size;
+				size_t cap = size;
+				int tag = 0;
+
+				assert_int_equal(
+					mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq[w]),
+					0);
+				rseq[w] = posted;
+				posted += rreq[w] != NULL;
+			} else if (rreq[w] != NULL) {
+				size_t got = 0;
+
+				assert_int_equal(mk_rdv_test(rreq[w], &done, &got), 0);
+				if (done) {
+					/* one tag: the k-th receive posted gets the k-th send */
+					assert_int_equal(got, size);
+					assert_int_equal((unsigned char)rbuf[(size_t)w * size],
+							 (unsigned char)(rseq[w] + 1));
+					assert_int_equal((unsigned char)rbuf[(w + 1) * size - 1],
+							 (unsigned char)(rseq[w] + 1));
+					rreq[w] = NULL;
+					rdone++;
+				}
+			}
+			if (it % 3 != 0)
+				continue; /* the sender lags: some receiver sweeps find nothing */
+			if (sreq[w] == NULL && sent < NMSG) {
+				memset(sbuf + (size_t)w * size, sent + 1, size);
+				assert_int_equal(mk_rdv_isend(p.s, sbuf + (size_t)w * size, size, 0,
+							      smr, &sreq[w]),
+						 0);
+				sent += sreq[w] != NULL;
+			} else if (sreq[w] != NULL) {
+				assert_int_equal(mk_rdv_test(sreq[w], &done, NULL), 0);
+				if (done) {
+					sreq[w] = NULL;
+					sdone++;
+				}
+			}
+		}
+	}
+	assert_int_equal(sdone, NMSG);
+	assert_int_equal(rdone, NMSG);
+	*shared_out = s->cs.polls_shared + r->cs.polls_shared;
+	mk_rdv_dereg(p.s, smr);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+	free(sbuf);
+	free(rbuf);
+}
+
+static void test_window_flows_on_tests_alone(void **state)
+{
+	uint64_t shared = 0;
+
+	(void)state;
+	share_ns("1000000000");
+	run_window(8, &shared); /* eager */
+	assert_true(shared > 0);
+	fake_tp_reset();
+	run_window(64 * 1024, &shared); /* rendezvous: above MKERNEL_EAGER_BYTES */
+	assert_true(shared > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_poll_shared_policy),
+		cmocka_unit_test_setup(test_sweep_reads_once_and_one_request_always_reads, setup),
+		cmocka_unit_test_setup(test_stale_read_and_sharing_off_read_every_test, setup),
+		cmocka_unit_test_setup(test_window_flows_on_tests_alone, setup),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
