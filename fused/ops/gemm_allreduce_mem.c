@@ -79,13 +79,13 @@ static void gar_shape_free(struct mk_comm *c, struct mk_gar_shape *s)
 	if (s == NULL)
 		return;
 	if (s->w != NULL)
-		mkMemFree(c, s->w);
+		mk_comm_heap_free(c, s->w);
 	if (s->r != NULL)
-		mkMemFree(c, s->r);
+		mk_comm_heap_free(c, s->r);
 	if (s->land != NULL)
-		mkMemFree(c, s->land);
+		mk_comm_heap_free(c, s->land);
 	if (s->flags != NULL)
-		mkMemFree(c, s->flags);
+		mk_comm_heap_free(c, s->flags);
 	cudaFree(s->order_d);
 	free(s);
 }
@@ -100,7 +100,7 @@ static void gar1_shape_free(struct mk_comm *c, struct mk_gar1_shape *s)
 		return;
 	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
 		if (pieces[i] != NULL)
-			mkMemFree(c, pieces[i]);
+			mk_comm_heap_free(c, pieces[i]);
 	}
 	free(s);
 }

@@ -71,7 +71,7 @@ int mk_moe_fused_workspace(struct mk_comm *c, struct mk_moe_state *st, const str
 	if (cudaDeviceSynchronize() != cudaSuccess || mk_comm_barrier(c) != 0)
 		return -EIO;
 	if (st->ws != NULL) {
-		mkMemFree(c, st->ws);
+		mk_comm_heap_free(c, st->ws);
 		st->ws = NULL;
 	}
 	if (st->d_ctl == NULL) {
@@ -96,7 +96,7 @@ int mk_moe_fused_workspace(struct mk_comm *c, struct mk_moe_state *st, const str
 	if (cudaMemset(ws, 0, w.bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
 	    mk_moe_dispatch_prepare() != 0 || mk_moe_combine_prepare() != 0 ||
 	    mk_comm_barrier(c) != 0) {
-		mkMemFree(c, ws);
+		mk_comm_heap_free(c, ws);
 		return -EIO;
 	}
 	st->ws = ws;

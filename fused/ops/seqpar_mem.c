@@ -42,10 +42,10 @@ static void sp_shape_drop(struct mk_comm *c, struct mk_sp_shape *s)
 		return;
 	for (int i = 0; i < 2; i++) {
 		if (s->mem[i] != NULL)
-			mkMemFree(c, s->mem[i]);
+			mk_comm_heap_free(c, s->mem[i]);
 	}
 	if (s->flags != NULL)
-		mkMemFree(c, s->flags);
+		mk_comm_heap_free(c, s->flags);
 	cudaFree(s->order_d);
 	cudaFree(s->arrival_d);
 	cudaFree(s->want_d);

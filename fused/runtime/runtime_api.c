@@ -133,6 +133,13 @@ MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr)
 	return ncclSuccess;
 }
 
+void mk_comm_heap_free(struct mk_comm *c, void *ptr)
+{
+	if (c != NULL && ptr != NULL && (char *)ptr >= c->heap &&
+	    (char *)ptr < c->heap + c->heap_len)
+		(void)mk_symm_free(&c->symm, (uint64_t)((char *)ptr - c->heap));
+}
+
 MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr)
 {
 	if (api_comm(comm) || ptr == NULL || (char *)ptr < comm->heap ||
