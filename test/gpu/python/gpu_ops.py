@@ -487,7 +487,8 @@ SMALL_SHAPES = [(128, 256, 128), (128, 128, 128), (64, 256, 64), (1, 256, 128), 
 def mode_small(group, world):
     os.environ["MKERNEL_STRICT"] = "gemm_all_reduce"
     forced = os.environ.get("MKERNEL_GEMM_AR_PATH", "cost model")
-    for m, n, k in SMALL_SHAPES:
+    # SMALL_REPEAT=N: the shape list N times over (a stress run of the exchange)
+    for m, n, k in SMALL_SHAPES * int(os.environ.get("SMALL_REPEAT", "1")):
         for layout in ("nk", "kn"):
             a, b = gemm_inputs(m, n, k, layout, 3 * m + n + k)
             y = mkernel.gemm_all_reduce(a, b, group, w_layout=layout)
