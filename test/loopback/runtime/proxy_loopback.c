@@ -5,10 +5,10 @@
  * "nodes" and every rank is connected to every other (as a comm is); each "call" every rank
  * writes a slice into its heap, puts it with one PUT_SIGNAL to the rank of its local index on
  * the other node, waits until that rank's signal passes what earlier calls consumed and then
- * checks, byte for byte, the slice that landed. Slices alternate between two buffers (parity of the call), sizes straddle
- * the socket buffer (puts of 76-131 KiB and more go out over several progress calls), and every
- * few calls the buffers move to new offsets after a barrier, as a new shape's do. Signals must
- * never pass before their data, never be lost, never land on another word.
+ * checks, byte for byte, the slice that landed. Slices alternate between two buffers (parity of the
+ * call), sizes straddle the socket buffer (puts of 76-131 KiB and more go out over several progress
+ * calls), and every few calls the buffers move to new offsets after a barrier, as a new shape's do.
+ * Signals must never pass before their data, never be lost, never land on another word.
  *
  * argv[1] names the provider, argv[2] the ranks (2 or 4); exit 77 only where libfabric does not
  * offer the provider.
@@ -94,8 +94,8 @@ static int partner_of(int r)
 }
 
 /* Slice sizes: below, at and above the socket buffer and the old 64 KiB boundary. */
-static const uint64_t sizes[] = { 64u << 10, 76u << 10, 81920, 100000, 114688, 131u << 10,
-				  131072 + 8, 256u << 10, 1u << 20 };
+static const uint64_t sizes[] = { 64u << 10,  76u << 10,  81920,      100000,  114688,
+				  131u << 10, 131072 + 8, 256u << 10, 1u << 20 };
 
 /* A shape: where the slices leave from and land, the same on both ranks (symmetric heap). */
 struct shape {
@@ -280,8 +280,7 @@ static void call(struct rank *r, int s, const struct shape *sh, uint32_t e, uint
 		       "shape %d call %u (%llu bytes): no signal from rank %d after %d ms "
 		       "(word %u is %llu, want %llu)",
 		       s, e, (unsigned long long)sh->bytes, partner, TIMEOUT_MS, want_sig,
-		       (unsigned long long)signal_read(r, want_sig),
-		       (unsigned long long)*seen + 1);
+		       (unsigned long long)signal_read(r, want_sig), (unsigned long long)*seen + 1);
 		sched_yield();
 	}
 	/* One arrival per call: the partner may be one call ahead (its next put leaves once it
