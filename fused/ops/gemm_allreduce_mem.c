@@ -78,30 +78,24 @@ static void gar_shape_free(struct mk_comm *c, struct mk_gar_shape *s)
 {
 	if (s == NULL)
 		return;
-	if (s->w != NULL)
-		mk_comm_heap_free(c, s->w);
-	if (s->r != NULL)
-		mk_comm_heap_free(c, s->r);
-	if (s->land != NULL)
-		mk_comm_heap_free(c, s->land);
-	if (s->flags != NULL)
-		mk_comm_heap_free(c, s->flags);
+	mk_comm_heap_free(c, s->w);
+	mk_comm_heap_free(c, s->r);
+	mk_comm_heap_free(c, s->land);
+	mk_comm_heap_free(c, s->flags);
 	cudaFree(s->order_d);
 	free(s);
 }
 
 static void gar1_shape_free(struct mk_comm *c, struct mk_gar1_shape *s)
 {
-	void *const pieces[] = { s != NULL ? s->part : NULL, s != NULL ? s->ll : NULL,
-				 s != NULL ? s->nsum : NULL, s != NULL ? s->land : NULL,
-				 s != NULL ? s->llf : NULL,  s != NULL ? s->flags : NULL };
-
 	if (s == NULL)
 		return;
-	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
-		if (pieces[i] != NULL)
-			mk_comm_heap_free(c, pieces[i]);
-	}
+	mk_comm_heap_free(c, s->part);
+	mk_comm_heap_free(c, s->ll);
+	mk_comm_heap_free(c, s->nsum);
+	mk_comm_heap_free(c, s->land);
+	mk_comm_heap_free(c, s->llf);
+	mk_comm_heap_free(c, s->flags);
 	free(s);
 }
 

@@ -48,8 +48,7 @@ static void moe_state_free(struct mk_comm *c, void *state)
 	cudaFreeHost(st->h_cnt);
 	cudaFreeHost(st->h_gather);
 	cudaFreeHost(st->h_lay);
-	if (st->ws != NULL)
-		mk_comm_heap_free(c, st->ws);
+	mk_comm_heap_free(c, st->ws);
 	free(st);
 }
 

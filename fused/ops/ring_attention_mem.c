@@ -31,8 +31,7 @@ static void ring_shape_free(struct mk_comm *c, struct mk_ring_shape *s)
 {
 	if (s == NULL)
 		return;
-	if (s->heap != NULL)
-		mk_comm_heap_free(c, s->heap);
+	mk_comm_heap_free(c, s->heap);
 	cudaFree(s->maps_d);
 	free(s);
 }

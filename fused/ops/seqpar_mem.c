@@ -40,12 +40,9 @@ static void sp_shape_drop(struct mk_comm *c, struct mk_sp_shape *s)
 {
 	if (s == NULL)
 		return;
-	for (int i = 0; i < 2; i++) {
-		if (s->mem[i] != NULL)
-			mk_comm_heap_free(c, s->mem[i]);
-	}
-	if (s->flags != NULL)
-		mk_comm_heap_free(c, s->flags);
+	for (int i = 0; i < 2; i++)
+		mk_comm_heap_free(c, s->mem[i]);
+	mk_comm_heap_free(c, s->flags);
 	cudaFree(s->order_d);
 	cudaFree(s->arrival_d);
 	cudaFree(s->want_d);

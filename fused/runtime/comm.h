@@ -79,11 +79,12 @@ void mk_comm_free(struct mk_comm *c);
 int mk_comm_quiesce(struct mk_comm *c);
 int mk_comm_barrier(struct mk_comm *c);
 /*
- * Give back heap memory mkMemAlloc gave an op. Unlike mkMemFree it does not ask whether the
- * comm is live: ops free their pieces while mk_comm_free releases them, after the comm has left
- * the live set (the allocator itself goes last). NULL is a no-op.
+ * Give back heap memory mkMemAlloc gave an op: 0, or -EINVAL for a pointer it did not give.
+ * Unlike mkMemFree it does not ask whether the comm is live: ops free their pieces while
+ * mk_comm_free releases them, after the comm has left the live set (the allocator itself goes
+ * last). NULL is a no-op.
  */
-void mk_comm_heap_free(struct mk_comm *c, void *ptr);
+int mk_comm_heap_free(struct mk_comm *c, void *ptr);
 int mk_comm_allgather(struct mk_comm *c, const void *mine, void *all, size_t bytes);
 void mk_comm_dev(const struct mk_comm *c, struct mk_dev_comm *d);
 

@@ -133,19 +133,21 @@ MK_API ncclResult_t mkMemAlloc(mkComm_t comm, size_t size, void **ptr)
 	return ncclSuccess;
 }
 
-void mk_comm_heap_free(struct mk_comm *c, void *ptr)
+int mk_comm_heap_free(struct mk_comm *c, void *ptr)
 {
-	if (c != NULL && ptr != NULL && (char *)ptr >= c->heap &&
-	    (char *)ptr < c->heap + c->heap_len)
-		(void)mk_symm_free(&c->symm, (uint64_t)((char *)ptr - c->heap));
+	if (ptr == NULL)
+		return 0;
+	if ((char *)ptr < c->heap || (char *)ptr >= c->heap + c->heap_len)
+		return -EINVAL;
+	return mk_symm_free(&c->symm, (uint64_t)((char *)ptr - c->heap));
 }
 
 MK_API ncclResult_t mkMemFree(mkComm_t comm, void *ptr)
 {
-	if (api_comm(comm) || ptr == NULL || (char *)ptr < comm->heap ||
-	    (char *)ptr >= comm->heap + comm->heap_len)
-		return mk_api_result(-EINVAL, "mkMemFree(not a live comm, or a pointer not from "
-					      "mkMemAlloc)");
-	return mk_api_result(mk_symm_free(&comm->symm, (uint64_t)((char *)ptr - comm->heap)),
-			     "mkMemFree");
+	const int rc = api_comm(comm) || ptr == NULL ? -EINVAL : mk_comm_heap_free(comm, ptr);
+
+	if (rc == -EINVAL)
+		return mk_api_result(rc, "mkMemFree(not a live comm, or a pointer not from "
+					 "mkMemAlloc)");
+	return mk_api_result(rc, "mkMemFree");
 }
