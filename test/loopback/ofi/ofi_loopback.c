@@ -24,6 +24,7 @@
 #include "mk/log.h"
 #include "mk/param.h"
 #include "mk/transport.h"
+#include "../expect.h"
 #include "../provider_offered.h"
 #include "../shm_leftovers.h"
 
@@ -43,27 +44,8 @@
 
 extern const struct mk_transport_ops mk_ofi_ops;
 static const struct mk_transport_ops *tp = &mk_ofi_ops;
-static const char *who = "A";
 
 static const size_t sizes[] = { 0, 1, 4096, 1u << 20, 8u << 20 };
-
-__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "FAIL [%s]: ", who);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	_exit(1);
-}
-
-#define expect(cond, ...)                                                                          \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			die(__VA_ARGS__);                                                          \
-	} while (0)
 
 static uint64_t now_ms(void)
 {
@@ -672,7 +654,7 @@ static pid_t spawn(void (*fn)(int, int), const char *name, int *to, int *from)
 	pid = fork();
 	expect(pid >= 0, "fork");
 	if (pid == 0) {
-		who = name;
+		snprintf(mk_lb_who, sizeof(mk_lb_who), "%s", name);
 		alarm(WATCHDOG_S);
 		close(a[1]);
 		close(b[0]);
@@ -708,6 +690,8 @@ int main(int argc, char **argv)
 	int b_to, b_from, c_to, c_from, fails = 0;
 	pid_t b, c;
 	char ch;
+
+	snprintf(mk_lb_who, sizeof(mk_lb_who), "A"); /* the parent; children name themselves */
 
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s PROVIDER\n", argv[0]);

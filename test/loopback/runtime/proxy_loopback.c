@@ -26,6 +26,7 @@
 #include "fused/runtime/proxy.h"
 #include "mk/err.h"
 #include "mk/log.h"
+#include "../expect.h"
 #include "../provider_offered.h"
 
 #define HEAP_LEN   (8u << 20)
@@ -50,24 +51,6 @@ struct board {
 };
 
 static struct board *board;
-
-__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "FAIL [rank %d]: ", me);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	_exit(1);
-}
-
-#define expect(cond, ...)                                                                          \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			die(__VA_ARGS__);                                                          \
-	} while (0)
 
 /* Every rank has arrived at its gen-th barrier (gen = 1, 2, ...). */
 static void barrier(int *gen)
@@ -349,6 +332,7 @@ int main(int argc, char **argv)
 	pid_t pid[MAX_RANKS];
 	int st, fails = 0;
 
+	snprintf(mk_lb_who, sizeof(mk_lb_who), "parent"); /* each rank names itself */
 	if (argc < 2 || argc > 3 || (argc == 3 && atoi(argv[2]) != 2 && atoi(argv[2]) != 4)) {
 		fprintf(stderr, "usage: %s PROVIDER [2|4]\n", argv[0]);
 		return 2;
@@ -372,6 +356,7 @@ int main(int argc, char **argv)
 		expect(pid[i] >= 0, "fork");
 		if (pid[i] == 0) {
 			me = i;
+			snprintf(mk_lb_who, sizeof(mk_lb_who), "rank %d", me);
 			alarm(WATCHDOG_S);
 			run();
 			_exit(0);
