@@ -3,6 +3,10 @@
 # Every verdict is one serial-console line "RXEVM: <name> PASS|FAIL|SKIP"; the host passes the run
 # only if "RXEVM: done" appears and no FAIL or non-zero exit= marker does.
 
+# sourced: pipefail where the shell has it (busybox ash, bash; not dash), so a failing producer
+# in a pipeline is not hidden by its consumer
+(set -o pipefail) 2>/dev/null && set -o pipefail
+
 MK_MARK=RXEVM
 MK_TIMEOUT=${MK_TIMEOUT:-120}	# seconds per command, so one hung test cannot eat the whole run
 
@@ -96,7 +100,9 @@ mk_pair() {
 
 # mk_rxe0_active: rxe0's port is ACTIVE (then every test that can run must run: MK_SKIP_IS_FAIL).
 mk_rxe0_active() {
-	ibv_devinfo -d rxe0 2>/dev/null | grep -q "state:[ 	]*PORT_ACTIVE"
+	# read whole first: with pipefail, grep -q leaving early would fail ibv_devinfo (SIGPIPE)
+	_info=$(ibv_devinfo -d rxe0 2>/dev/null) || return 1
+	printf '%s\n' "$_info" | grep -q "state:[ 	]*PORT_ACTIVE"
 }
 
 # mk_need <name> <path>: a binary the guest script must run; not built is a FAIL, never a SKIP
