@@ -132,6 +132,8 @@ struct mk_attn_job {
 	int tiles_m;   /* query blocks per (b, h) */
 	int kv_blocks; /* key blocks of MK_ATTN_BN */
 	int section;   /* causal: (b, h) pairs per L2 section of the schedule */
+	int lpt;       /* causal: units are single query blocks, longest first (mk_attn_item);
+			* else pairs of blocks (mk_attn_schedule_static picks) */
 	int units;     /* schedule units (mk_attn_unit) */
 	int unit0;     /* first unit of this job in the role's order (jobs in order) */
 	int wg_items0; /* warpgroup items of the jobs before it (the merge order) */
@@ -174,6 +176,7 @@ struct mk_attn_args {
 	int group;	  /* heads_q / heads_kv */
 	int units;	  /* schedule units of all jobs */
 	int items;	  /* work items of all jobs */
+	int snake;	  /* static schedule: odd rounds dealt in reverse (mk_attn_static_unit) */
 	/* ---- schedule (caller, optional) ---- */
 	unsigned int *counter; /* zeroed device word: units taken by atomics; NULL: static */
 };
@@ -190,6 +193,17 @@ struct mk_attn_tmaps {
  * ratio, strides, row ranges, epilogue and its buffers).
  */
 int mk_attn_plan(struct mk_attn_args *a, int block_m, const char **why);
+
+/*
+ * For a planned single causal job on the static schedule (counter NULL): pick the pairs or the
+ * longest-first single blocks dealt in snake order, whichever leaves the busiest of `sms` CTAs
+ * less work by the plan's own count of key blocks; returns the grid to launch.
+ */
+int mk_attn_schedule_static(struct mk_attn_args *a, int sms);
+
+/* Busiest CTA's work over the mean, in key blocks plus a per-item overhead, of the static
+ * schedule of a planned single-job args on `ctas` CTAs (what mk_attn_schedule_static compares). */
+double mk_attn_static_imbalance(const struct mk_attn_args *a, int ctas);
 
 /* Make a single-job args' job from its one-call fields (mk_attn_plan does it when njobs = 0). */
 void mk_attn_job_single(const struct mk_attn_args *a, struct mk_attn_job *j);
@@ -304,12 +318,16 @@ static MK_ATTN_HD int mk_attn_visible(const struct mk_attn_job *j, int i, int k)
 
 /*
  * Static schedule of the persistent kernel: the CTA of `rank` among `count` takes units rank,
- * rank + count, ... (it = 0, 1, ...) of all jobs in order. -1 past the end.
+ * rank + count, ... (it = 0, 1, ...) of all jobs in order; with `snake`, odd rounds go the other
+ * way (count - 1 - rank), so units that shrink along the order (longest first) add up to about
+ * the same per CTA over two rounds. -1 past the end.
  */
-static MK_ATTN_HD int mk_attn_static_unit(int it, int rank, int count, int units)
+static MK_ATTN_HD int mk_attn_static_unit(int it, int rank, int count, int units, int snake)
 {
-	/* units and count are below 2^31: it * count + rank stays below 2^32 while it matters */
-	unsigned int u = (unsigned int)it * (unsigned int)count + (unsigned int)rank;
+	const unsigned int r =
+		snake && (it & 1) ? (unsigned int)(count - 1 - rank) : (unsigned int)rank;
+	/* units and count are below 2^31: it * count + r stays below 2^32 while it matters */
+	unsigned int u = (unsigned int)it * (unsigned int)count + r;
 
 	return u < (unsigned int)units ? (int)u : -1;
 }
@@ -322,36 +340,6 @@ static MK_ATTN_HD int mk_attn_job_of(const struct mk_attn_args *a, int unit)
 	while (j + 1 < a->njobs && unit >= a->job[j + 1].unit0)
 		j++;
 	return j;
-}
-
-/*
- * Unit (job-relative) -> work items of the persistent kernel; returns how many (1 or 2) and
- * fills bh and mb[]. Non-causal: one query block, (b, h) major, so the CTAs of a wave share K/V
- * in L2. Causal: the pair of query blocks (tiles_m - 1 - k, k), longest first, whose key
- * ranges add up to about the same for every k, so units dealt round-robin balance the CTAs;
- * units go through sections of `section` (b, h) pairs whose K and V fit the L2 budget. The
- * middle block of an odd count is a unit of its own.
- */
-static MK_ATTN_HD int mk_attn_unit(const struct mk_attn_args *a, const struct mk_attn_job *j,
-				   int unit, int *bh, int *mb)
-{
-	if (!j->causal) {
-		*bh = unit / j->tiles_m;
-		mb[0] = unit % j->tiles_m;
-		return 1;
-	}
-	int pairs = (j->tiles_m + 1) / 2;
-	int per = j->section * pairs;
-	int sec = unit / per;
-	int first = sec * j->section;
-	int hs = a->bh - first < j->section ? a->bh - first : j->section;
-	int v = unit - sec * per;
-	int k = v / hs;
-
-	*bh = first + v % hs;
-	mb[0] = j->tiles_m - 1 - k;
-	mb[1] = k;
-	return mb[0] == k ? 1 : 2;
 }
 
 /*
@@ -375,6 +363,41 @@ static MK_ATTN_HD void mk_attn_item(const struct mk_attn_args *a, const struct m
 
 	*mb = j->tiles_m - 1 - u / hs;
 	*bh = first + u % hs;
+}
+
+/*
+ * Unit (job-relative) -> work items of the persistent kernel; returns how many (1 or 2) and
+ * fills bh and mb[]. Non-causal: one query block, (b, h) major, so the CTAs of a wave share K/V
+ * in L2. Causal: the pair of query blocks (tiles_m - 1 - k, k), longest first, whose key
+ * ranges add up to about the same for every k, so units dealt round-robin balance the CTAs;
+ * units go through sections of `section` (b, h) pairs whose K and V fit the L2 budget. The
+ * middle block of an odd count is a unit of its own. Causal with `lpt`: one query block per
+ * unit in mk_attn_item's order.
+ */
+static MK_ATTN_HD int mk_attn_unit(const struct mk_attn_args *a, const struct mk_attn_job *j,
+				   int unit, int *bh, int *mb)
+{
+	if (!j->causal) {
+		*bh = unit / j->tiles_m;
+		mb[0] = unit % j->tiles_m;
+		return 1;
+	}
+	if (j->lpt) {
+		mk_attn_item(a, j, unit, bh, mb);
+		return 1;
+	}
+	int pairs = (j->tiles_m + 1) / 2;
+	int per = j->section * pairs;
+	int sec = unit / per;
+	int first = sec * j->section;
+	int hs = a->bh - first < j->section ? a->bh - first : j->section;
+	int v = unit - sec * per;
+	int k = v / hs;
+
+	*bh = first + v % hs;
+	mb[0] = j->tiles_m - 1 - k;
+	mb[1] = k;
+	return mb[0] == k ? 1 : 2;
 }
 
 /*

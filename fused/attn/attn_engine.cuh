@@ -189,7 +189,7 @@ static __device__ __forceinline__ int mk_attn_next_unit(const struct mk_attn_arg
 
 		return u < (unsigned int)a->units ? (int)u : -1;
 	}
-	return mk_attn_static_unit((*iter)++, rank, count, a->units);
+	return mk_attn_static_unit((*iter)++, rank, count, a->units, a->snake);
 }
 
 /* Publish one decoded item of job jn (mb = -1: the end) in the next slot of the item ring. */

@@ -191,7 +191,9 @@ extern "C" int mk_attn_run_hopper(const struct mk_attn_args *in, int ctas, cudaS
 	rc = mk_attn_make_tensor_maps(&a, &maps);
 	if (rc)
 		return rc;
-	grid = ctas > 0 ? ctas : (a.units < sms ? a.units : sms);
+	grid = mk_attn_schedule_static(&a, sms);
+	if (ctas > 0)
+		grid = ctas;
 	if (a.counter == NULL && grid > a.units)
 		grid = a.units;
 	if (a.head_dim == 128)

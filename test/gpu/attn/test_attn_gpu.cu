@@ -582,6 +582,9 @@ static int t_run_debug(const struct mk_attn_args *in, int ctas)
 
 	if (rc)
 		return rc;
+	/* the library's choice of static schedule (pairs or longest-first blocks), as mkAttention */
+	if (ctas <= 0)
+		ctas = mk_attn_schedule_static(&a, t_sms);
 	rc = mk_attn_make_tensor_maps(&a, &maps);
 	if (rc)
 		return rc;
