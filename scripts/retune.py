@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Re-tune the policy engine from a multi-GPU sweep (scripts/gpu/multi-gpu.sh's JSON lines).
 
-usage: retune.py [--base CALIB] [--calib-lines FILE]... [--sms N] --out CALIB
+usage: retune.py [--base CALIB] [--calib-lines FILE]... [--sms N] [--how TEXT] --out CALIB
                  [--model tuner/model.c --model-out FILE] [--report FILE] JSONL...
 
 Reads the JSON lines of the benchmarks (tagged by scripts/gpu/jsonl_tag.py: layout, SM share,
@@ -19,6 +19,12 @@ the variables each run had) and writes:
   - `link nvl LAT_US GBPS`: half the NCCL send/recv round trip between two GPUs of one node at
     the smallest size (the ping-pong records), and the all-to-all bandwidth per GPU and
     direction at the largest size over one node (the faster of mkAllToAll and NCCL's);
+  - `coll reducescatter|allgather nccl|fused NODES LOCAL BYTES US`: from the sequence-parallel
+    benchmark's records (`gemm_rs`, `ag_gemm` of test-seqpar-gpu --bench, several ranks): NCCL's
+    collective alone (`coll_only_ms`) and what the fused kernel took beyond the GEMM engine alone
+    (`fused_ms` - `gemm_only_ms`), BYTES as the cost model counts them (M x N x 2 scattered,
+    M x K x 2 gathered), the median of repeated runs: the cost model then compares the two
+    measured times instead of its link model's guess;
   - the records of each --calib-lines FILE (`coll`, `fused`, ...: what test-gar-gpu --paths
     prints as `calib:` lines), the last of equal keys winning.
   No `link net` record is written: the network leg of these layouts is loopback, no NIC.
@@ -48,6 +54,8 @@ SPLIT_BENCHES = {
     "gemm_rs_splits": "gemm_reducescatter",
     "ag_gemm_splits": "allgather_gemm",
 }
+# sequence-parallel benchmark record -> (collective, the dimension besides M that travels)
+COLL_BENCHES = {"gemm_rs": ("reducescatter", "n"), "ag_gemm": ("allgather", "k")}
 MOE_BENCHES = {"moe_dispatch_gemm": "moe_dispatch", "moe_gemm_combine": "moe_combine"}
 MODEL_ROWS = {
     "GEMM_ALLREDUCE": "gemm_allreduce",
@@ -142,6 +150,7 @@ class Sweep:
         self.sms = sms
         self.points = {}  # (op, nodes, local, m, shape) -> Point
         self.pingpong, self.alltoall = [], []
+        self.colls = {}  # (kind, impl, nodes, local, bytes) -> [us]
         self.machine = set()
 
     def point(self, op, nodes, local, m, share, shape, where):
@@ -174,6 +183,8 @@ class Sweep:
                 p.cands.setdefault(int(c), []).append(num(static, c, where))
             p.policy.append(num(rec, "policy_static_ms", where))
             p.adaptive.append(num(rec, "adaptive_ms", where))
+        elif bench in COLL_BENCHES and "coll_only_ms" in rec:
+            self.coll(rec, where)
         elif bench == "ring_attention" and "fused_ms" in rec:
             nodes, local = num(rec, "nnodes", where, int), num(rec, "nlocal", where, int)
             m = num(rec, "seq_local", where, int)
@@ -192,6 +203,20 @@ class Sweep:
             self.alltoall.append((num(rec, "bytes_per_peer", where, int),
                                   num(rec, "nranks", where, int),
                                   min(num(rec, "mkernel_ms", where), num(rec, "nccl_ms", where))))
+
+    def coll(self, rec, where):
+        """NCCL's collective alone and the fused kernel's time beyond the GEMM, several ranks."""
+        kind, dim = COLL_BENCHES[rec["bench"]]
+        nodes, local = num(rec, "nnodes", where, int), num(rec, "nlocal", where, int)
+        if nodes * local < 2:
+            return  # one rank: nothing travels
+        nbytes = num(rec, "m", where, int) * num(rec, dim, where, int) * 2
+        nccl = num(rec, "coll_only_ms", where)
+        beyond = num(rec, "fused_ms", where) - num(rec, "gemm_only_ms", where)
+        if nccl > 0:
+            self.colls.setdefault((kind, "nccl", nodes, local, nbytes), []).append(nccl * 1e3)
+        if beyond > 0:
+            self.colls.setdefault((kind, "fused", nodes, local, nbytes), []).append(beyond * 1e3)
 
     def config(self, rec, op, nodes, local, m, shape, field, env, where):
         """A run of a sweep from outside: which split it ran under (env), and its time. A run
@@ -252,6 +277,11 @@ def split_records(points):
         recs.append("split %s %d %d %d %d %d %d %d" % ((p.op, p.nodes, p.local, p.m, p.share)
                                                         + roles))
     return recs
+
+
+def coll_records(sweep):
+    return ["coll %s %s %d %d %d %.2f" % (key + (statistics.median(us),))
+            for key, us in sorted(sweep.colls.items())]
 
 
 def link_record(sweep):
@@ -425,6 +455,8 @@ def main(argv):
     ap.add_argument("--model", help="tuner/model.c to take the static table's rows from")
     ap.add_argument("--model-out", help="where to write the model source with new rows")
     ap.add_argument("--report", help="Markdown summary to write")
+    ap.add_argument("--how", help="how the sweep was measured, for the file's note (default: "
+                    "one process per GPU, scripts/gpu/multi-gpu.sh)")
     args = ap.parse_args(argv)
     if args.model_out and not args.model:
         ap.error("--model-out needs --model")
@@ -448,13 +480,15 @@ def main(argv):
         link, link_why = link_record(sweep)
         if link:
             records.append(link)
+        records += coll_records(sweep)
         for path in args.calib_lines:
             records += read_calib_lines(path)
         records = list({record_key(r): r for r in records}.values())  # the last of a key wins
         if not records:
             raise InputError("nothing to re-tune: no split sweep, link or calibration record "
                              "in the inputs")
-        note = ["Measured with one process per GPU (scripts/gpu/multi-gpu.sh) on " +
+        how = args.how or "one process per GPU (scripts/gpu/multi-gpu.sh)"
+        note = ["Measured with " + how + " on " +
                 ("; ".join(sorted(sweep.machine)) or "an unnamed machine") + ",",
                 "re-tuned by scripts/retune.py from " +
                 ", ".join(os.path.basename(p) for p in args.jsonl + args.calib_lines)]

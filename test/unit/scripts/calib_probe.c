@@ -8,6 +8,8 @@
  *                                                  or "none"
  *   calib-probe FILE policy OP NODES NRANKS M SMS  mk_policy_sm_split with MKERNEL_CALIBRATION
  *                                                  = FILE: "COMPUTE INTRA SEND REDUCE"
+ *   calib-probe FILE path OP NODES NRANKS M SMS    the same call's path: "fused", "unfused" or
+ *                                                  "oneshot"
  * Exit: 0; 1 when the file does not parse (its line and why on stderr) or the policy fails;
  * 2 on bad usage.
  */
@@ -23,7 +25,7 @@
 static int probe_usage(void)
 {
 	fprintf(stderr, "usage: calib-probe FILE [split OP NODES LOCAL M SMS | "
-			"policy OP NODES NRANKS M SMS]\n");
+			"policy|path OP NODES NRANKS M SMS]\n");
 	return 2;
 }
 
@@ -48,8 +50,11 @@ static char *probe_read(const char *path, size_t *len)
 	return buf;
 }
 
-static int probe_policy(const char *file, int op, char **v)
+static int probe_policy(const char *file, int op, char **v, int path)
 {
+	static const char *const paths[] = { [MK_PATH_UNFUSED] = "unfused",
+					     [MK_PATH_FUSED] = "fused",
+					     [MK_PATH_ONESHOT] = "oneshot" };
 	struct mk_policy_op_query q = { 0 };
 	struct mk_policy_sm_split s;
 
@@ -69,8 +74,11 @@ static int probe_policy(const char *file, int op, char **v)
 		fprintf(stderr, "calib-probe: mk_policy_sm_split failed\n");
 		return 1;
 	}
-	printf("%d %d %d %d\n", s.sms[MK_ROLE_COMPUTE], s.sms[MK_ROLE_INTRA], s.sms[MK_ROLE_SEND],
-	       s.sms[MK_ROLE_REDUCE]);
+	if (path)
+		printf("%s\n", (unsigned)s.path <= MK_PATH_ONESHOT ? paths[s.path] : "?");
+	else
+		printf("%d %d %d %d\n", s.sms[MK_ROLE_COMPUTE], s.sms[MK_ROLE_INTRA],
+		       s.sms[MK_ROLE_SEND], s.sms[MK_ROLE_REDUCE]);
 	return 0;
 }
 
@@ -114,8 +122,8 @@ int main(int argc, char **argv)
 			printf("%d %d %d\n", comm[0], comm[1], comm[2]);
 		else
 			printf("none\n");
-	} else if (strcmp(argv[2], "policy") == 0) {
-		rc = probe_policy(argv[1], op, &argv[4]);
+	} else if (strcmp(argv[2], "policy") == 0 || strcmp(argv[2], "path") == 0) {
+		rc = probe_policy(argv[1], op, &argv[4], strcmp(argv[2], "path") == 0);
 	} else {
 		rc = probe_usage();
 	}

@@ -73,6 +73,23 @@ def sweep_records():
     # GEMM + reduce-scatter on h, one M
     recs.append(dict(splits("gemm_rs_splits", 4096, 2, 4, {4: 3.0, 8: 2.9, 16: 2.95, 33: 3.3},
                             3.0, 2.95, n=4096, k=256), **TAGS_H))
+    # the sequence-parallel benchmark's cells on h: NCCL's collective alone and the fused
+    # kernel's time beyond the GEMM; two runs of one reduce-scatter cell (medians: 2100, 2600 us),
+    # an all-gather cell where fusion wins, one where the fused kernel took less than the GEMM
+    # alone (no fused record), and one rank (nothing travels: no record)
+    for coll, fused in ((2.0, 3.0), (2.2, 3.2)):
+        recs.append(dict(TAGS_H, bench="gemm_rs", m=4096, n=4096, k=256, nranks=8, nnodes=2,
+                         nlocal=4, fused_ms=fused, cublas_nccl_ms=coll + 0.6, gemm_only_ms=0.5,
+                         coll_only_ms=coll))
+    recs.append(dict(TAGS_H, bench="ag_gemm", m=4096, n=1024, k=4096, nranks=8, nnodes=2,
+                     nlocal=4, fused_ms=3.0, cublas_nccl_ms=5.0, gemm_only_ms=1.0,
+                     coll_only_ms=4.0))
+    recs.append(dict(TAGS_H, bench="ag_gemm", m=8192, n=1024, k=4096, nranks=8, nnodes=2,
+                     nlocal=4, fused_ms=0.9, cublas_nccl_ms=9.0, gemm_only_ms=1.0,
+                     coll_only_ms=8.0))
+    recs.append(dict(TAGS_H, bench="gemm_rs", m=4096, n=4096, k=256, nranks=1, nnodes=1,
+                     nlocal=1, fused_ms=1.0, cublas_nccl_ms=1.0, gemm_only_ms=0.5,
+                     coll_only_ms=0.1))
     # ring attention on h from outside: causal and not at one seq_local, combined (geometric
     # mean: 8 -> 6.71, 16 -> 6.45), and the runs of the policy's split and the controller
     for causal, st in ((0, {4: 10.0, 8: 9.0, 16: 8.0, 33: 9.5}), (1, {4: 6.0, 8: 5.0, 16: 5.2,
@@ -149,14 +166,20 @@ class Retune(unittest.TestCase):
 
     def test_runs(self):
         self.assertEqual(self.r.returncode, 0, self.r.stderr)
-        self.assertIn("7 split record(s), a link record, 2 other record(s)", self.r.stdout)
+        self.assertIn("7 split record(s), a link record, 7 other record(s)", self.r.stdout)
 
     def test_parser_accepts_it(self):
         rc, out, err = probe(self.out)
         self.assertEqual(rc, 0, err)
         # splits: 7 new (GEMM + all-reduce on h at 3 M and on g, reduce-scatter, ring, MoE),
-        # the base's 2 x 2 one kept, its 2 x 4 one at 4096 replaced
-        self.assertEqual(out, "ok splits 8 colls 1 nvl 10.00 234.9")
+        # the base's 2 x 2 one kept, its 2 x 4 one at 4096 replaced, the shipped table's kept;
+        # colls: 6 new (the lines file's, the sequence-parallel cells'), the shipped table's
+        with open(os.path.join(SRC, "tuner", "calib_h200.txt")) as f:
+            shipped = f.read().splitlines()
+        splits_0 = sum(1 for line in shipped if line.startswith("split "))
+        colls_0 = sum(1 for line in shipped if line.startswith("coll "))
+        self.assertEqual(out, "ok splits %d colls %d nvl 10.00 234.9" % (8 + splits_0,
+                                                                         6 + colls_0))
 
     def test_split_records(self):
         with open(self.out) as f:
@@ -185,6 +208,27 @@ class Retune(unittest.TestCase):
         for line in gemm:
             self.assertIn(line, text)
         self.assertIn("H200 x 8", text)  # where it was measured
+
+    def test_coll_records(self):
+        with open(self.out) as f:
+            text = f.read()
+        for rec in ("coll reducescatter nccl 2 4 33554432 2100.00",
+                    "coll reducescatter fused 2 4 33554432 2600.00",
+                    "coll allgather nccl 2 4 33554432 4000.00",
+                    "coll allgather fused 2 4 33554432 2000.00",
+                    "coll allgather nccl 2 4 67108864 8000.00"):
+            self.assertIn(rec + "\n", text)
+        self.assertNotIn("coll allgather fused 2 4 67108864", text)  # beyond <= 0
+        self.assertNotIn("coll reducescatter nccl 1 1", text)
+        # the cost model compares the measured times: reduce-scatter's fused kernel costs more
+        # beyond the GEMM than NCCL's collective, so that shape stays unfused
+        self.assertEqual(probe(self.out, "path", "gemm_reducescatter", 2, 8, 4096, 132)[1],
+                         "unfused")
+        # ... and all-gather's costs less (at 2 MiB gathered: the smallest record's time)
+        self.assertEqual(probe(self.out, "path", "allgather_gemm", 2, 8, 4096, 132)[1], "fused")
+        # without the records the link model chooses otherwise for both
+        self.assertEqual(probe(self.base, "path", "gemm_reducescatter", 2, 8, 4096, 132)[1],
+                         "fused")
 
     def test_split_get(self):
         self.assertEqual(probe(self.out, "split", "gemm_allreduce", 2, 4, 4096, 132)[1],
