@@ -45,7 +45,16 @@ def load_mkernel(path):
     return fn
 
 
-def git_hash():
+def git_hash(lib=None):
+    """The revision of the library measured: a bundle's VERSION next to its lib/, else the
+    checkout this script is in (a copied working tree's git may not be the build's)."""
+    if lib:
+        ver = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(lib))), "VERSION")
+        try:
+            with open(ver) as f:
+                return f.read().strip() or "unknown"
+        except OSError:
+            pass
     try:
         return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                               text=True, cwd=os.path.dirname(os.path.abspath(__file__)),
@@ -73,7 +82,7 @@ def main():
 
     mk = load_mkernel(args.lib)
     dev = torch.cuda.get_device_name(0)
-    git = git_hash()
+    git = git_hash(args.lib)
     b, h = args.batch, args.heads
     summary = []
     failed = []
