@@ -77,6 +77,8 @@ void mk_model_links_calibrated(const struct mk_model_links *knobs, const struct 
  * the ring or the fused kernel wins anyway.
  */
 #define MK_MODEL_ONESHOT_MAX_BYTES (8ull << 20)
+/* A measured fused time must be below the unfused one by this factor to be chosen (model.c). */
+#define MK_MODEL_MEASURED_MARGIN   1.05
 
 /* What the fused-op model reads besides the query. */
 struct mk_model_env {

@@ -263,6 +263,46 @@ static void test_measured_inputs_replace_knobs(void **state)
 	assert_true(env.links.nvl_lat_us == 1.0 && env.links.net_gbps == 50);
 }
 
+/*
+ * A measured fused time must beat the measured unfused one by MK_MODEL_MEASURED_MARGIN: GEMM +
+ * reduce-scatter on 2 nodes x 1 rank at 32 MiB, as measured on the H200 (fused 7034.7 us beyond
+ * the GEMM against NCCL's 7197.9: 2% apart) is a tie and stays unfused; 10% apart fuses.
+ */
+static void test_measured_fused_must_win_by_margin(void **state)
+{
+	static const char tie[] = "mkernel-calibration 1\n"
+				  "coll reducescatter nccl 2 1 33554432 7197.9\n"
+				  "coll reducescatter fused 2 1 33554432 7034.7\n";
+	static const char win[] = "mkernel-calibration 1\n"
+				  "coll reducescatter nccl 2 1 33554432 7197.9\n"
+				  "coll reducescatter fused 2 1 33554432 6478.1\n";
+	struct mk_policy_op_query q = gar(4096, 4096, 256, 2, 2);
+	struct mk_model_env env = env_knobs;
+	struct mk_model_estimate e;
+	struct mk_calib c;
+	const char *why;
+	int line;
+
+	(void)state;
+	q.op = MK_FUSED_GEMM_REDUCESCATTER; /* M x N x 2 = 32 MiB scattered */
+	assert_int_equal(mk_calib_parse(tie, strlen(tie), &c, &line, &why), 0);
+	env.calib = &c;
+	assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, &e), 0);
+	assert_true(e.fused_us < e.unfused_us);
+	assert_true(e.fused_us * MK_MODEL_MEASURED_MARGIN >= e.unfused_us);
+	assert_int_equal(e.path, MK_PATH_UNFUSED);
+	mk_calib_free(&c);
+	assert_int_equal(mk_calib_parse(win, strlen(win), &c, &line, &why), 0);
+	env.calib = &c;
+	assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, &e), 0);
+	assert_int_equal(e.path, MK_PATH_FUSED);
+	mk_calib_free(&c);
+	/* the link model's estimate (nothing measured on this layout) has no margin */
+	env.calib = NULL;
+	assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, &e), 0);
+	check_cheapest(&e);
+}
+
 /* Through the policy engine: a calibration file's overhead and static split are used. */
 static char calib_path[64];
 
@@ -340,6 +380,7 @@ int main(void)
 		cmocka_unit_test(test_decode_sizes_take_the_one_shot_path),
 		cmocka_unit_test(test_large_shapes_fuse),
 		cmocka_unit_test(test_measured_inputs_replace_knobs),
+		cmocka_unit_test(test_measured_fused_must_win_by_margin),
 		cmocka_unit_test_setup_teardown(test_policy_uses_calibrated_overhead_and_split,
 						setup_file, teardown_file),
 	};
