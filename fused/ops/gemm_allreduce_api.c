@@ -149,6 +149,12 @@ static int gar_choose(const struct mk_comm *c, const void *a, const void *b, voi
 		*why = "nodes have different numbers of ranks";
 		return MK_PATH_UNFUSED;
 	}
+	/* The model never fuses one rank; at decode sizes the query and its text cost the call
+	 * about as much as the GEMM it would choose, so one rank left to it skips them. */
+	if (c->nranks == 1 && forced < 0) {
+		*why = "one rank: the GEMM alone (nothing to reduce)";
+		return MK_PATH_UNFUSED;
+	}
 	memset(&q, 0, sizeof(q));
 	q.op = MK_FUSED_GEMM_ALLREDUCE;
 	q.m = (uint64_t)m;
