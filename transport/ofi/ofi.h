@@ -43,6 +43,12 @@
 #define MK_OFI_WIRE_VERSION 2
 #define MK_OFI_CQ_BATCH_MAX 64 /* completions read per fi_cq_read at most */
 #define MK_OFI_STASH	    8  /* events held back during connection setup */
+/*
+ * CQ data of a "quiet" write: one without an immediate that still asks for remote CQ data so
+ * that shm takes its command queue instead of a system call (ofi_init.c, quiet_max). The length
+ * field is all ones, which no write with an immediate carries (those stay below UINT32_MAX).
+ */
+#define MK_OFI_QUIET_DATA   UINT64_MAX
 
 /* ---- library table (ofi_lib.c) ---- */
 
@@ -84,6 +90,7 @@ struct mk_ofi_dev {
 	uint64_t mr_mode;   /* domain_attr->mr_mode as returned */
 	uint64_t key_limit; /* app-chosen keys must stay below this */
 	bool len_in_data;   /* remote-write length travels in cq data bits 32..63 */
+	size_t quiet_max;   /* writes without an immediate up to this size go quiet (0: none) */
 	/* lock guards refs, fabric and domain; data ops never take it. */
 	pthread_mutex_t lock;
 	int refs; /* endpoints + registrations using the domain */
@@ -228,6 +235,7 @@ struct mk_ofi_conn {
 	bool rx_full;		   /* ctrl_rx holds a message not yet consumed */
 	uint64_t tx_not_before_ns; /* resend pace after a failed setup send */
 	bool len_in_data;
+	size_t quiet_max;	       /* the device's: such writes carry MK_OFI_QUIET_DATA */
 	bool virt_addr;		       /* FI_MR_VIRT_ADDR: remote addresses are VAs */
 	bool blocked;		       /* the last post was refused with -FI_EAGAIN */
 	uint64_t refused_idle_ns;      /* posts refused with nothing in flight since then (0: no) */

@@ -128,8 +128,11 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 
 	if (rc)
 		return rc;
-	if (conn->len_in_data) {
-		if (mk_unlikely(len > UINT32_MAX))
+	if (!has_imm && conn->quiet_max != 0 && len <= conn->quiet_max) {
+		has_imm = true;
+		data = MK_OFI_QUIET_DATA;
+	} else if (conn->len_in_data) {
+		if (mk_unlikely(len >= UINT32_MAX))
 			return -EMSGSIZE;
 		data |= (uint64_t)len << 32;
 	}
@@ -191,7 +194,11 @@ static void ofi_entry(struct mk_ofi_conn *conn, struct ofi_sink *s,
 {
 	/* FI_REMOTE_WRITE, not FI_REMOTE_CQ_DATA: sockets flags initiator completions with it */
 	if (ent->flags & FI_REMOTE_WRITE) {
-		struct mk_event e = {
+		struct mk_event e;
+
+		if (conn->quiet_max != 0 && ent->data == MK_OFI_QUIET_DATA)
+			return; /* a quiet write landed: the writer asked for no event */
+		e = (struct mk_event){
 			.type = MK_EV_IMM,
 			.imm = (uint32_t)ent->data,
 			.len = conn->len_in_data ? (size_t)(ent->data >> 32) : ent->len,
