@@ -354,8 +354,11 @@ void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);
  * leaves the file behind.
  */
 bool mk_ofi_peer_left_cleanly(const struct mk_ofi_conn *conn);
-/* 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. */
-int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
+/*
+ * 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. now: the
+ * caller's clock reading (mk_now_ns), shared with the rest of its post or poll.
+ */
+int mk_ofi_peer_gone(struct mk_ofi_conn *conn, uint64_t now);
 /*
  * -ECONNREFUSED (with a WARN) when a shm address names an endpoint whose region is gone (closed,
  * in this process or another): inserting it would reach a region that no longer exists.
@@ -370,11 +373,13 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn);
  * Each takes the endpoint or CQ of the lane it runs on; the peer, and whether the connection
  * is wedged, belong to the connection (one process behind every lane, and a lane stuck on its
  * lock breaks them all). Return what the provider call returns, or -ECONNRESET once wedged.
+ * now: the caller's mk_now_ns(), the call's start as the watchdog sees it (it looks for calls
+ * of 50 ms, so a reading a few microseconds old does; one clock read per post or poll).
  */
 ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, struct fid_ep *ep, bool write,
-			   const struct fi_msg_rma *msg, uint64_t flags);
+			   const struct fi_msg_rma *msg, uint64_t flags, uint64_t now);
 ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fid_cq *cq,
-			       struct fi_cq_data_entry *ent, size_t count);
+			       struct fi_cq_data_entry *ent, size_t count, uint64_t now);
 /* A connection starts (stops) watching a shm peer: the watchdog runs while any does. */
 void mk_ofi_guard_watch(void);
 void mk_ofi_guard_unwatch(void);

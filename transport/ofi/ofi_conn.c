@@ -256,7 +256,7 @@ static void *ofi_progress_main(void *arg)
 	while (!__atomic_load_n(&lane->conn->progress_stop, __ATOMIC_ACQUIRE) &&
 	       !lane->conn->wedged) {
 		/* progress only: completions stay queued */
-		mk_ofi_guarded_cq_read(lane->conn, lane->cq, NULL, 0);
+		mk_ofi_guarded_cq_read(lane->conn, lane->cq, NULL, 0, mk_now_ns());
 		sched_yield();
 	}
 	return NULL;
