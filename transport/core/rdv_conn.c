@@ -113,10 +113,14 @@ bool mk_rdv_test_must_poll(struct mk_rdv_conn_state *cs, uint32_t *seen)
 	return false;
 }
 
-void mk_rdv_polled(struct mk_rdv_conn_state *cs)
+void mk_rdv_polled(struct mk_rdv_conn_state *cs, bool heard)
 {
+	uint64_t now = mk_now_ns();
+
 	cs->polls++;
-	cs->last_poll_ns = mk_now_ns();
+	cs->last_poll_ns = now;
+	if (heard)
+		cs->last_event_ms = now / 1000000u;
 }
 
 struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs)

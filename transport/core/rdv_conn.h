@@ -129,7 +129,10 @@ static inline bool mk_rdv_poll_shared(uint32_t seen, uint32_t polls, uint64_t no
  * fresh read of another request answers it (counted, *seen updated).
  */
 bool mk_rdv_test_must_poll(struct mk_rdv_conn_state *cs, uint32_t *seen);
-/* A read of the connection's CQ just ended: a new epoch. */
-void mk_rdv_polled(struct mk_rdv_conn_state *cs);
+/*
+ * A read of the connection's CQ just ended: a new epoch; heard: it brought the peer's sign of
+ * life (last_event_ms). One clock read serves both, not one per event.
+ */
+void mk_rdv_polled(struct mk_rdv_conn_state *cs, bool heard);
 
 #endif /* MK_RDV_CONN_H */

@@ -107,9 +107,15 @@ struct mk_rdv_eager_rx {
 	struct mk_rdv_eager_words *words; /* inside the region: credit out, frontier in */
 	uint64_t peer_credit;		  /* sender's credit word (VA) */
 	uint32_t next;			  /* eager sequence of the next message to take */
-	uint32_t credited;		  /* freed count the sender has been told */
-	bool credit_busy;		  /* a credit write is in flight */
-	uint32_t flags;			  /* MK_RDV_CREDIT_* to tell the sender */
+	/*
+	 * No group before this can take an eager message any more (done, or every sub-receive
+	 * taken), so matching starts here when the sender's frontier lags behind it: with CTS
+	 * batching the frontier trails by several groups and each message walked all of them.
+	 */
+	uint32_t open_from;
+	uint32_t credited; /* freed count the sender has been told */
+	bool credit_busy;  /* a credit write is in flight */
+	uint32_t flags;	   /* MK_RDV_CREDIT_* to tell the sender */
 	bool arrived[MK_RDV_EAGER_SLOTS];
 	uint64_t copied; /* messages taken out, for tests and logs */
 };

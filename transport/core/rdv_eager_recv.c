@@ -21,6 +21,7 @@ void mk_rdv_eager_rx_init(struct mk_rdv_recv *r, char *slots, struct mk_rdv_eage
 	rx->stride = mk_rdv_eager_stride(rx->bytes);
 	rx->words = words;
 	rx->next = mk_rdv_initial_seq();
+	rx->open_from = rx->next; /* groups start at the initial sequence too */
 	rx->credited = rx->next;
 	words->frontier = rx->next;
 }
@@ -57,15 +58,36 @@ bool mk_rdv_eager_arrived(struct mk_rdv_recv *r, uint32_t imm)
 }
 
 /*
+ * Whether group g may still take an eager message: posted under that sequence (its slot not
+ * done nor reused by a later group) with a sub-receive no eager message took. Once false it
+ * stays false: a request only goes from posted to done, and taken bits are only ever set.
+ */
+static bool eager_open(const struct mk_rdv_recv *r, uint32_t g)
+{
+	const struct mk_rdv_req *req = &r->reqs[g % MK_RDV_CTS_GROUPS];
+
+	return req->seq == g && req->state == MK_RDV_REQ_POSTED &&
+	       req->etaken != (uint8_t)((1u << req->n) - 1);
+}
+
+/*
  * The receive an eager message belongs to: the first posted group from the sender's frontier on
  * with a sub-receive no earlier eager message took and whose tag is the message's (any, in a
  * group of one). Rendezvous sends only ever land in groups the sender had processed before it
- * sent this message, so those are never candidates. False: its group is not posted yet.
+ * sent this message, so those are never candidates. False: its group is not posted yet. The
+ * walk skips the closed groups at the front (open_from): none of them could match.
  */
 static bool eager_match(struct mk_rdv_recv *r, const struct mk_rdv_eager_hdr *hdr,
 			struct mk_rdv_req **out, unsigned *idx)
 {
-	for (uint32_t g = hdr->frontier; (int32_t)(g - r->next_seq) < 0; g++) {
+	uint32_t from = hdr->frontier;
+
+	while ((int32_t)(r->eager.open_from - r->next_seq) < 0 &&
+	       !eager_open(r, r->eager.open_from))
+		r->eager.open_from++;
+	if ((int32_t)(r->eager.open_from - from) > 0)
+		from = r->eager.open_from;
+	for (uint32_t g = from; (int32_t)(g - r->next_seq) < 0; g++) {
 		struct mk_rdv_req *req = &r->reqs[g % MK_RDV_CTS_GROUPS];
 		const struct mk_rdv_cts *cts =
 			&r->staging[(g % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];

@@ -78,26 +78,23 @@ static bool recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 	return true;
 }
 
-static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
+/* One event; true when it is the peer's sign of life (recv_poll stamps the time once). */
+static bool recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 {
 	struct mk_rdv_req *req = ev->ctx;
 
-	if (ev->type == MK_EV_IMM) {
-		if (recv_imm(r, ev))
-			r->cs.last_event_ms = mk_now_ms();
-		return;
-	}
-	r->cs.last_event_ms = mk_now_ms();
+	if (ev->type == MK_EV_IMM)
+		return recv_imm(r, ev);
 	if (ev->ctx == &r->cs) {
 		mk_rdv_probe_done(&r->cs, ev->status);
-		return;
+		return true;
 	}
 	if (mk_rdv_eager_rx_event(r, ev))
-		return;
+		return true;
 	if (req == NULL || req->comm != &r->head) {
 		if (ev->status)
 			mk_rdv_fail(&r->cs, ev->status, "transport error");
-		return;
+		return true;
 	}
 	if (ev->type == MK_EV_READ_DONE) {
 		if (ev->status) {
@@ -106,7 +103,7 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 			mk_rdv_fail(&r->cs, ev->status, "flush read");
 		}
 		req->flushed = true;
-		return;
+		return true;
 	}
 	/*
 	 * A failed CTS write fails its receives only if data is still due: a sender that sent
@@ -116,7 +113,7 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 		mk_rdv_fail(&r->cs, ev->status, "clear-to-send write");
 	if (req->kind != MK_RDV_REQ_RECV) {
 		req->cts_done = true;
-		return;
+		return true;
 	}
 	/* one write carried the CTS of groups cts_first .. seq (recv_post_cts) */
 	for (uint32_t g = req->cts_first; (int32_t)(req->seq - g) >= 0; g++) {
@@ -128,6 +125,7 @@ static void recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 		if (q->state == MK_RDV_REQ_LINGER && recv_complete(q))
 			q->state = MK_RDV_REQ_FREE;
 	}
+	return true;
 }
 
 /*
@@ -229,6 +227,7 @@ static void recv_post_cts(struct mk_rdv_recv *r)
 static void recv_poll(struct mk_rdv_recv *r)
 {
 	struct mk_event ev[RECV_POLL_BATCH];
+	bool heard = false;
 	int n;
 
 	do {
@@ -238,9 +237,9 @@ static void recv_poll(struct mk_rdv_recv *r)
 			break;
 		}
 		for (int i = 0; i < n; i++)
-			recv_event(r, &ev[i]);
+			heard |= recv_event(r, &ev[i]);
 	} while (n == RECV_POLL_BATCH);
-	mk_rdv_polled(&r->cs);
+	mk_rdv_polled(&r->cs, heard);
 }
 
 int mk_rdv_recv_progress(struct mk_rdv_recv *r)

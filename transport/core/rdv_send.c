@@ -119,7 +119,8 @@ static void send_pending_push(struct mk_rdv_send *s, struct mk_rdv_req *req)
 	s->pending_tail = req;
 }
 
-static void send_event(struct mk_rdv_send *s, const struct mk_event *ev)
+/* One event; true when it is the peer's sign of life (the progress call stamps the time once). */
+static bool send_event(struct mk_rdv_send *s, const struct mk_event *ev)
 {
 	struct mk_rdv_req *req = ev->ctx;
 
@@ -128,34 +129,35 @@ static void send_event(struct mk_rdv_send *s, const struct mk_event *ev)
 		MK_WARN_RATELIMITED("send: dropped an immediate 0x%08x: nothing expects one on a "
 				    "send connection",
 				    ev->imm);
-		return;
+		return false;
 	}
-	s->cs.last_event_ms = mk_now_ms();
 	if (ev->ctx == &s->cs) {
 		mk_rdv_probe_done(&s->cs, ev->status);
-		return;
+		return true;
 	}
 	if (mk_rdv_eager_tx_event(s, ev)) {
 		if (ev->status)
 			mk_rdv_fail(&s->cs, ev->status, "eager write");
-		return;
+		return true;
 	}
 	if (ev->type != MK_EV_WRITE_DONE || req == NULL || req->comm != &s->head ||
 	    req->state != MK_RDV_REQ_POSTED) {
 		if (ev->status)
 			mk_rdv_fail(&s->cs, ev->status, "transport error");
-		return;
+		return true;
 	}
 	if (ev->status && req->status == 0)
 		req->status = ev->status;
 	if (ev->status)
 		mk_rdv_fail(&s->cs, ev->status, "data write");
 	req->completed++;
+	return true;
 }
 
 int mk_rdv_send_progress(struct mk_rdv_send *s)
 {
 	struct mk_event ev[SEND_POLL_BATCH];
+	bool heard = false;
 	int n, rc;
 
 	do {
@@ -165,9 +167,9 @@ int mk_rdv_send_progress(struct mk_rdv_send *s)
 			break;
 		}
 		for (int i = 0; i < n; i++)
-			send_event(s, &ev[i]);
+			heard |= send_event(s, &ev[i]);
 	} while (n == SEND_POLL_BATCH);
-	mk_rdv_polled(&s->cs);
+	mk_rdv_polled(&s->cs, heard);
 	send_see(s);
 	rc = mk_rdv_eager_tx_error(s);
 	if (rc)

@@ -43,6 +43,12 @@
 #define MK_OFI_WIRE_VERSION 2
 #define MK_OFI_CQ_BATCH_MAX 64 /* completions read per fi_cq_read at most */
 #define MK_OFI_STASH	    8  /* events held back during connection setup */
+/*
+ * CQ data of a "quiet" write: one without an immediate that still asks for remote CQ data so
+ * that shm takes its command queue instead of a system call (ofi_init.c, quiet_max). The length
+ * field is all ones, which no write with an immediate carries (those stay below UINT32_MAX).
+ */
+#define MK_OFI_QUIET_DATA   UINT64_MAX
 
 /* ---- library table (ofi_lib.c) ---- */
 
@@ -84,6 +90,7 @@ struct mk_ofi_dev {
 	uint64_t mr_mode;   /* domain_attr->mr_mode as returned */
 	uint64_t key_limit; /* app-chosen keys must stay below this */
 	bool len_in_data;   /* remote-write length travels in cq data bits 32..63 */
+	size_t quiet_max;   /* writes without an immediate up to this size go quiet (0: none) */
 	/* lock guards refs, fabric and domain; data ops never take it. */
 	pthread_mutex_t lock;
 	int refs; /* endpoints + registrations using the domain */
@@ -228,6 +235,7 @@ struct mk_ofi_conn {
 	bool rx_full;		   /* ctrl_rx holds a message not yet consumed */
 	uint64_t tx_not_before_ns; /* resend pace after a failed setup send */
 	bool len_in_data;
+	size_t quiet_max;	       /* the device's: such writes carry MK_OFI_QUIET_DATA */
 	bool virt_addr;		       /* FI_MR_VIRT_ADDR: remote addresses are VAs */
 	bool blocked;		       /* the last post was refused with -FI_EAGAIN */
 	uint64_t refused_idle_ns;      /* posts refused with nothing in flight since then (0: no) */
@@ -346,8 +354,11 @@ void mk_ofi_peer_unwatch(struct mk_ofi_conn *conn);
  * leaves the file behind.
  */
 bool mk_ofi_peer_left_cleanly(const struct mk_ofi_conn *conn);
-/* 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. */
-int mk_ofi_peer_gone(struct mk_ofi_conn *conn);
+/*
+ * 0 while the peer process runs, else -ECONNRESET (latched); a zombie counts as gone. now: the
+ * caller's clock reading (mk_now_ns), shared with the rest of its post or poll.
+ */
+int mk_ofi_peer_gone(struct mk_ofi_conn *conn, uint64_t now);
 /*
  * -ECONNREFUSED (with a WARN) when a shm address names an endpoint whose region is gone (closed,
  * in this process or another): inserting it would reach a region that no longer exists.
@@ -362,11 +373,13 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn);
  * Each takes the endpoint or CQ of the lane it runs on; the peer, and whether the connection
  * is wedged, belong to the connection (one process behind every lane, and a lane stuck on its
  * lock breaks them all). Return what the provider call returns, or -ECONNRESET once wedged.
+ * now: the caller's mk_now_ns(), the call's start as the watchdog sees it (it looks for calls
+ * of 50 ms, so a reading a few microseconds old does; one clock read per post or poll).
  */
 ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, struct fid_ep *ep, bool write,
-			   const struct fi_msg_rma *msg, uint64_t flags);
+			   const struct fi_msg_rma *msg, uint64_t flags, uint64_t now);
 ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fid_cq *cq,
-			       struct fi_cq_data_entry *ent, size_t count);
+			       struct fi_cq_data_entry *ent, size_t count, uint64_t now);
 /* A connection starts (stops) watching a shm peer: the watchdog runs while any does. */
 void mk_ofi_guard_watch(void);
 void mk_ofi_guard_unwatch(void);

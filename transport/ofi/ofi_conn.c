@@ -232,6 +232,7 @@ static int ofi_conn_create(int dev, int nlanes, struct mk_ofi_conn **out)
 	conn->base.ops = &mk_ofi_ops;
 	conn->base.dev = dev;
 	conn->len_in_data = d->len_in_data;
+	conn->quiet_max = d->quiet_max;
 	conn->virt_addr = (d->mr_mode & FI_MR_VIRT_ADDR) != 0;
 	conn->cq_batch = (int)mk_param_ofi_cq_read_count();
 	if (conn->cq_batch < 1 || conn->cq_batch > MK_OFI_CQ_BATCH_MAX)
@@ -255,7 +256,7 @@ static void *ofi_progress_main(void *arg)
 	while (!__atomic_load_n(&lane->conn->progress_stop, __ATOMIC_ACQUIRE) &&
 	       !lane->conn->wedged) {
 		/* progress only: completions stay queued */
-		mk_ofi_guarded_cq_read(lane->conn, lane->cq, NULL, 0);
+		mk_ofi_guarded_cq_read(lane->conn, lane->cq, NULL, 0, mk_now_ns());
 		sched_yield();
 	}
 	return NULL;

@@ -186,7 +186,8 @@ static ssize_t guard_call(enum guard_call call, const struct guard_args *a)
 	}
 }
 
-static ssize_t guarded(struct mk_ofi_conn *conn, enum guard_call call, const struct guard_args *a)
+static ssize_t guarded(struct mk_ofi_conn *conn, enum guard_call call, const struct guard_args *a,
+		       uint64_t now)
 {
 	struct ofi_guard *g;
 	ssize_t rc;
@@ -202,26 +203,26 @@ static ssize_t guarded(struct mk_ofi_conn *conn, enum guard_call call, const str
 	g->pid = conn->peer_pid;
 	if (sigsetjmp(g->jmp, 0))
 		return guard_escaped(conn, g);
-	__atomic_store_n(&g->since_ns, mk_now_ns(), __ATOMIC_RELEASE);
+	__atomic_store_n(&g->since_ns, now, __ATOMIC_RELEASE);
 	rc = guard_call(call, a);
 	__atomic_store_n(&g->since_ns, 0, __ATOMIC_RELEASE);
 	return rc;
 }
 
 ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, struct fid_ep *ep, bool write,
-			   const struct fi_msg_rma *msg, uint64_t flags)
+			   const struct fi_msg_rma *msg, uint64_t flags, uint64_t now)
 {
 	const struct guard_args a = { .ep = ep, .msg = msg, .flags = flags };
 
-	return guarded(conn, write ? GUARD_WRITE : GUARD_READ, &a);
+	return guarded(conn, write ? GUARD_WRITE : GUARD_READ, &a, now);
 }
 
 ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fid_cq *cq,
-			       struct fi_cq_data_entry *ent, size_t count)
+			       struct fi_cq_data_entry *ent, size_t count, uint64_t now)
 {
 	const struct guard_args a = { .cq = cq, .ent = ent, .count = count };
 
-	return guarded(conn, GUARD_CQ, &a);
+	return guarded(conn, GUARD_CQ, &a, now);
 }
 
 static bool guard_peer_gone(int pidfd, int pid)

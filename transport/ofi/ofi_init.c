@@ -254,8 +254,9 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 				 i->domain_attr->data_progress == FI_PROGRESS_AUTO) ||
 				mk_param_ofi_progress_thread();
 	p->max_msg = i->ep_attr->max_msg_size;
-	if (d->len_in_data && p->max_msg > UINT32_MAX)
-		p->max_msg = UINT32_MAX; /* the length rides in 32 bits of the CQ data */
+	if (d->len_in_data && p->max_msg >= UINT32_MAX)
+		p->max_msg = UINT32_MAX - 1; /* the length rides in 32 bits of the CQ data, all
+						ones meaning a quiet write */
 }
 
 static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, bool hmem)
@@ -283,6 +284,16 @@ static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, boo
 	 * 1.17): where the CQ data has room, the writer puts the length in its upper 32 bits.
 	 */
 	d->len_in_data = d->info->domain_attr->cq_data_size >= 8;
+	/*
+	 * shm copies an RMA write without remote CQ data by process_vm_writev at the writer: a
+	 * system call per write, on a VM several times the cost of the small message it serves
+	 * (CTS entries, credits, frontiers). With CQ data the same write goes inline through the
+	 * target's command queue up to its inject size, and lands at the target's next poll,
+	 * which drops the entry (MK_OFI_QUIET_DATA). Needs the length bits to tell it apart.
+	 */
+	d->quiet_max = strcmp(prov, "shm") == 0 && d->len_in_data && d->info->tx_attr != NULL
+			       ? d->info->tx_attr->inject_size
+			       : 0;
 	d->next_key = 1;
 	pthread_mutex_init(&d->lock, NULL);
 	ofi_fill_props(d, hmem);

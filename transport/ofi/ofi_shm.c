@@ -198,10 +198,8 @@ bool mk_ofi_peer_left_cleanly(const struct mk_ofi_conn *conn)
 	       errno == ENOENT;
 }
 
-int mk_ofi_peer_gone(struct mk_ofi_conn *conn)
+int mk_ofi_peer_gone(struct mk_ofi_conn *conn, uint64_t now)
 {
-	uint64_t now = mk_now_ns();
-
 	/*
 	 * A syscall on every post and poll costs more than the shm transfer itself: while
 	 * completions keep arriving look at most every 100 us; a connection quiet for longer is

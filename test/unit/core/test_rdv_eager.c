@@ -142,6 +142,8 @@ static void test_eager_filled_receives_batch_their_cts(void **state)
 		writes = fake_tp_writes();
 		rreq = post_recv(&p, rbuf[i], MSG, 0, rmr);
 		assert_true(rreq->cts_lazy);
+		/* every earlier group is done: matching started at this one, not the frontier */
+		assert_int_equal(r->eager.open_from, rreq->seq);
 		/* a write only when 8 wait: [60,64) and [64] at the wraps, then 8 at a time */
 		if (rreq->seq == 67 || rreq->seq == 71 || (rreq->seq > 71 && rreq->seq % 8 == 0))
 			assert_int_equal(fake_tp_writes() - writes, 1);

@@ -215,7 +215,8 @@ static void test_props_filled(void **state)
 	assert_true(p.speed_mbps > 0);
 	assert_int_equal(p.max_lanes, MK_TP_MAX_LANES); /* MKERNEL_OFI_LANES endpoints */
 	assert_true(p.max_comms > 0);
-	assert_int_equal(p.max_msg, UINT32_MAX); /* length travels in 32 bits of CQ data */
+	/* length travels in 32 bits of CQ data; all ones marks a quiet write */
+	assert_int_equal(p.max_msg, UINT32_MAX - 1);
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
 }
 
@@ -440,12 +441,14 @@ struct pair {
 	struct mock_ep *la, *cb;
 };
 
-static void open_pair(struct pair *p, const char *prov, uint64_t mr_mode, size_t cq_data)
+/* A connected pair over a provider whose inject size is inject. */
+static void open_pair_inject(struct pair *p, const char *prov, uint64_t mr_mode, size_t cq_data,
+			     size_t inject)
 {
 	uint8_t handle[MK_TP_HANDLE_MAX];
 	const char blob_c[] = "from-connector", blob_a[] = "from-acceptor";
 
-	mock_info_add(prov, "eth0", mr_mode, cq_data);
+	mock_info_add(prov, "eth0", mr_mode, cq_data)->tx_attr->inject_size = inject;
 	init_ok(1);
 	assert_int_equal(tp->listen(0, handle, &p->l), 0);
 	p->la = mock.eps[mock.neps - 1];
@@ -466,6 +469,11 @@ static void open_pair(struct pair *p, const char *prov, uint64_t mr_mode, size_t
 	assert_int_equal(p->a->peer_blob_len, sizeof(blob_c));
 	assert_memory_equal(p->c->peer_blob, blob_a, sizeof(blob_a));
 	assert_int_equal(tp->close_listen(p->l), 0);
+}
+
+static void open_pair(struct pair *p, const char *prov, uint64_t mr_mode, size_t cq_data)
+{
+	open_pair_inject(p, prov, mr_mode, cq_data, 0);
 }
 
 static void close_pair(struct pair *p)
@@ -868,6 +876,58 @@ static void test_write_offsets_app_keys_len_in_data(void **state)
 	close_pair(&p);
 }
 
+/*
+ * shm: a write without an immediate up to the inject size asks for remote CQ data with the
+ * quiet marker (its command queue, not a CMA system call), and the target's poll swallows the
+ * marker's entry; a larger one, and any write with an immediate, goes as before.
+ */
+static void test_shm_quiet_writes(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct pair p;
+
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	open_pair_inject(&p, "shm", FI_MR_VIRT_ADDR, 8, 4096);
+	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, false, 0, NULL), 0);
+	assert_true(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	assert_int_equal(p.cb->last_rma.data, MK_OFI_QUIET_DATA);
+	assert_int_equal(tp->write(p.c, 0, region, 4096, NULL, 0, &rk, false, 0, NULL), 0);
+	assert_int_equal(p.cb->last_rma.data, MK_OFI_QUIET_DATA);
+	assert_int_equal(tp->write(p.c, 0, region, 4097, NULL, 0, &rk, false, 0, NULL), 0);
+	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, true, 5, NULL), 0);
+	assert_int_equal(p.cb->last_rma.data, (64ull << 32) | 5);
+	/* the quiet write's landing is no event; a real immediate behind it still is */
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 64, MK_OFI_QUIET_DATA);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0);
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 64, MK_OFI_QUIET_DATA);
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, (64ull << 32) | 5);
+	ev[0] = poll_one(p.a, MK_EV_IMM);
+	assert_int_equal(ev[0].imm, 5);
+	assert_int_equal(ev[0].len, 64);
+	close_pair(&p);
+}
+
+/* Not on the other providers: there an immediate-less write is no system call more. */
+static void test_tcp_writes_never_quiet(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct pair p;
+
+	open_pair_inject(&p, "tcp;ofi_rxm", 0, 8, 4096);
+	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, false, 0, NULL), 0);
+	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	assert_int_equal(tp->write(p.c, 0, region, 0, NULL, 0, &rk, false, 0, NULL), 0);
+	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	/* and the marker is then just an immediate like any other */
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, MK_OFI_QUIET_DATA);
+	ev[0] = poll_one(p.a, MK_EV_IMM);
+	assert_int_equal(ev[0].imm, UINT32_MAX);
+	close_pair(&p);
+}
+
 static void test_write_virt_addr_and_4_byte_cq_data(void **state)
 {
 	struct mk_rkey rk = { .base = 0x10000, .key = 42 };
@@ -1255,6 +1315,8 @@ int main(void)
 		T(test_lanes_open_failure_unwinds),
 		T(test_write_offsets_app_keys_len_in_data),
 		T(test_write_virt_addr_and_4_byte_cq_data),
+		T(test_shm_quiet_writes),
+		T(test_tcp_writes_never_quiet),
 		T(test_poll_imm_and_local_completion),
 		T(test_poll_error_entry_is_error_event),
 		T(test_write_eagain_returns_slot),
