@@ -96,9 +96,6 @@ static const char *sp_why_not(const struct mk_comm *c, int op, int force, const 
 		return "nodes have different numbers of ranks";
 	if (mk_sp_geom_init(&g, m, n, c->nranks) != 0)
 		return "M is not a multiple of the ranks";
-	/* the cost model never fuses one rank: skip its query (host time at small shapes) */
-	if (c->nranks == 1 && force < 0)
-		return "one rank: the GEMM alone (nothing to exchange)";
 	if (mk_sp_sig_words(nnodes, g.nch) > mk_sp_window(c))
 		return "more chunks x nodes than the op's share of the comm's signal words";
 	/* mkAllToAll uses the first 2 x nranks words */
@@ -110,6 +107,10 @@ static const char *sp_why_not(const struct mk_comm *c, int op, int force, const 
 		snprintf(why, sizeof(why), "the GEMM engine cannot run it: %s", rule);
 		return why;
 	}
+	/* the cost model never fuses one rank: skip its query (host time at small shapes); the
+	 * shape rules above still say why a forced or default call cannot fuse */
+	if (c->nranks == 1 && force < 0)
+		return "one rank: the GEMM alone (nothing to exchange)";
 	memset(&q, 0, sizeof(q));
 	q.op = sp_policy_op[op];
 	q.m = (uint64_t)m;
