@@ -179,6 +179,7 @@ enum mk_ofi_op_kind {
 	MK_OFI_OP_FREE = 0,
 	MK_OFI_OP_WRITE,
 	MK_OFI_OP_READ,
+	MK_OFI_OP_LEAD, /* leading part of a split write (mk_ofi_write): no event of its own */
 };
 
 /* One posted write/read; the provider owns ctx until the completion is read. */
@@ -186,8 +187,11 @@ struct mk_ofi_op {
 	struct fi_context2 ctx; /* FI_CONTEXT2 mode: provider scratch space */
 	void *user;		/* caller's ctx, returned in the event */
 	size_t len;
-	uint8_t kind; /* enum mk_ofi_op_kind */
-	bool expired; /* reported as timed out; free silently on completion */
+	uint8_t kind;  /* enum mk_ofi_op_kind */
+	bool expired;  /* reported as timed out; free silently on completion */
+	uint8_t parts; /* completions still due before the caller's event (a split write: 2) */
+	int status;    /* first error among the parts */
+	struct mk_ofi_op *whole; /* MK_OFI_OP_LEAD: the caller's op it belongs to, or NULL */
 	struct mk_ofi_op *next_free;
 };
 

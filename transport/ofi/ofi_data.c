@@ -15,8 +15,12 @@ static struct mk_ofi_op *ofi_op_get(struct mk_ofi_conn *conn)
 {
 	struct mk_ofi_op *op = conn->free_ops;
 
-	if (op != NULL)
+	if (op != NULL) {
 		conn->free_ops = op->next_free;
+		op->parts = 1;
+		op->status = 0;
+		op->whole = NULL;
+	}
 	return op;
 }
 
@@ -76,15 +80,16 @@ static int ofi_refused(struct mk_ofi_conn *conn)
 }
 
 /*
- * Posts one RMA op on a lane; on any failure the op goes back to the pool. now: the caller's one
- * clock reading for the whole post (liveness check, guard, last_post_ns).
+ * Posts one RMA op (taken from the pool by the caller, NULL when it was empty) on a lane; on any
+ * failure the op goes back to the pool. now: the caller's one clock reading for the whole post
+ * (liveness check, guard, last_post_ns).
  */
-static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, enum mk_ofi_op_kind kind, void *buf,
-			size_t len, struct mk_bmr *mr, uint64_t raddr, const struct mk_rkey *rkey,
-			uint64_t data, uint64_t flags, void *ctx, uint64_t now)
+static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, struct mk_ofi_op *op,
+			enum mk_ofi_op_kind kind, void *buf, size_t len, struct mk_bmr *mr,
+			uint64_t raddr, const struct mk_rkey *rkey, uint64_t data, uint64_t flags,
+			void *ctx, uint64_t now)
 {
 	struct fid_ep *ep = conn->lanes[lane].ep;
-	struct mk_ofi_op *op = ofi_op_get(conn);
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
 	void *desc = mr != NULL ? mr->desc : NULL;
 	struct fi_rma_iov rma = {
@@ -107,7 +112,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, enum mk_ofi_op_kind 
 	if (op == NULL)
 		return -EAGAIN;
 	msg.context = &op->ctx;
-	rc = mk_ofi_guarded_rma(conn, ep, kind == MK_OFI_OP_WRITE, &msg, flags, now);
+	rc = mk_ofi_guarded_rma(conn, ep, kind != MK_OFI_OP_READ, &msg, flags, now);
 	if (mk_unlikely(rc)) {
 		ofi_op_put(conn, op);
 		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
@@ -119,6 +124,55 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, enum mk_ofi_op_kind 
 	op->user = ctx;
 	op->len = len;
 	conn->inflight++;
+	return 0;
+}
+
+/*
+ * shm: a write with remote CQ data up to the inject size goes inline through the target's
+ * command queue; a longer one takes the slow path (process_vm_readv at the target and a response
+ * back), and the eager path's 4 KiB message plus its header is just past it. Up to twice the
+ * inject size it goes as two writes on the lane instead: the leading len - inject_size bytes as
+ * a quiet write (MK_OFI_QUIET_DATA, no event for the caller), then the trailing inject_size bytes
+ * with the immediate and the caller's ctx. shm processes one endpoint's commands in order, at the
+ * target's poll, so the immediate is reported only after the leading part has landed. The
+ * caller's event comes once both parts completed, with the first error of either.
+ */
+static int ofi_write_split(struct mk_ofi_conn *conn, int lane, const char *src, size_t len,
+			   struct mk_bmr *src_mr, uint64_t dst, const struct mk_rkey *rkey,
+			   uint64_t data, void *ctx, uint64_t now)
+{
+	size_t lead_len = len - conn->quiet_max;
+	struct mk_ofi_op *lead = ofi_op_get(conn);
+	struct mk_ofi_op *op = ofi_op_get(conn);
+	int rc;
+
+	if (lead == NULL || op == NULL) {
+		if (lead != NULL)
+			ofi_op_put(conn, lead);
+		if (op != NULL)
+			ofi_op_put(conn, op);
+		return -EAGAIN;
+	}
+	lead->whole = op;
+	op->parts = 2;
+	rc = ofi_post_rma(conn, lane, lead, MK_OFI_OP_LEAD, (void *)src, lead_len, src_mr, dst,
+			  rkey, MK_OFI_QUIET_DATA, FI_COMPLETION | FI_REMOTE_CQ_DATA, NULL, now);
+	if (rc) {
+		ofi_op_put(conn, op);
+		return rc;
+	}
+	rc = ofi_post_rma(conn, lane, op, MK_OFI_OP_WRITE, (void *)(src + lead_len),
+			  conn->quiet_max, src_mr, dst + lead_len, rkey, data,
+			  FI_COMPLETION | FI_REMOTE_CQ_DATA, ctx, now);
+	if (rc) {
+		/*
+		 * The leading part is out with nothing to report to: the caller posts the whole
+		 * write again, and an error of this part breaks the connection (ofi_op_done).
+		 */
+		lead->whole = NULL;
+		return rc;
+	}
+	op->len = len;
 	return 0;
 }
 
@@ -137,10 +191,14 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 	} else if (conn->len_in_data) {
 		if (mk_unlikely(len >= UINT32_MAX))
 			return -EMSGSIZE;
+		/* the whole write's length, also when it goes in two parts below */
 		data |= (uint64_t)len << 32;
 	}
-	return ofi_post_rma(conn, lane, MK_OFI_OP_WRITE, (void *)src, len, src_mr, dst, rkey, data,
-			    FI_COMPLETION | (has_imm ? FI_REMOTE_CQ_DATA : 0), ctx, now);
+	if (has_imm && conn->quiet_max != 0 && len > conn->quiet_max && len <= 2 * conn->quiet_max)
+		return ofi_write_split(conn, lane, src, len, src_mr, dst, rkey, data, ctx, now);
+	return ofi_post_rma(conn, lane, ofi_op_get(conn), MK_OFI_OP_WRITE, (void *)src, len, src_mr,
+			    dst, rkey, data, FI_COMPLETION | (has_imm ? FI_REMOTE_CQ_DATA : 0), ctx,
+			    now);
 }
 
 int mk_ofi_read(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bmr *dst_mr,
@@ -152,8 +210,8 @@ int mk_ofi_read(struct mk_conn *c, int lane, void *dst, size_t len, struct mk_bm
 
 	if (rc)
 		return rc;
-	return ofi_post_rma(conn, lane, MK_OFI_OP_READ, dst, len, dst_mr, src, rkey, 0,
-			    FI_COMPLETION, ctx, now);
+	return ofi_post_rma(conn, lane, ofi_op_get(conn), MK_OFI_OP_READ, dst, len, dst_mr, src,
+			    rkey, 0, FI_COMPLETION, ctx, now);
 }
 
 /* Room for events: the caller's array while it lasts, then the setup stash. */
@@ -179,13 +237,30 @@ static int ofi_room(const struct mk_ofi_conn *conn, const struct ofi_sink *s)
 static void ofi_op_done(struct mk_ofi_conn *conn, struct ofi_sink *s, struct mk_ofi_op *op,
 			int status)
 {
-	struct mk_event e = {
+	struct mk_event e;
+
+	if (op->kind == MK_OFI_OP_LEAD) {
+		struct mk_ofi_op *whole = op->whole;
+
+		if (!op->expired)
+			conn->inflight--;
+		ofi_op_put(conn, op);
+		if (whole != NULL)
+			ofi_op_done(conn, s, whole, status); /* one of the caller's op's parts */
+		else if (status && conn->err == 0)
+			conn->err = status; /* no second part went out: nobody else to tell */
+		return;
+	}
+	if (status && op->status == 0)
+		op->status = status;
+	if (--op->parts > 0)
+		return;
+	e = (struct mk_event){
 		.type = op->kind == MK_OFI_OP_READ ? MK_EV_READ_DONE : MK_EV_WRITE_DONE,
-		.status = status,
+		.status = op->status,
 		.ctx = op->user,
 		.len = op->len,
 	};
-
 	if (!op->expired) {
 		conn->inflight--;
 		ofi_emit(conn, s, &e);
@@ -279,7 +354,8 @@ static void ofi_check_stall(struct mk_ofi_conn *conn, struct ofi_sink *s, uint64
 			continue;
 		op->expired = true;
 		conn->inflight--;
-		ofi_emit(conn, s, &e);
+		if (op->kind != MK_OFI_OP_LEAD) /* its whole op reports for it */
+			ofi_emit(conn, s, &e);
 	}
 }
 

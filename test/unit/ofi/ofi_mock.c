@@ -320,6 +320,11 @@ static ssize_t m_rmamsg(struct fid_ep *e, const struct fi_msg_rma *msg, uint64_t
 
 	if (mock.write_rc)
 		return mock.write_rc;
+	ep->prev_iov = ep->last_iov;
+	ep->prev_rma_iov = ep->last_rma_iov;
+	ep->prev_data = ep->last_rma.data;
+	ep->prev_flags = ep->last_flags;
+	ep->prev_context = ep->last_rma.context;
 	ep->last_rma = *msg;
 	ep->last_iov = msg->msg_iov[0];
 	ep->last_desc = msg->desc != NULL ? msg->desc[0] : NULL;

@@ -38,6 +38,11 @@ struct mock_ep {
 	struct fi_rma_iov last_rma_iov;
 	uint64_t last_flags;
 	int nwrites;
+	/* the write/read before the last one */
+	struct iovec prev_iov;
+	struct fi_rma_iov prev_rma_iov;
+	uint64_t prev_data, prev_flags;
+	void *prev_context;
 };
 
 struct mock_av {

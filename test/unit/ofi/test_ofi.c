@@ -909,18 +909,133 @@ static void test_shm_quiet_writes(void **state)
 	close_pair(&p);
 }
 
+/*
+ * shm: a write with an immediate just past the inject size goes as two writes on the lane, the
+ * leading bytes quiet, the trailing inject size with the immediate and the whole length; the
+ * caller sees one completion, after both parts.
+ */
+static void test_shm_split_writes(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct pair p;
+	int ctx, n;
+
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	open_pair_inject(&p, "shm", FI_MR_VIRT_ADDR, 8, 4096);
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, region, 4128, NULL, 0x1000, &rk, true, 9, &ctx), 0);
+	assert_int_equal(p.cb->nwrites, n + 2);
+	assert_ptr_equal(p.cb->prev_iov.iov_base, region);
+	assert_int_equal(p.cb->prev_iov.iov_len, 32);
+	assert_int_equal(p.cb->prev_rma_iov.addr, 0x1000);
+	assert_int_equal(p.cb->prev_rma_iov.len, 32);
+	assert_int_equal(p.cb->prev_data, MK_OFI_QUIET_DATA);
+	assert_true(p.cb->prev_flags & FI_REMOTE_CQ_DATA);
+	assert_ptr_equal(p.cb->last_iov.iov_base, region + 32);
+	assert_int_equal(p.cb->last_iov.iov_len, 4096);
+	assert_int_equal(p.cb->last_rma_iov.addr, 0x1020);
+	assert_int_equal(p.cb->last_rma_iov.len, 4096);
+	assert_int_equal(p.cb->last_rma.data, (4128ull << 32) | 9);
+	assert_true(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	/* the quiet part's completion is no event; the second part's is the caller's, whole */
+	mock_cq_push(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, 0, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	assert_int_equal(ev[0].len, 4128);
+	assert_int_equal(ev[0].status, 0);
+	/* the target: the quiet part's entry dropped, the immediate with the whole length */
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 32, MK_OFI_QUIET_DATA);
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 4096, (4128ull << 32) | 9);
+	ev[0] = poll_one(p.a, MK_EV_IMM);
+	assert_int_equal(ev[0].imm, 9);
+	assert_int_equal(ev[0].len, 4128);
+	/* at the inject size, and past twice it, one write as before */
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, region, 4096, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(p.cb->nwrites, n + 1);
+	assert_int_equal(p.cb->last_iov.iov_len, 4096);
+	assert_int_equal(tp->write(p.c, 0, region, 8193, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(p.cb->nwrites, n + 2);
+	assert_int_equal(p.cb->last_iov.iov_len, 8193);
+	assert_int_equal(p.cb->last_rma.data, (8193ull << 32) | 1);
+	/* twice the inject size still splits, in two equal halves */
+	assert_int_equal(tp->write(p.c, 0, region, 8192, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(p.cb->nwrites, n + 4);
+	assert_int_equal(p.cb->prev_iov.iov_len, 4096);
+	assert_int_equal(p.cb->last_iov.iov_len, 4096);
+	close_pair(&p);
+}
+
+/* An error of the quiet part reaches the caller as its completion's status, in either order. */
+static void test_shm_split_write_lead_error(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct pair p;
+	int ctx;
+
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	open_pair_inject(&p, "shm", FI_MR_VIRT_ADDR, 8, 4096);
+	assert_int_equal(tp->write(p.c, 0, region, 5000, NULL, 0, &rk, true, 3, &ctx), 0);
+	mock_cq_push_err(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, FI_EIO);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	assert_int_equal(ev[0].status, -EIO);
+	assert_int_equal(ev[0].len, 5000);
+	/* the second part first, then the quiet part's error */
+	assert_int_equal(tp->write(p.c, 0, region, 5000, NULL, 0, &rk, true, 3, &ctx), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	mock_cq_push_err(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, FI_ECONNRESET);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	assert_int_equal(ev[0].status, -ECONNRESET);
+	close_pair(&p);
+}
+
+/* A split write needs two op slots: with one left it is -EAGAIN and takes none. */
+static void test_shm_split_write_needs_two_slots(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct pair p;
+	int n = 0;
+
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	set_env("MKERNEL_OFI_TX_DEPTH", "8");
+	open_pair_inject(&p, "shm", FI_MR_VIRT_ADDR, 8, 4096);
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(tp->write(p.c, 0, region, 4128, NULL, 0, &rk, true, 1, NULL), -EAGAIN);
+	while (tp->write(p.c, 0, region, 64, NULL, 0, &rk, true, 1, NULL) == 0)
+		n++;
+	assert_int_equal(n, 1);
+	close_pair(&p);
+}
+
 /* Not on the other providers: there an immediate-less write is no system call more. */
 static void test_tcp_writes_never_quiet(void **state)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
 	struct mk_event ev[4];
 	struct pair p;
+	int n;
 
 	open_pair_inject(&p, "tcp;ofi_rxm", 0, 8, 4096);
 	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, false, 0, NULL), 0);
 	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
 	assert_int_equal(tp->write(p.c, 0, region, 0, NULL, 0, &rk, false, 0, NULL), 0);
 	assert_false(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	/* nor split: a write with an immediate past the inject size is one write */
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, region, 4128, NULL, 0, &rk, true, 2, NULL), 0);
+	assert_int_equal(p.cb->nwrites, n + 1);
+	assert_int_equal(p.cb->last_iov.iov_len, 4128);
+	assert_int_equal(p.cb->last_rma.data, (4128ull << 32) | 2);
 	/* and the marker is then just an immediate like any other */
 	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, MK_OFI_QUIET_DATA);
 	ev[0] = poll_one(p.a, MK_EV_IMM);
@@ -1316,6 +1431,9 @@ int main(void)
 		T(test_write_offsets_app_keys_len_in_data),
 		T(test_write_virt_addr_and_4_byte_cq_data),
 		T(test_shm_quiet_writes),
+		T(test_shm_split_writes),
+		T(test_shm_split_write_lead_error),
+		T(test_shm_split_write_needs_two_slots),
 		T(test_tcp_writes_never_quiet),
 		T(test_poll_imm_and_local_completion),
 		T(test_poll_error_entry_is_error_event),
