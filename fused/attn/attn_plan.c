@@ -248,30 +248,71 @@ static int attn_grid(const struct mk_attn_args *a, int sms)
  * rounds (B 4, H 16, S 4096, D 64 on 132 SMs) the busiest CTA does 13% more than the mean.
  * Single blocks longest first, dealt in snake order, end with the shortest blocks instead, but
  * every L2 section restarts the order, which can unbalance other shapes: the plan's own count
- * decides between the two.
+ * decides between the two. 1 when the single blocks win; a is left with the pairs.
  */
-int mk_attn_schedule_static(struct mk_attn_args *a, int sms)
+static int attn_lpt_wins(struct mk_attn_args *a, int sms)
 {
 	struct mk_attn_job *j = &a->job[0];
-	double pairs, lpt;
-	int pairs_grid, lpt_grid;
+	const int pair_units = a->units, pairs_grid = attn_grid(a, sms);
+	const double pairs = mk_attn_static_imbalance(a, pairs_grid);
+	double lpt;
+	int lpt_grid;
 
-	if (a->njobs != 1 || !j->causal || a->counter != NULL || sms < 1)
-		return attn_grid(a, sms);
-	pairs_grid = attn_grid(a, sms);
-	if (a->units > ATTN_BALANCE_ROUNDS * pairs_grid)
-		return pairs_grid;
-	pairs = mk_attn_static_imbalance(a, pairs_grid);
 	j->lpt = 1;
 	a->snake = 1;
 	j->units = a->units = a->items;
 	lpt_grid = attn_grid(a, sms);
 	lpt = mk_attn_static_imbalance(a, lpt_grid);
-	/* same total work: the busiest CTA's is imbalance x total / grid */
-	if (lpt / lpt_grid < pairs / pairs_grid)
-		return lpt_grid;
 	j->lpt = 0;
 	a->snake = 0;
-	j->units = a->units = a->bh * ((j->tiles_m + 1) / 2);
-	return pairs_grid;
+	j->units = a->units = pair_units;
+	/* same total work: the busiest CTA's is imbalance x total / grid */
+	return lpt / lpt_grid < pairs / pairs_grid;
+}
+
+/*
+ * The pick per shape, memoised per thread: counting both schedules walks every unit twice (tens
+ * of us at S 16384), host time each call would spend again for the same answer.
+ */
+#define ATTN_MEMO 8
+
+struct attn_memo {
+	int batch, heads_q, heads_kv, head_dim, sq, skv, diag, block_m, sms, lpt;
+};
+
+static __thread struct attn_memo attn_memo[ATTN_MEMO];
+static __thread unsigned int attn_memo_next;
+
+static int attn_lpt_pick(struct mk_attn_args *a, int sms)
+{
+	const struct mk_attn_job *j = &a->job[0];
+	const struct attn_memo key = { a->batch, a->heads_q, a->heads_kv, a->head_dim, j->sq,
+				       j->skv,	 j->diag,    a->block_m,  sms,	       0 };
+	struct attn_memo *e;
+
+	for (int i = 0; i < ATTN_MEMO; i++) {
+		e = &attn_memo[i];
+		if (e->sms != 0 && e->batch == key.batch && e->heads_q == key.heads_q &&
+		    e->heads_kv == key.heads_kv && e->head_dim == key.head_dim && e->sq == key.sq &&
+		    e->skv == key.skv && e->diag == key.diag && e->block_m == key.block_m &&
+		    e->sms == key.sms)
+			return e->lpt;
+	}
+	e = &attn_memo[attn_memo_next++ % ATTN_MEMO];
+	*e = key;
+	e->lpt = attn_lpt_wins(a, sms);
+	return e->lpt;
+}
+
+int mk_attn_schedule_static(struct mk_attn_args *a, int sms)
+{
+	struct mk_attn_job *j = &a->job[0];
+
+	if (a->njobs != 1 || !j->causal || a->counter != NULL || sms < 1 ||
+	    a->units > ATTN_BALANCE_ROUNDS * attn_grid(a, sms) || !attn_lpt_pick(a, sms))
+		return attn_grid(a, sms);
+	j->lpt = 1;
+	a->snake = 1;
+	j->units = a->units = a->items;
+	return attn_grid(a, sms);
 }

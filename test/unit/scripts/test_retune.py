@@ -181,18 +181,24 @@ class Retune(unittest.TestCase):
         self.assertEqual(out, "ok splits %d colls %d nvl 10.00 234.9" % (8 + splits_0,
                                                                          6 + colls_0))
 
-    def test_split_records(self):
+    def assert_records(self, recs):
+        """Each of recs is a whole line of the written file; the file's text for more checks."""
         with open(self.out) as f:
             text = f.read()
-        for rec in ("split gemm_allreduce 2 4 2048 132 8 8 8",
-                    "split gemm_allreduce 2 4 4096 132 16 16 16",
-                    "split gemm_allreduce 2 4 8192 132 16 16 16",
-                    "split gemm_allreduce 1 8 4096 132 8 0 8",
-                    "split gemm_reducescatter 2 4 4096 132 8 8 8",
-                    "split ring_attention 2 4 1536 132 16 16 16",
-                    "split moe_dispatch 2 4 16384 132 44 0 0",
-                    "split gemm_allreduce 2 2 4096 132 5 5 5"):
+        for rec in recs:
             self.assertIn(rec + "\n", text)
+        return text
+
+    def test_split_records(self):
+        text = self.assert_records((
+            "split gemm_allreduce 2 4 2048 132 8 8 8",
+            "split gemm_allreduce 2 4 4096 132 16 16 16",
+            "split gemm_allreduce 2 4 8192 132 16 16 16",
+            "split gemm_allreduce 1 8 4096 132 8 0 8",
+            "split gemm_reducescatter 2 4 4096 132 8 8 8",
+            "split ring_attention 2 4 1536 132 16 16 16",
+            "split moe_dispatch 2 4 16384 132 44 0 0",
+            "split gemm_allreduce 2 2 4096 132 5 5 5"))
         self.assertNotIn("split gemm_allreduce 2 4 4096 132 4 4 4", text)
         self.assertNotIn(" 1 1 4096 ", text)  # one rank: no split
         self.assertNotIn("link nvl 1.00", text)
@@ -210,14 +216,12 @@ class Retune(unittest.TestCase):
         self.assertIn("H200 x 8", text)  # where it was measured
 
     def test_coll_records(self):
-        with open(self.out) as f:
-            text = f.read()
-        for rec in ("coll reducescatter nccl 2 4 33554432 2100.00",
-                    "coll reducescatter fused 2 4 33554432 2600.00",
-                    "coll allgather nccl 2 4 33554432 4000.00",
-                    "coll allgather fused 2 4 33554432 2000.00",
-                    "coll allgather nccl 2 4 67108864 8000.00"):
-            self.assertIn(rec + "\n", text)
+        text = self.assert_records((
+            "coll reducescatter nccl 2 4 33554432 2100.00",
+            "coll reducescatter fused 2 4 33554432 2600.00",
+            "coll allgather nccl 2 4 33554432 4000.00",
+            "coll allgather fused 2 4 33554432 2000.00",
+            "coll allgather nccl 2 4 67108864 8000.00"))
         self.assertNotIn("coll allgather fused 2 4 67108864", text)  # beyond <= 0
         self.assertNotIn("coll reducescatter nccl 1 1", text)
         # the cost model compares the measured times: reduce-scatter's fused kernel costs more
@@ -226,7 +230,7 @@ class Retune(unittest.TestCase):
                          "unfused")
         # ... and all-gather's costs less (at 2 MiB gathered: the smallest record's time)
         self.assertEqual(probe(self.out, "path", "allgather_gemm", 2, 8, 4096, 132)[1], "fused")
-        # without the records the link model chooses otherwise for both
+        # without the records the link model fuses that reduce-scatter
         self.assertEqual(probe(self.base, "path", "gemm_reducescatter", 2, 8, 4096, 132)[1],
                          "fused")
 
