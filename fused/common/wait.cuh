@@ -7,7 +7,7 @@
  * Rules: a word another agent writes is read with an acquire (or relaxed, then ordered by a
  * fence) at the scope of that agent; data a peer reads is stored first, then announced with a
  * release at system scope. Every wait is bounded: it returns -ETIMEDOUT (MK_DEV_ETIMEDOUT) after
- * timeout_ns of the global timer and -EPIPE (MK_DEV_EPIPE) as soon as the error word it watches
+ * timeout_ns of the global timer and -EPIPE (MK_DEV_EPIPE) soon after the error word it watches
  * is set, backing off as it grows so that pollers do not slow the SMs doing the work.
  */
 #ifndef MK_FUSED_COMMON_WAIT_CUH
@@ -96,27 +96,48 @@ MK_DEV uint64_t mk_peer_ld_acquire_u64(const uint64_t *peer_word)
 }
 
 /*
+ * How often a waiter reads the error word. It lives in mapped host memory, so each read is a
+ * PCIe round trip: thousands of threads polling it every microsecond (the one-shot all-reduce
+ * has one waiter per line) flooded the bus the GPU also fetches its launches over, and calls
+ * of both ranks stalled for milliseconds. The first read comes once a wait outlasts a normal
+ * peer's lag, then one per interval: an error still ends a wait within a fraction of a
+ * millisecond.
+ */
+#define MK_DEV_ERROR_FIRST_NS 16000u
+#define MK_DEV_ERROR_EVERY_NS 256000u
+
+/* A bounded wait's state; zero-initialise before the first step. */
+struct mk_dev_wait {
+	uint64_t t0;	     /* the first step's time, 0 before it */
+	uint64_t next_error; /* when the error word is read next */
+};
+
+/*
  * One step of a bounded wait: 0 to keep waiting, -EPIPE once *error is set (the runtime's proxy
  * or another kernel failed; error may be NULL), -ETIMEDOUT once timeout_ns passed since the
- * first step (*t0 starts at 0).
+ * first step.
  */
-MK_DEV int mk_dev_wait_step(const int32_t *error, uint64_t *t0, uint64_t timeout_ns)
+MK_DEV int mk_dev_wait_step(const int32_t *error, struct mk_dev_wait *w, uint64_t timeout_ns)
 {
 	const uint64_t now = mk_globaltimer_ns();
 	uint64_t waited;
 
-	if (error != NULL && mk_ld_relaxed_sys_s32(error) != 0)
-		return -MK_DEV_EPIPE;
-	if (*t0 == 0)
-		*t0 = now;
-	waited = now - *t0;
+	if (w->t0 == 0) {
+		w->t0 = now;
+		w->next_error = now + MK_DEV_ERROR_FIRST_NS;
+	}
+	if (error != NULL && now >= w->next_error) {
+		w->next_error = now + MK_DEV_ERROR_EVERY_NS;
+		if (mk_ld_relaxed_sys_s32(error) != 0)
+			return -MK_DEV_EPIPE;
+	}
+	waited = now - w->t0;
 	if (waited > timeout_ns)
 		return -MK_DEV_ETIMEDOUT;
 	/*
 	 * Back off as the wait grows (an eighth of it, at most 1 us): dozens of CTAs polling
-	 * system-scope words and the host-memory error word at full rate slowed the SMs that do
-	 * the work (a fused GEMM ran many times slower next to them), while a short wait still
-	 * sees its word within 32 ns.
+	 * system-scope words at full rate slowed the SMs that do the work (a fused GEMM ran many
+	 * times slower next to them), while a short wait still sees its word within 32 ns.
 	 */
 	__nanosleep(waited < 256 ? 32u : waited < 8000 ? (unsigned int)(waited >> 3) : 1000u);
 	return 0;
@@ -126,10 +147,10 @@ MK_DEV int mk_dev_wait_step(const int32_t *error, uint64_t *t0, uint64_t timeout
 MK_DEV int mk_dev_wait_u32_ge(const uint32_t *word, uint32_t want, const int32_t *error,
 			      uint64_t timeout_ns)
 {
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 
 	while (mk_ld_acquire_sys_u32(word) < want) {
-		int rc = mk_dev_wait_step(error, &t0, timeout_ns);
+		int rc = mk_dev_wait_step(error, &wt, timeout_ns);
 
 		if (rc)
 			return rc;

@@ -69,13 +69,13 @@ MK_DEV void mk_grouped_wait_rows(const struct mk_grouped_args *g, const struct m
 				 int total)
 {
 	const int b1 = (t->row0 + t->rows - 1) / MK_GROUPED_READY_ROWS;
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 
 	for (int b = t->row0 / MK_GROUPED_READY_ROWS; b <= b1; b++) {
 		const uint32_t need = (uint32_t)mk_grouped_blk_rows(total, b);
 
 		while (mk_ld_acquire_sys_u32(&g->row_ready[b]) < need) {
-			const int rc = mk_dev_wait_step(g->error, &t0, g->timeout_ns);
+			const int rc = mk_dev_wait_step(g->error, &wt, g->timeout_ns);
 
 			if (rc) {
 				mk_dev_record_error(g->error, rc);

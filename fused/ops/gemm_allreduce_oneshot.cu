@@ -47,7 +47,7 @@ MK_DEV uint4 gar1_ld_ll(const uint4 *p)
 /* Poll an LL line until both flags are epoch e; its data in *out. 0 or -errno. */
 MK_DEV int gar1_poll(const uint4 *p, uint32_t e, const struct mk_gar1_launch *l, uint2 *out)
 {
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 
 	for (int spins = 0;; spins++) {
 		const uint4 v = gar1_ld_ll(p);
@@ -59,7 +59,7 @@ MK_DEV int gar1_poll(const uint4 *p, uint32_t e, const struct mk_gar1_launch *l,
 		}
 		/* a few tight polls first: a peer's line usually lands within a link latency */
 		if (spins >= 64) {
-			const int rc = mk_dev_wait_step(l->ws.error, &t0, l->ws.timeout_ns);
+			const int rc = mk_dev_wait_step(l->ws.error, &wt, l->ws.timeout_ns);
 
 			if (rc)
 				return rc;

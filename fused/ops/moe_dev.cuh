@@ -69,10 +69,10 @@ MK_DEV int moe_local_wait(const struct mk_moe_kargs *a, const uint32_t *word, ui
 	int rc = 0;
 
 	if (threadIdx.x == 0) {
-		uint64_t t0 = 0;
+		struct mk_dev_wait wt = { 0, 0 };
 
 		while (mk_ld_acquire_gpu_u32(word) < want) {
-			rc = mk_dev_wait_step(a->dc.error, &t0, a->dc.timeout_ns);
+			rc = mk_dev_wait_step(a->dc.error, &wt, a->dc.timeout_ns);
 			if (rc)
 				break;
 		}
@@ -83,11 +83,11 @@ MK_DEV int moe_local_wait(const struct mk_moe_kargs *a, const uint32_t *word, ui
 /* Thread 0 waits until a peer's flag (system scope) reaches want. */
 MK_DEV int moe_flag_wait(const struct mk_moe_kargs *a, const uint32_t *word, uint32_t want)
 {
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 	int rc = 0;
 
 	while (mk_ld_acquire_sys_u32(word) < want) {
-		rc = mk_dev_wait_step(a->dc.error, &t0, a->dc.timeout_ns);
+		rc = mk_dev_wait_step(a->dc.error, &wt, a->dc.timeout_ns);
 		if (rc)
 			break;
 	}

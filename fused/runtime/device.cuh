@@ -58,7 +58,7 @@ MK_RT_DEV int mk_cmdq_push(const struct mk_cmdq_dev q, const struct mk_cmdq_slot
 	uint32_t i = atomicAdd(&q.prod->head, 1u);
 	uint32_t cached = mk_ld_relaxed_gpu_u32(&q.prod->tail_cache);
 	struct mk_cmdq_slot *s = &q.slots[i & q.mask];
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 
 	while (mk_seq_dist(i, cached) > q.mask) {
 		uint32_t t = mk_ld_acquire_sys_u32(&q.ctrl->tail);
@@ -70,7 +70,7 @@ MK_RT_DEV int mk_cmdq_push(const struct mk_cmdq_dev q, const struct mk_cmdq_slot
 			cached = t;
 			continue;
 		}
-		int rc = mk_dev_wait_step(&q.ctrl->error, &t0, timeout_ns);
+		int rc = mk_dev_wait_step(&q.ctrl->error, &wt, timeout_ns);
 
 		if (rc)
 			return rc;
@@ -357,10 +357,10 @@ MK_RT_DEV uint64_t mk_dev_signal_read(const struct mk_dev_comm *c, uint32_t sign
 /* Wait until signal word `signal` >= value. 0, -EPIPE (proxy failed) or -ETIMEDOUT. */
 MK_RT_DEV int mk_dev_signal_wait(const struct mk_dev_comm *c, uint32_t signal, uint64_t value)
 {
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 
 	while (mk_dev_signal_read(c, signal) < value) {
-		int rc = mk_dev_wait_step(c->q.ctrl != NULL ? &c->q.ctrl->error : NULL, &t0,
+		int rc = mk_dev_wait_step(c->q.ctrl != NULL ? &c->q.ctrl->error : NULL, &wt,
 					  c->timeout_ns);
 
 		if (rc)
@@ -375,10 +375,10 @@ MK_RT_DEV int mk_dev_signal_wait(const struct mk_dev_comm *c, uint32_t signal, u
  */
 MK_RT_DEV int mk_dev_quiet(const struct mk_dev_comm *c, uint32_t ticket)
 {
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 
 	while (!mk_seq_after(mk_ld_acquire_sys_u32(&c->q.ctrl->done), ticket)) {
-		int rc = mk_dev_wait_step(&c->q.ctrl->error, &t0, c->timeout_ns);
+		int rc = mk_dev_wait_step(&c->q.ctrl->error, &wt, c->timeout_ns);
 
 		if (rc)
 			return rc;
@@ -392,12 +392,12 @@ MK_RT_DEV int mk_dev_quiet(const struct mk_dev_comm *c, uint32_t ticket)
  */
 MK_RT_DEV int mk_dev_node_barrier(const struct mk_dev_comm *c, uint64_t epoch)
 {
-	uint64_t t0 = 0;
+	struct mk_dev_wait wt = { 0, 0 };
 
 	for (int p = 0; p < c->nlocal; p++)
 		mk_peer_signal_add(c->peer_barrier[p], 1);
 	while (mk_ld_acquire_sys_u64(c->barrier) < epoch * (uint64_t)c->nlocal) {
-		int rc = mk_dev_wait_step(NULL, &t0, c->timeout_ns);
+		int rc = mk_dev_wait_step(NULL, &wt, c->timeout_ns);
 
 		if (rc)
 			return rc;
