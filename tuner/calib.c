@@ -82,7 +82,7 @@ static int calib_num(const char *s, double lo, int positive, double *out)
 	return 0;
 }
 
-/* "cublas", "gemmex" or "eBMxBNsS". */
+/* "cublas", "gemmex", "skinny" or "eBMxBNsS". */
 static int calib_path(const char *s, struct mk_calib_gemm *g)
 {
 	unsigned int bm, bn, sp;
@@ -91,6 +91,11 @@ static int calib_path(const char *s, struct mk_calib_gemm *g)
 	if (strcmp(s, "cublas") == 0 || strcmp(s, "gemmex") == 0) {
 		g->engine = 0;
 		g->gemmex = s[1] == 'e';
+		return 0;
+	}
+	if (strcmp(s, "skinny") == 0) {
+		g->engine = MK_CALIB_SKINNY;
+		g->splits = 1;
 		return 0;
 	}
 	if (sscanf(s, "e%ux%us%u%c", &bm, &bn, &sp, &tail) != 3 || (bm != 64 && bm != 128) ||
@@ -123,7 +128,8 @@ static int calib_gemm_record(const struct calib_line *l, struct mk_calib_gemm *g
 		return -EINVAL;
 	}
 	if (calib_path(l->tok[5], g)) {
-		*why = "gemm record: path must be cublas, gemmex or eBMxBNsS (BM 64|128, BN "
+		*why = "gemm record: path must be cublas, gemmex, skinny or eBMxBNsS (BM 64|128, "
+		       "BN "
 		       "128|256, S 1..16)";
 		return -EINVAL;
 	}
@@ -596,7 +602,7 @@ int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint6
 	out->cublas_us = blas != NULL ? blas->us : 0;
 	out->gemmex = blas != NULL && blas->gemmex;
 	if (eng != NULL && (blas == NULL || eng->us < blas->us * (1.0 - MK_CALIB_TIE))) {
-		out->engine = 1;
+		out->engine = eng->engine;
 		out->bm = eng->bm;
 		out->bn = eng->bn;
 		out->splits = eng->splits;

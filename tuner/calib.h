@@ -23,7 +23,8 @@
  *	                                           CTAs of each communication role
  *
  * PATH is `cublas` (cuBLASLt, the heuristic's algorithm), `gemmex` (cublasGemmEx: on some small
- * and odd shapes its own algorithm choice beats Lt's heuristic) or `eBMxBNsS`, mkernel's engine
+ * and odd shapes its own algorithm choice beats Lt's heuristic), `skinny` (mkernel's kernel for
+ * M <= 16 with B N x K: fused/gemm/skinny.h) or `eBMxBNsS`, mkernel's engine
  *with BM x BN tiles and S k-splits (e128x256s1, e64x128s4, ...). OP is a policy op name
  * (gemm_allreduce, ...). A file with any malformed record is rejected as a whole.
  *
@@ -54,11 +55,14 @@ enum mk_calib_link {
 	MK_CALIB_LINKS = 2,
 };
 
+/* mk_calib_gemm.engine and mk_calib_choice.engine of the skinny kernel */
+#define MK_CALIB_SKINNY 2
+
 /* One measured (shape, path). */
 struct mk_calib_gemm {
 	uint32_t m, n, k;
 	uint8_t b_nk;	 /* 1: B is N x K */
-	uint8_t engine;	 /* 0: cuBLAS, 1: mkernel's engine */
+	uint8_t engine;	 /* 0: cuBLAS, 1: mkernel's engine, MK_CALIB_SKINNY: the skinny kernel */
 	uint8_t splits;	 /* engine: k-splits */
 	uint8_t gemmex;	 /* cuBLAS: 1 cublasGemmEx, 0 cuBLASLt */
 	uint16_t bm, bn; /* engine: tile shape */
@@ -127,7 +131,7 @@ extern const char mk_calib_builtin[];
 
 /* What to run for one GEMM. */
 struct mk_calib_choice {
-	int engine; /* 0: cuBLAS, 1: the engine with bm x bn tiles and `splits` */
+	int engine; /* 0: cuBLAS, 1: the engine with bm x bn tiles and `splits`, MK_CALIB_SKINNY */
 	int gemmex; /* cuBLAS: 1 cublasGemmEx, 0 cuBLASLt */
 	int bm, bn, splits;
 	double us;	  /* the chosen path's time at the class */

@@ -4,7 +4,7 @@
  * file mkGemm's dispatch and the cost model read (format: tuner/calib.h; MKERNEL_CALIBRATION, or
  * compiled in as the built-in table). Per class (M, N, K, B layout): cuBLASLt and cublasGemmEx
  * exactly as mkGemm runs them (fused/ops/gemm_fallback.c, the stream's workspace) and the
- * engine's variants that can matter there
+ * engine's variants that can matter there, the skinny kernel (M <= 16, B N x K)
  * (64-row tiles up to M = 512, 128-row tiles from M = 65; k-splits only while the tiles do not
  * fill the GPU, up to two waves, at least two k-blocks per split), each launched as the dispatch
  * launches it (tensor maps built once). Every path of a class runs in each repetition, in
@@ -31,6 +31,7 @@
 #include "fused/bench/bench_util.cuh"
 #include "fused/bench/fill.cuh"
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/skinny.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
 #include "mk/revision.h"
@@ -43,7 +44,8 @@ static_assert(CAL_MAX_PATHS + 2 <= BENCH_MAX_IMPLS, "bench_time() would refuse a
 static const int cal_ms[] = { 1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 };
 static const int cal_nk[][2] = { { 4096, 4096 },  { 14336, 4096 }, { 4096, 14336 },
 				 { 28672, 8192 }, { 8192, 28672 }, { 8192, 8192 },
-				 { 3000, 1000 },  { 1000, 5000 },  { 1024, 1024 } };
+				 { 3000, 1000 },  { 1000, 5000 },  { 1024, 1024 },
+				 { 4096, 8192 },  { 8192, 4096 } };
 static const int cal_splits[] = { 1, 2, 3, 4, 6, 8, 12, 16 };
 
 struct cal_engine {
@@ -80,6 +82,19 @@ static int cal_gemmex_launch(void *ctx, cudaStream_t st)
 	struct cal_blas *x = (struct cal_blas *)ctx;
 
 	return mk_fallback_gemm_bf16(x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, st);
+}
+
+struct cal_skinny {
+	int m, n, k;
+	const void *a, *b;
+	void *c;
+};
+
+static int cal_skinny_launch(void *ctx, cudaStream_t st)
+{
+	struct cal_skinny *x = (struct cal_skinny *)ctx;
+
+	return mk_skinny_launch(x->a, x->b, x->c, x->m, x->n, x->k, st);
 }
 
 struct cal_path {
@@ -150,6 +165,7 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 	struct cal_path paths[CAL_MAX_PATHS];
 	struct bench_impl impl[CAL_MAX_PATHS + 2];
 	struct cal_blas blas;
+	struct cal_skinny sk = { m, n, k, NULL, NULL, NULL };
 	void *a = NULL, *b = NULL, *c_blas = NULL, *ws = NULL;
 	size_t ws_bytes = 0;
 	int np, ni = 0, rc = -1, who[CAL_MAX_PATHS + 2];
@@ -203,6 +219,31 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 		who[ni] = i;
 		impl[ni++] = (struct bench_impl){ cal_engine_launch, &p->eng, 0, 0, 0 };
 	}
+	/* the skinny kernel where it runs, checked the same way (who = -1) */
+	if (mk_skinny_check(a, b, c_blas, m, n, k, b_nk, NULL) == 0 &&
+	    !bench_cuda(cudaMalloc(&sk.c, ec * 2), "alloc C")) {
+		double rms, err;
+
+		sk.a = a;
+		sk.b = b;
+		cudaMemsetAsync(sk.c, 0xFF, ec * 2, st);
+		if (cal_skinny_launch(&sk, st) == 0) {
+			cal_sync(st, "skinny", m, n, k);
+			err = bench_rel_err(sk.c, c_blas, ec, st, &rms);
+			if (err >= 0 && err < 1e-2) {
+				who[ni] = -1;
+				impl[ni++] = (struct bench_impl){ cal_skinny_launch, &sk, 0, 0, 0 };
+			} else {
+				fprintf(stderr,
+					"calibrate: skinny at %d x %d x %d is WRONG (rel err %g): "
+					"left out\n",
+					m, n, k, err);
+				fprintf(out, "# left out: skinny at %d %d %d nk computed a wrong result\n",
+					m, n, k);
+				cal_wrong = 1;
+			}
+		}
+	}
 	{
 		if (bench_time(impl, ni, 3, reps, st))
 			goto out;
@@ -212,7 +253,9 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 			impl[1].med * 1e3);
 		for (int i = 2; i < ni; i++)
 			fprintf(out, "gemm %d %d %d %s %s %.2f\n", m, n, k, b_nk ? "nk" : "kn",
-				mk_gemm_pick_name(&paths[who[i]].pick, name, sizeof(name)),
+				who[i] < 0 ? "skinny"
+					   : mk_gemm_pick_name(&paths[who[i]].pick, name,
+							       sizeof(name)),
 				impl[i].med * 1e3);
 		if (cal_json) {
 			for (int i = 0; i < ni; i++)
@@ -221,10 +264,11 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 					"\"b_layout\":\"%s\",\"path\":\"%s\",\"us\":%.2f,"
 					"\"p10_us\":%.2f,\"p90_us\":%.2f,\"reps\":%d}\n",
 					m, n, k, b_nk ? "NK" : "KN",
-					i == 0	 ? "cublas"
-					: i == 1 ? "gemmex"
-						 : mk_gemm_pick_name(&paths[who[i]].pick, name,
-								   sizeof(name)),
+					i == 0		  ? "cublas"
+					: i == 1	  ? "gemmex"
+					: who[i] < 0 ? "skinny"
+							  : mk_gemm_pick_name(&paths[who[i]].pick,
+									    name, sizeof(name)),
 					impl[i].med * 1e3, impl[i].p10 * 1e3, impl[i].p90 * 1e3, reps);
 		}
 	}
@@ -233,6 +277,7 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 out:
 	for (int i = 0; i < np; i++)
 		cudaFree(paths[i].out);
+	cudaFree(sk.c);
 	cudaFree(a);
 	cudaFree(b);
 	cudaFree(c_blas);

@@ -20,6 +20,7 @@
 
 #include "mkernel.h"
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/skinny.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
 #include "tuner/calib.h"
@@ -78,6 +79,10 @@ int mk_gemm_pick_parse(const char *s, struct mk_gemm_pick *out)
 		out->path = MK_GEMM_PATH_CUBLASLT;
 		return 0;
 	}
+	if (strcmp(s, "skinny") == 0) {
+		out->path = MK_GEMM_PATH_SKINNY;
+		return 0;
+	}
 	if (strcmp(s, "engine") == 0) {
 		out->path = MK_GEMM_PATH_ENGINE;
 		out->tile = MK_GEMM_TILE_128x256;
@@ -101,6 +106,7 @@ const char *mk_gemm_pick_name(const struct mk_gemm_pick *p, char *buf, size_t le
 		snprintf(buf, len, "%s",
 			 p->path == MK_GEMM_PATH_CUBLAS	    ? "cublas"
 			 : p->path == MK_GEMM_PATH_CUBLASLT ? "cublaslt"
+			 : p->path == MK_GEMM_PATH_SKINNY   ? "skinny"
 							    : "auto");
 	return buf;
 }
@@ -159,6 +165,11 @@ static int disp_path_ok(const struct mk_calib_gemm *g, void *arg)
 	 */
 	if (g->splits > 1)
 		return 0;
+	if (g->engine == MK_CALIB_SKINNY) {
+		const struct disp_call *x = arg;
+
+		return mk_skinny_check(x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, NULL) == 0;
+	}
 	p.path = MK_GEMM_PATH_ENGINE;
 	p.tile = disp_tile_of(g->bm, g->bn);
 	p.splits = g->splits;
@@ -186,7 +197,10 @@ static void disp_decide(const struct disp_call *x, int dev_ok, struct mk_gemm_pi
 		*why = "no calibrated class near this shape";
 		return;
 	}
-	if (ch.engine) {
+	if (ch.engine == MK_CALIB_SKINNY) {
+		pick->path = MK_GEMM_PATH_SKINNY;
+		*why = "calibrated: the skinny kernel is faster at this class";
+	} else if (ch.engine) {
 		pick->path = MK_GEMM_PATH_ENGINE;
 		pick->tile = disp_tile_of((unsigned int)ch.bm, (unsigned int)ch.bn);
 		pick->splits = ch.splits;
@@ -317,6 +331,18 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 	}
 
 	rc = -EINVAL;
+	if (ran.pick.path == MK_GEMM_PATH_SKINNY) {
+		const char *no;
+
+		if (!dev_ok)
+			no = "the device is not sm_90";
+		else if (mk_skinny_check(a, b, c, m, n, k, b_nk, &no) == 0)
+			rc = mk_skinny_launch(a, b, c, m, n, k, stream);
+		if (rc != -EINVAL)
+			goto out;
+		ran.why = no;
+		ran.pick.path = MK_GEMM_PATH_CUBLASLT;
+	}
 	if (ran.pick.path == MK_GEMM_PATH_ENGINE) {
 		rc = disp_engine(e, &ran.pick, &x, stream);
 		if (rc == 0)
@@ -335,7 +361,9 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 out:
 	if (rc)
 		MK_WARN("mkGemm(%d x %d x %d): %s path failed: %s", m, n, k,
-			ran.pick.path == MK_GEMM_PATH_ENGINE ? "engine" : "cuBLAS",
+			ran.pick.path == MK_GEMM_PATH_ENGINE   ? "engine"
+			: ran.pick.path == MK_GEMM_PATH_SKINNY ? "skinny"
+							       : "cuBLAS",
 			mk_strerror(rc));
 	disp_last = ran;
 	if (ran_out != NULL)

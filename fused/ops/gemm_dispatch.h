@@ -44,6 +44,7 @@ enum mk_gemm_path {
 	MK_GEMM_PATH_ENGINE = 1,   /* mkernel's engine, variant tile x splits */
 	MK_GEMM_PATH_CUBLASLT = 2, /* cublasLtMatmul with the heuristic's algorithm */
 	MK_GEMM_PATH_CUBLAS = 3,   /* cublasGemmEx (no workspace: under capture, other types) */
+	MK_GEMM_PATH_SKINNY = 4,   /* the skinny kernel: M <= 16, B N x K (fused/gemm/skinny.h) */
 };
 
 /* A path to run (requests) or the path that ran. */
@@ -81,8 +82,8 @@ int mk_gemm_plain(const void *a, const void *b, void *c, int m, int n, int k, in
 void mk_gemm_dispatch_last(struct mk_gemm_ran *ran);
 
 /*
- * "cublas", "cublaslt", "engine" (the default variant) or "eBMxBNsS" into *out. 0 or -EINVAL.
- * Names MKERNEL_GEMM_PATH and the tools' --path take.
+ * "cublas", "cublaslt", "skinny", "engine" (the default variant) or "eBMxBNsS" into *out. 0 or
+ * -EINVAL. Names MKERNEL_GEMM_PATH and the tools' --path take.
  */
 int mk_gemm_pick_parse(const char *s, struct mk_gemm_pick *out);
 

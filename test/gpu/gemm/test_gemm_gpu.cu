@@ -15,7 +15,8 @@
  * layouts through mkGemm and, where the engine's alignment rules hold, through the engine
  * directly; every engine variant (64 and 128-row, 128 and 256-column tiles, 1 to 16 k-splits)
  * on decode and tail shapes through mkGemm's dispatch with the variant forced, asserting through
- * the dispatch's record that the variant ran; split-K properties (deterministic, counters reset
+ * the dispatch's record that the variant ran; the skinny kernel the same way (and the calls it
+ * refuses going to cuBLAS); split-K properties (deterministic, counters reset
  * between launches, ready flags once per tile, dynamic tickets); the dispatch's own choice, its
  * knob and graph capture; tile order and CTA subset hooks (bitwise identical results for any
  * order, any subset, a dynamic ticket counter and an SM budget changed by a concurrent controller
@@ -48,6 +49,7 @@
 #include "mkernel.h"
 #include "fused/bench/fill.cuh"
 #include "fused/gemm/gemm.h"
+#include "fused/gemm/skinny.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm_engine.cuh"
@@ -689,6 +691,8 @@ static int t_variant_runs(const struct t_buf *t, const struct mk_gemm_pick *p)
 	static char ws[16] __attribute__((aligned(16)));
 	struct mk_gemm_args args;
 
+	if (p->path == MK_GEMM_PATH_SKINNY)
+		return mk_skinny_check(t->a, t->b, t->c, t->m, t->n, t->k, t->b_nk, NULL) == 0;
 	mk_gemm_args_init(&args, t->m, t->n, t->k, t->b_nk ? MK_GEMM_B_NK : MK_GEMM_B_KN, t->c);
 	mk_gemm_args_variant(&args, p->tile, p->splits);
 	if (p->splits > 1) {
@@ -722,12 +726,37 @@ static void t_pick_case(struct t_buf *t, const char *name)
 	t_sync(t_st);
 	mk_gemm_dispatch_last(&last);
 	bad = rc == 0 ? t_check(t, t->c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
-	ok_path = runs ? t_same_pick(&ran.pick, &want) : ran.pick.path != MK_GEMM_PATH_ENGINE;
+	ok_path = runs ? t_same_pick(&ran.pick, &want) : ran.pick.path != want.path;
 	ok_path &= t_same_pick(&last.pick, &ran.pick) && ran.why != NULL;
 	t_report(rc == 0 && bad == 0 && ok_path,
 		 "%-60s ran %-9s (%s): %llu bad, worst err %.3g", t_case,
 		 mk_gemm_pick_name(&ran.pick, got, sizeof(got)),
-		 runs ? "asked for" : "engine cannot: cuBLAS expected", bad, worst);
+		 runs ? "asked for" : "cannot run: cuBLAS expected", bad, worst);
+}
+
+/* The skinny kernel (M <= 16, B N x K) forced through the dispatch: decode rows, every M up to
+ * 16 around the 8-row halves of its MMA, N and K tails (K past a 32-wide block by 8, 16, 24),
+ * one CTA and many; and the calls it must refuse (17 rows, K x N, K not a multiple of 8). */
+static void t_skinny(void)
+{
+	static const int shapes[][3] = {
+		{ 1, 4096, 4096 }, { 2, 1000, 1032 }, { 7, 8, 8 },	  { 8, 13, 24 },
+		{ 9, 4104, 5000 }, { 15, 300, 64 },   { 16, 8192, 8192 }, { 16, 1000, 5000 },
+		{ 3, 14336, 4096 }, { 16, 24, 4104 },  { 17, 256, 256 },   { 4, 100, 1001 },
+	};
+	const size_t nshapes = t_quick ? 4 : sizeof(shapes) / sizeof(shapes[0]);
+
+	for (size_t i = 0; i < nshapes; i++) {
+		for (int b_nk = 0; b_nk < 2; b_nk++) {
+			struct t_buf t;
+
+			t_alloc(&t, shapes[i][0], shapes[i][1], shapes[i][2], b_nk,
+				(uint32_t)(i * 131 + b_nk));
+			t_reference(&t);
+			t_pick_case(&t, "skinny");
+			t_free(&t);
+		}
+	}
 }
 
 static void t_variants(void)
@@ -1066,6 +1095,7 @@ int main(int argc, char **argv)
 			t_shape(shapes[i][0], shapes[i][1], shapes[i][2], b_nk, engine_ok);
 	if (engine_ok) {
 		t_variants();
+		t_skinny();
 		t_split_properties(sms);
 		t_dispatch();
 		t_capture();

@@ -505,6 +505,45 @@ static void test_choose_faster_cublas_call(void **state)
 	reject(HEADER "gemm 1 1 1 nk gemmex 1\ngemm 1 1 1 nk gemmex 2\n", 0, "measured twice");
 }
 
+static int refuse_skinny(const struct mk_calib_gemm *g, void *arg)
+{
+	(void)arg;
+	return g->engine != MK_CALIB_SKINNY;
+}
+
+/* `skinny` records: the skinny kernel is one more path of a class, chosen when it is the
+ * fastest that the caller can run, else the next one. */
+static void test_skinny_records(void **state)
+{
+	struct mk_calib c;
+	struct mk_calib_choice ch;
+	const char *why;
+	int line;
+
+	(void)state;
+	assert_int_equal(parse(HEADER "gemm 16 4096 4096 nk cublas 13.1\n"
+				      "gemm 16 4096 4096 nk gemmex 12.5\n"
+				      "gemm 16 4096 4096 nk skinny 9.0\n"
+				      "gemm 16 4096 4096 nk e64x128s1 11.0\n"
+				      "gemm 16 1024 1024 nk gemmex 7.0\n"
+				      "gemm 16 1024 1024 nk skinny 6.98\n",
+			       &c, &line, &why),
+			 0);
+	assert_int_equal(mk_calib_gemm_choose(&c, 7, 4000, 4096, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.engine, MK_CALIB_SKINNY);
+	assert_true(fabs(ch.us - 9.0) < 1e-6 && fabs(ch.cublas_us - 12.5) < 1e-6);
+	/* the caller cannot run it (alignment, K): the engine's 11 us beats cuBLAS */
+	assert_int_equal(mk_calib_gemm_choose(&c, 7, 4000, 4096, 1, refuse_skinny, NULL, &ch), 0);
+	assert_int_equal(ch.engine, 1);
+	assert_int_equal(ch.bm, 64);
+	/* within the noise margin of cuBLAS: cuBLAS */
+	assert_int_equal(mk_calib_gemm_choose(&c, 16, 1024, 1024, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.engine, 0);
+	assert_int_equal(ch.gemmex, 1);
+	mk_calib_free(&c);
+	reject(HEADER "gemm 1 1 8 nk skinnyx 1\n", 2, "skinny");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -512,6 +551,7 @@ int main(void)
 		cmocka_unit_test(test_parse_rejects_malformed_records),
 		cmocka_unit_test(test_builtin_table_is_valid),
 		cmocka_unit_test(test_choose_faster_cublas_call),
+		cmocka_unit_test(test_skinny_records),
 		cmocka_unit_test(test_split_records),
 		cmocka_unit_test(test_coll_records),
 		cmocka_unit_test_setup_teardown(test_env_file_used_when_valid, setup_env,
