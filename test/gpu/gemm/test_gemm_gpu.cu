@@ -734,6 +734,65 @@ static void t_pick_case(struct t_buf *t, const char *name)
 		 runs ? "asked for" : "cannot run: cuBLAS expected", bad, worst);
 }
 
+static double t_bf16_host(__nv_bfloat16 v)
+{
+	return (double)__bfloat162float(v);
+}
+
+/*
+ * The skinny kernel's output (in t->c) against an fp64 reference on the host, element by element:
+ * |c - ref| <= 2^-8 |ref| + 2^-17 S with S = sum_k |a_k b_k|: one bf16 rounding of the result,
+ * plus fp32 accumulation (each warp's chain of MMAs, then eight partial sums), far under 2^-17 S
+ * for K up to 2^14. The bound does not depend on cuBLAS; cuBLAS's fp32 output is measured
+ * against the same reference and printed beside it.
+ */
+static void t_skinny_exact(const struct t_buf *t)
+{
+	const size_t na = (size_t)t->m * t->k, nb = (size_t)t->n * t->k, nc = (size_t)t->m * t->n;
+	__nv_bfloat16 *a = (__nv_bfloat16 *)malloc(na * 2), *b = (__nv_bfloat16 *)malloc(nb * 2);
+	__nv_bfloat16 *c = (__nv_bfloat16 *)malloc(nc * 2);
+	float *ref = (float *)malloc(nc * 4);
+	double worst = 0, worst_blas = 0;
+	size_t bad = 0, first = 0;
+
+	if ((double)t->m * t->n * t->k > 4e8 || !a || !b || !c || !ref)
+		goto out;
+	T_CHECK_CUDA(cudaMemcpy(a, t->a, na * 2, cudaMemcpyDeviceToHost));
+	T_CHECK_CUDA(cudaMemcpy(b, t->b, nb * 2, cudaMemcpyDeviceToHost));
+	T_CHECK_CUDA(cudaMemcpy(c, t->c, nc * 2, cudaMemcpyDeviceToHost));
+	T_CHECK_CUDA(cudaMemcpy(ref, t->ref, nc * 4, cudaMemcpyDeviceToHost));
+	for (int i = 0; i < t->m; i++) {
+		for (int j = 0; j < t->n; j++) {
+			double sum = 0, mag = 0, err, bound;
+
+			for (int q = 0; q < t->k; q++) {
+				const double x = t_bf16_host(a[(size_t)i * t->k + q]) *
+						 t_bf16_host(b[(size_t)j * t->k + q]);
+
+				sum += x;
+				mag += fabs(x);
+			}
+			err = fabs(t_bf16_host(c[(size_t)i * t->n + j]) - sum);
+			bound = fabs(sum) / 256 + mag / 131072;
+			if (!(err <= bound) && bad++ == 0)
+				first = (size_t)i * t->n + j;
+			if (mag > 0 && err / mag > worst)
+				worst = err / mag;
+			if (mag > 0 && fabs(ref[(size_t)i * t->n + j] - sum) / mag > worst_blas)
+				worst_blas = fabs(ref[(size_t)i * t->n + j] - sum) / mag;
+		}
+	}
+	t_report(bad == 0,
+		 "skinny %d x %d x %d against fp64: %zu outside 2^-8|ref| + 2^-17 S (first at %zu), "
+		 "worst err/S %.3g (cuBLAS fp32 %.3g)",
+		 t->m, t->n, t->k, bad, first, worst, worst_blas);
+out:
+	free(a);
+	free(b);
+	free(c);
+	free(ref);
+}
+
 /* The skinny kernel (M <= 16, B N x K) forced through the dispatch: decode rows, every M up to
  * 16 around the 8-row halves of its MMA, N and K tails (K past a 32-wide block by 8, 16, 24),
  * one CTA and many; and the calls it must refuse (17 rows, K x N, K not a multiple of 8). */
@@ -754,6 +813,8 @@ static void t_skinny(void)
 				(uint32_t)(i * 131 + b_nk));
 			t_reference(&t);
 			t_pick_case(&t, "skinny");
+			if (mk_skinny_check(t.a, t.b, t.c, t.m, t.n, t.k, b_nk, NULL) == 0)
+				t_skinny_exact(&t);
 			t_free(&t);
 		}
 	}
