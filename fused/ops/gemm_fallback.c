@@ -28,8 +28,12 @@
 #define FALLBACK_MAX_DEVICES 64
 
 static __thread cublasHandle_t fallback_handles[FALLBACK_MAX_DEVICES];
+/* The stream each handle was last given: cublasSetStream resets the handle's workspace each time,
+ * host time a decode-size GEMM's GPU waits for, so it is called only when the stream changes. */
+static __thread cudaStream_t fallback_streams[FALLBACK_MAX_DEVICES];
+static __thread int fallback_stream_set[FALLBACK_MAX_DEVICES];
 
-static int fallback_handle(cublasHandle_t *out)
+static int fallback_handle(cublasHandle_t *out, cudaStream_t stream)
 {
 	cublasStatus_t st;
 	int dev;
@@ -51,6 +55,17 @@ static int fallback_handle(cublasHandle_t *out)
 			return -EIO;
 		}
 	}
+	if (!fallback_stream_set[dev] || fallback_streams[dev] != stream) {
+		st = cublasSetStream(fallback_handles[dev], stream);
+		if (st != CUBLAS_STATUS_SUCCESS) {
+			MK_WARN("cublasSetStream failed on device %d: %s", dev,
+				cublasGetStatusString(st));
+			fallback_stream_set[dev] = 0;
+			return -EIO;
+		}
+		fallback_streams[dev] = stream;
+		fallback_stream_set[dev] = 1;
+	}
 	*out = fallback_handles[dev];
 	return 0;
 }
@@ -63,14 +78,12 @@ int mk_fallback_gemm(const void *a, const void *b, void *c, int m, int n, int k,
 	cublasStatus_t st;
 	int rc;
 
-	rc = fallback_handle(&h);
+	rc = fallback_handle(&h, stream);
 	if (rc)
 		return rc;
-	st = cublasSetStream(h, stream);
-	if (st == CUBLAS_STATUS_SUCCESS)
-		st = cublasGemmEx(h, b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-				  b, ab_type, b_nk ? k : n, a, ab_type, k, &zero, c, c_type, n,
-				  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	st = cublasGemmEx(h, b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b,
+			  ab_type, b_nk ? k : n, a, ab_type, k, &zero, c, c_type, n,
+			  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		MK_WARN("cublasGemmEx(m %d, n %d, k %d) failed: %s", m, n, k,
 			cublasGetStatusString(st));
