@@ -9,6 +9,8 @@ Recognised records (one plot per kind found):
                                                  and raw ceiling)
   nccl-fake-nodes all_reduce                 -> nccl-busbw.png (busbw vs size per configuration)
   mkernel-gemm-bench                         -> gemm-ratio.png (engine / cuBLAS per shape)
+  mkernel-gemm-bench grid (mkgemm)            -> gemm-grid.png (cuBLAS / mkGemm per cell vs M,
+                                                 one panel per B layout, marker = path taken)
   test-gar-gpu --bench (gemm_allreduce)      -> gemm-allreduce.png (fused, cuBLAS + NCCL and
                                                  GEMM alone vs M = N, one panel per layout)
   test-gar-gpu --bench (gemm_allreduce_splits) -> gemm-allreduce-splits.png (adaptive controller
@@ -112,6 +114,36 @@ def plot_gemm(rows, out):
     ax.set_ylabel("cuBLAS time / engine time")
     ax.set_title("mkernel GEMM engine vs cuBLAS")
     path = os.path.join(out, "gemm-ratio.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def plot_gemm_grid(rows, out):
+    g = [r for r in rows if r.get("bench") == "mkgemm" and r.get("group") == "grid"]
+    if not g:
+        return []
+    marks = {"skinny": "*", "cublas": "o", "cublaslt": "s"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, lay in zip(axes, ("NK", "KN")):
+        by_path = collections.defaultdict(list)
+        for r in g:
+            if r["b_layout"] == lay:
+                path = r["path"] if r["path"] in marks else "engine"
+                by_path[path].append(r)
+        for path, rs in sorted(by_path.items()):
+            ax.scatter([r["m"] for r in rs], [r["ratio"] for r in rs], s=18,
+                       marker=marks.get(path, "^"), label=f"{path} ({len(rs)})")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(0.95, color="r", lw=0.6, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (9 N x K pairs per M)")
+        ax.set_title(f"B {lay}")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("cuBLAS time / mkGemm time")
+    fig.suptitle("mkGemm vs the faster of cuBLASLt and cublasGemmEx, per cell (path taken)")
+    path = os.path.join(out, "gemm-grid.png")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -264,7 +296,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows = load(a.jsonl)
-    made = (plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out) +
+    made = (plot_netbench(rows, a.out) + plot_nccl(rows, a.out) + plot_gemm(rows, a.out) + plot_gemm_grid(rows, a.out) +
             plot_gemm_allreduce(rows, a.out) + plot_gemm_allreduce_splits(rows, a.out) +
             plot_seqpar(rows, a.out) + plot_moe(rows, a.out) + plot_ring(rows, a.out) +
             plot_attention(rows, a.out))

@@ -19,8 +19,9 @@ MK_PARAM_INT(gemm_force_fallback, "fused", "MKERNEL_GEMM_FORCE_FALLBACK", 0,
 	     "1 = mkGemm always runs cuBLAS instead of mkernel's Hopper GEMM engine");
 
 MK_PARAM_STR(gemm_path, "fused", "MKERNEL_GEMM_PATH", "",
-	     "mkGemm's path for every shape: cublas, cublaslt, engine (128 x 256) or eBMxBNsS "
-	     "(e64x256s8: 64 x 256 tiles, 8 k-splits); empty = the calibration's choice per shape");
+	     "mkGemm's path for every shape: cublas, cublaslt, skinny (M <= 16, B N x K), engine "
+	     "(128 x 256) or eBMxBNsS (e64x256s8: 64 x 256 tiles, 8 k-splits); empty = the "
+	     "calibration's choice per shape");
 
 MK_PARAM_INT(gemm_workspace, "fused", "MKERNEL_GEMM_WORKSPACE", 32 << 20,
 	     "bytes of device memory per stream for split-K partials and cuBLASLt (allocated at "

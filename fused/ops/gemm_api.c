@@ -308,9 +308,10 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 		ran.why = "MKERNEL_GEMM_PATH";
 	} else {
 		if (env != NULL && env[0] != '\0')
-			MK_WARN_ONCE("MKERNEL_GEMM_PATH=%s: expected cublas, cublaslt, engine or "
-				     "eBMxBNsS; ignored",
-				     env);
+			MK_WARN_ONCE(
+				"MKERNEL_GEMM_PATH=%s: expected cublas, cublaslt, skinny, engine "
+				"or eBMxBNsS; ignored",
+				env);
 		forced.path = MK_GEMM_PATH_AUTO;
 	}
 
