@@ -113,7 +113,12 @@ def plot_gemm(rows, out):
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("cuBLAS time / engine time")
     ax.set_title("mkernel GEMM engine vs cuBLAS")
-    path = os.path.join(out, "gemm-ratio.png")
+    return save(fig, out, "gemm-ratio.png")
+
+
+def save(fig, out, name):
+    """Lay out, write out/name at 120 dpi, close; the list of written paths."""
+    path = os.path.join(out, name)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -143,11 +148,7 @@ def plot_gemm_grid(rows, out):
         ax.legend(fontsize=7)
     axes[0].set_ylabel("cuBLAS time / mkGemm time")
     fig.suptitle("mkGemm vs the faster of cuBLASLt and cublasGemmEx, per cell (path taken)")
-    path = os.path.join(out, "gemm-grid.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+    return save(fig, out, "gemm-grid.png")
 
 
 def layout_panels(rows, bench, out, name, draw, xlabel="M = N (K = N / 16)"):
