@@ -185,17 +185,32 @@ extern "C" int mk_gemm_check(const void *a, const void *b, const struct mk_gemm_
 	return r == NULL ? 0 : -EINVAL;
 }
 
+/* Per device: 0 not asked yet, 1 sm_90, 2 another GPU. Asked once: every fused call checks,
+ * and two attribute queries per call were host time a decode-size call's GPU waited for. */
+#define GEMM_OK_DEVICES 64
+static int gemm_ok_cache[GEMM_OK_DEVICES];
+
 extern "C" int mk_gemm_device_ok(void)
 {
-	int dev, major = 0, minor = 0;
+	int dev, major = 0, minor = 0, v;
 
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+	if (cudaGetDevice(&dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	v = dev >= 0 && dev < GEMM_OK_DEVICES ? __atomic_load_n(&gemm_ok_cache[dev], __ATOMIC_RELAXED)
+					      : 0;
+	if (v != 0)
+		return v == 1;
+	if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
 	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
 		(void)cudaGetLastError();
 		return 0;
 	}
-	return major == 9 && minor == 0;
+	v = major == 9 && minor == 0 ? 1 : 2;
+	if (dev >= 0 && dev < GEMM_OK_DEVICES)
+		__atomic_store_n(&gemm_ok_cache[dev], v, __ATOMIC_RELAXED);
+	return v == 1;
 }
 
 static int gemm_encode_2d(CUtensorMap *map, const void *base, uint64_t inner, uint64_t outer,
