@@ -25,6 +25,12 @@ static bool recv_data_in(const struct mk_rdv_req *req)
 	return true;
 }
 
+/* Eager messages took every sub-receive of the request. */
+static bool recv_eager_filled(const struct mk_rdv_req *req)
+{
+	return req->etaken == (uint8_t)((1u << req->n) - 1);
+}
+
 /* Nothing of the request is in flight: its slot and CTS staging entries may be reused. */
 static bool recv_complete(const struct mk_rdv_req *req)
 {
@@ -338,19 +344,24 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	r->outstanding++;
 	/*
 	 * Eager messages that arrived before this receive fill it now; if they fill all of it, its
-	 * CTS can wait for a later group's write (recv_post_cts). A receive small enough for them
-	 * looks for what landed first (manual progress: only a poll lands it): a poll is cheaper
-	 * than the CTS write it saves, and a test of a receive filled here needs none.
+	 * CTS can wait for a later group's write (recv_post_cts). Those an earlier read already
+	 * took in go first. Only a receive they leave unfilled, and small enough for eager
+	 * messages, reads the CQ for more (manual progress: only a poll lands them): that read is
+	 * cheaper than the CTS write it may save, but one read brings every message that landed,
+	 * and on shm each read takes the region lock the sender's writes need, so the receives
+	 * those messages fill read nothing.
 	 */
 	if (r->eager.slots != NULL) {
 		bool small = true;
 
+		mk_rdv_eager_deliver(r);
 		for (int i = 0; i < n && small; i++)
 			small = sizes[i] <= r->eager.bytes;
-		if (small)
+		if (small && !recv_eager_filled(req)) {
 			recv_poll(r);
-		mk_rdv_eager_deliver(r);
-		req->cts_lazy = req->etaken == (uint8_t)((1u << n) - 1);
+			mk_rdv_eager_deliver(r);
+		}
+		req->cts_lazy = recv_eager_filled(req);
 	}
 	recv_post_cts(r);
 	*out = req;
