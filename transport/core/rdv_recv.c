@@ -344,12 +344,13 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	r->outstanding++;
 	/*
 	 * Eager messages that arrived before this receive fill it now; if they fill all of it, its
-	 * CTS can wait for a later group's write (recv_post_cts). Those an earlier read already
-	 * took in go first. Only a receive they leave unfilled, and small enough for eager
-	 * messages, reads the CQ for more (manual progress: only a poll lands them): that read is
-	 * cheaper than the CTS write it may save, but one read brings every message that landed,
-	 * and on shm each read takes the region lock the sender's writes need, so the receives
-	 * those messages fill read nothing.
+	 * CTS can wait for a later group's write (recv_post_cts). A receive small enough for them
+	 * reads the CQ for what landed (manual progress: only a poll lands them): the read is
+	 * cheaper than the CTS write it may save. But one read brings every message that landed,
+	 * and on shm each read takes the region lock the sender's writes need, so while other
+	 * receives are outstanding, one that messages an earlier read took in fill reads nothing.
+	 * A lone receive still reads: its test, finding it done, reads nothing either, and without
+	 * that read one message at a time ran up to 10 % slower over shm.
 	 */
 	if (r->eager.slots != NULL) {
 		bool small = true;
@@ -357,7 +358,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 		mk_rdv_eager_deliver(r);
 		for (int i = 0; i < n && small; i++)
 			small = sizes[i] <= r->eager.bytes;
-		if (small && !recv_eager_filled(req)) {
+		if (small && (!recv_eager_filled(req) || r->outstanding == 1)) {
 			recv_poll(r);
 			mk_rdv_eager_deliver(r);
 		}
