@@ -13,15 +13,30 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fake_tp.h"
+#include "mk/core_params.h"
 #include "mk/param.h"
 #include "mk/rdv.h"
 #include "rdv_internal.h"
 #include "rdv_pair.h"
 
 #define W 4
+
+/*
+ * Clock readings of the code under test: this definition stands in for the C library's (the
+ * transport core is linked statically into this program), so a test can count them.
+ */
+static unsigned long clock_reads;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	clock_reads++;
+	return (int)syscall(SYS_clock_gettime, id, ts);
+}
 
 static int setup(void **state)
 {
@@ -343,6 +358,42 @@ static void test_irecv_filled_by_landed_messages_reads_nothing(void **state)
 	pair_close(&p);
 }
 
+/*
+ * Tests of unfinished requests read the clock once each: the request that reads the CQ once at
+ * the read's end, the others once to age the shared read; the liveness check after them takes
+ * that reading instead of its own (it still probes a quiet peer on time).
+ */
+static void test_idle_sweep_reads_the_clock_once_per_test(void **state)
+{
+	struct pair p;
+	char rbuf[W * 64];
+	struct mk_mr *rmr;
+	struct mk_rdv_req *req[W];
+	struct mk_rdv_recv *r;
+	unsigned long before;
+	uint64_t probes, shared;
+
+	(void)state;
+	share_ns("1000000000");
+	pair_open(&p);
+	r = (struct mk_rdv_recv *)p.r;
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	post_recvs(&p, rbuf, rmr, req);
+	sweep(req, W);
+	shared = r->cs.polls_shared;
+	before = clock_reads;
+	sweep(req, W);
+	assert_int_equal(r->cs.polls_shared - shared, W - 1);
+	assert_int_equal(clock_reads - before, W);
+	/* nothing heard for longer than MKERNEL_KEEPALIVE: the next test probes the peer */
+	probes = r->cs.probes;
+	r->cs.last_event_ms -= (uint64_t)mk_param_keepalive_ms() + 1;
+	sweep(req, 1);
+	assert_int_equal(r->cs.probes, probes + 1);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -351,6 +402,7 @@ int main(void)
 		cmocka_unit_test_setup(test_stale_read_and_sharing_off_read_every_test, setup),
 		cmocka_unit_test_setup(test_window_flows_on_tests_alone, setup),
 		cmocka_unit_test_setup(test_irecv_filled_by_landed_messages_reads_nothing, setup),
+		cmocka_unit_test_setup(test_idle_sweep_reads_the_clock_once_per_test, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
