@@ -68,7 +68,7 @@ void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy)
 
 	if (cs->error != 0 || !busy)
 		return;
-	now = mk_now_ms();
+	now = cs->now_ns / 1000000u;
 	if (cs->probe_posted_ms != 0) {
 		if (now - cs->probe_posted_ms > (uint64_t)mk_param_timeout_ms())
 			mk_rdv_fail(cs, -ETIMEDOUT, "no answer within MKERNEL_TIMEOUT");
@@ -105,8 +105,10 @@ void mk_rdv_probe_done(struct mk_rdv_conn_state *cs, int status)
 bool mk_rdv_test_must_poll(struct mk_rdv_conn_state *cs, uint32_t *seen)
 {
 	/* the clock only when the epoch allows a skip: one request tested in a loop reads none */
-	if (*seen == cs->polls || cs->share_ns == 0 ||
-	    !mk_rdv_poll_shared(*seen, cs->polls, mk_now_ns(), cs->last_poll_ns, cs->share_ns))
+	if (*seen == cs->polls || cs->share_ns == 0)
+		return true;
+	cs->now_ns = mk_now_ns();
+	if (!mk_rdv_poll_shared(*seen, cs->polls, cs->now_ns, cs->last_poll_ns, cs->share_ns))
 		return true;
 	*seen = cs->polls;
 	cs->polls_shared++;
@@ -119,6 +121,7 @@ void mk_rdv_polled(struct mk_rdv_conn_state *cs, bool heard)
 
 	cs->polls++;
 	cs->last_poll_ns = now;
+	cs->now_ns = now;
 	if (heard)
 		cs->last_event_ms = now / 1000000u;
 }
@@ -141,6 +144,7 @@ int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, struc
 	cs->last_event_ms = mk_now_ms();
 	cs->polls = 0;
 	cs->last_poll_ns = 0;
+	cs->now_ns = mk_now_ns();
 	cs->polls_shared = 0;
 	cs->share_ns = share > 0 ? (uint64_t)share : 0;
 	if (conn->peer_blob_len < sizeof(*peer))

@@ -77,6 +77,13 @@ struct mk_rdv_conn_state {
 	uint64_t last_poll_ns;
 	uint64_t share_ns; /* MKERNEL_POLL_SHARE_NS, read once at setup */
 	uint64_t polls_shared;
+	/*
+	 * The latest clock reading of a call on this connection: a read's end (mk_rdv_polled) or
+	 * a test's check for a shared read. The liveness check after them takes it rather than
+	 * reading the clock again: a test of an unfinished request read it two to three times,
+	 * and on small messages the clock was the sender's largest user-space cost.
+	 */
+	uint64_t now_ns;
 };
 
 /* A scratch region of len bytes (rounded to pages) registered on (ops, dev). 0 or -errno. */
@@ -102,7 +109,9 @@ void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what);
 
 /*
  * Liveness, called by a side that waits on the peer (busy: it has work outstanding): probes a
- * quiet peer and turns a probe unanswered for MKERNEL_TIMEOUT into -ETIMEDOUT.
+ * quiet peer and turns a probe unanswered for MKERNEL_TIMEOUT into -ETIMEDOUT. Its time is
+ * cs->now_ns: call it only after a CQ read of the same call, or after mk_rdv_test_must_poll
+ * found a shared one.
  */
 void mk_rdv_keepalive(struct mk_rdv_conn_state *cs, bool busy);
 

@@ -102,16 +102,20 @@ int mk_rdv_eager_send(struct mk_rdv_send *s, const void *data, size_t size, int 
  * Offer group g's free sub-receives to the eager messages still unmatched, oldest first, each
  * taking the first with its tag (any, in a group of one): the receiver matches them by the same
  * rule in the same order (rdv_eager_recv.c), so both agree on which sub-receives are taken.
+ * Once every sub-receive is taken the later messages all stay unmatched, in order: they move up
+ * in one block instead of one by one (with the sender far ahead, walking every waiting message
+ * for each group was 8 % of the sender's samples at 8 B, 8 in flight, over shm).
  */
 void mk_rdv_eager_group_seen(struct mk_rdv_send *s, uint32_t g, unsigned n)
 {
 	struct mk_rdv_eager_tx *tx = &s->eager;
 	const struct mk_rdv_cts *cts = &s->ring[((g - 1) % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
 	uint8_t *used = &s->used[(g - 1) % MK_RDV_CTS_GROUPS];
-	int kept = 0;
+	const uint8_t full = (uint8_t)((1u << n) - 1);
+	int kept = 0, k;
 
 	eager_credit(s, cts[0].credits);
-	for (int k = 0; k < tx->npend; k++) {
+	for (k = 0; k < tx->npend && *used != full; k++) {
 		unsigned i;
 
 		for (i = 0; i < n; i++)
@@ -122,7 +126,10 @@ void mk_rdv_eager_group_seen(struct mk_rdv_send *s, uint32_t g, unsigned n)
 		else
 			tx->pend_tag[kept++] = tx->pend_tag[k];
 	}
-	tx->npend = kept;
+	if (kept != k)
+		memmove(&tx->pend_tag[kept], &tx->pend_tag[k],
+			(size_t)(tx->npend - k) * sizeof(tx->pend_tag[0]));
+	tx->npend = kept + (tx->npend - k);
 }
 
 int mk_rdv_eager_tx_error(const struct mk_rdv_send *s)

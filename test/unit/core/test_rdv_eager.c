@@ -814,6 +814,54 @@ static void test_eager_receiver_drains_a_sender_that_left(void **state)
 	assert_int_equal(fake_tp_live_regs(), 0);
 }
 
+/*
+ * A processed group takes the oldest waiting eager messages its sub-receives fit (by tag in a
+ * multi-receive); the others keep waiting in their order, both when the group fills up part way
+ * through them and when it does not.
+ */
+static void test_eager_group_seen_keeps_the_rest_in_order(void **state)
+{
+	static const int32_t fills[] = { 1, 2, 1, 3, 2 }, open[] = { 1, 2, 1, 2, 7 };
+	struct mk_rdv_send *s = calloc(1, sizeof(*s));
+	struct mk_rdv_cts *ring = calloc(MK_RDV_CTS_GROUPS * MK_RDV_MAX_RECVS, sizeof(*ring));
+
+	(void)state;
+	assert_non_null(s);
+	assert_non_null(ring);
+	s->ring = ring;
+	/* group 1: two sub-receives, tags 1 and 2; full after the first two messages */
+	ring[0].tag = 1;
+	ring[1].tag = 2;
+	memcpy(s->eager.pend_tag, fills, sizeof(fills));
+	s->eager.npend = 5;
+	mk_rdv_eager_group_seen(s, 1, 2);
+	assert_int_equal(s->used[0], 3);
+	assert_int_equal(s->eager.npend, 3);
+	assert_int_equal(s->eager.pend_tag[0], 1);
+	assert_int_equal(s->eager.pend_tag[1], 3);
+	assert_int_equal(s->eager.pend_tag[2], 2);
+	/* group 2: tags 2, 5, 2; the 5 finds no message, so every message is looked at */
+	ring[8].tag = 2;
+	ring[9].tag = 5;
+	ring[10].tag = 2;
+	memcpy(s->eager.pend_tag, open, sizeof(open));
+	s->eager.npend = 5;
+	mk_rdv_eager_group_seen(s, 2, 3);
+	assert_int_equal(s->used[1], 5);
+	assert_int_equal(s->eager.npend, 3);
+	assert_int_equal(s->eager.pend_tag[0], 1);
+	assert_int_equal(s->eager.pend_tag[1], 1);
+	assert_int_equal(s->eager.pend_tag[2], 7);
+	/* group 3 of one: the oldest message, whatever its tag */
+	mk_rdv_eager_group_seen(s, 3, 1);
+	assert_int_equal(s->used[2], 1);
+	assert_int_equal(s->eager.npend, 2);
+	assert_int_equal(s->eager.pend_tag[0], 1);
+	assert_int_equal(s->eager.pend_tag[1], 7);
+	free(ring);
+	free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -833,6 +881,7 @@ int main(void)
 		cmocka_unit_test_setup(test_eager_optional_receive_waits_for_its_data, setup),
 		cmocka_unit_test_setup(test_eager_ring_guard_waits_for_the_sender, setup),
 		cmocka_unit_test_setup(test_eager_receiver_drains_a_sender_that_left, setup),
+		cmocka_unit_test_setup(test_eager_group_seen_keeps_the_rest_in_order, setup),
 	};
 
 	return cmocka_run_group_tests_name("rdv_eager", tests, NULL, NULL);

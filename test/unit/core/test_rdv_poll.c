@@ -2,8 +2,9 @@
 /*
  * CQ reads shared between the tests of one connection's requests: the policy as a pure function,
  * then over the fake backend that a sweep of tests over W unfinished requests reads the CQ once,
- * that one request tested in a loop reads every time, that a stale read answers nobody, and that
- * data still flows when the caller only sweeps test() over a full window.
+ * that one request tested in a loop reads every time, that a stale read answers nobody, that
+ * data still flows when the caller only sweeps test() over a full window, and that a receive
+ * that eager messages already taken in fill reads nothing at its post.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,15 +13,30 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fake_tp.h"
+#include "mk/core_params.h"
 #include "mk/param.h"
 #include "mk/rdv.h"
 #include "rdv_internal.h"
 #include "rdv_pair.h"
 
 #define W 4
+
+/*
+ * Clock readings of the code under test: this definition stands in for the C library's (the
+ * transport core is linked statically into this program), so a test can count them.
+ */
+static unsigned long clock_reads;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	clock_reads++;
+	return (int)syscall(SYS_clock_gettime, id, ts);
+}
 
 static int setup(void **state)
 {
@@ -247,6 +263,137 @@ static void test_window_flows_on_tests_alone(void **state)
 	assert_true(shared > 0);
 }
 
+/* One receive of cap bytes, tag 0; it must be posted. */
+static struct mk_rdv_req *post_one(struct pair *p, void *buf, size_t cap, struct mk_mr *mr)
+{
+	struct mk_rdv_req *req = NULL;
+	int tag = 0;
+
+	assert_int_equal(mk_rdv_irecv(p->r, 1, &buf, &cap, &tag, &mr, false, &req), 0);
+	assert_non_null(req);
+	return req;
+}
+
+/*
+ * One read takes in every eager message that landed; while other receives are outstanding, the
+ * receives posted after it that those messages fill read nothing more (on shm each read takes
+ * the region lock the sender's writes need). A lone receive reads anyway, and a small receive
+ * that nothing waiting fills reads and sends its CTS.
+ */
+static void test_irecv_filled_by_landed_messages_reads_nothing(void **state)
+{
+	enum { K = 3, MSG = 8 }; /* 2 K + 1 groups: fewer than a CTS batch */
+	char sbuf[K][MSG], rbuf[K + 1][MSG];
+	struct mk_rdv_req *sreq, *rreq[K + 1];
+	struct mk_mr *smr, *rmr;
+	struct mk_rdv_recv *r;
+	struct pair p;
+	uint32_t polls;
+	int writes;
+
+	(void)state;
+	fake_tp_faults.land_on_poll = 1;
+	fake_tp_faults.needs_poll = 1;
+	pair_open(&p);
+	r = (struct mk_rdv_recv *)p.r;
+	smr = reg(p.s, sbuf, sizeof(sbuf));
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	memset(rbuf, 0, sizeof(rbuf));
+	for (int round = 0; round < 2; round++) {
+		for (int k = 0; k < K; k++) {
+			memset(sbuf[k], round * K + k + 1, MSG);
+			sreq = NULL;
+			while (sreq == NULL)
+				assert_int_equal(mk_rdv_isend(p.s, sbuf[k], MSG, 0, smr, &sreq), 0);
+			assert_true(sreq->eager);
+			assert_int_equal(wait_both(sreq, NULL, NULL, NULL), 0);
+		}
+		polls = r->cs.polls;
+		writes = fake_tp_writes();
+		for (int k = 0; k < K; k++) {
+			size_t got = 0;
+			int done = 0;
+
+			rreq[k] = post_one(&p, rbuf[k], MSG, rmr);
+			assert_true(rreq[k]->cts_lazy);
+			if (round == 1) {
+				/* each alone: a read per receive, though each finds its message */
+				assert_int_equal(r->cs.polls - polls, (uint32_t)k + 1);
+				assert_int_equal(mk_rdv_test(rreq[k], &done, &got), 0);
+				assert_int_equal(done, 1);
+				assert_int_equal(got, MSG);
+				continue;
+			}
+			/* the first receive's read landed all K; the others find theirs waiting */
+			assert_int_equal(r->cs.polls - polls, 1);
+		}
+		for (int k = 0; round == 0 && k < K; k++) {
+			size_t got = 0;
+			int done = 0;
+
+			assert_int_equal(mk_rdv_test(rreq[k], &done, &got), 0);
+			assert_int_equal(done, 1);
+			assert_int_equal(got, MSG);
+		}
+		for (int k = 0; k < K; k++) {
+			assert_int_equal(rbuf[k][0], round * K + k + 1);
+			assert_int_equal(rbuf[k][MSG - 1], round * K + k + 1);
+		}
+		assert_int_equal(fake_tp_writes() - writes, 0); /* every CTS held back */
+	}
+	/* nothing waits for this one: it reads, finds nothing, and its CTS goes */
+	polls = r->cs.polls;
+	rreq[K] = post_one(&p, rbuf[K], MSG, rmr);
+	assert_false(rreq[K]->cts_lazy);
+	assert_int_equal(r->cs.polls - polls, 1);
+	assert_int_equal(fake_tp_writes() - writes, 1);
+	memset(sbuf[0], 0x5a, MSG);
+	sreq = NULL;
+	while (sreq == NULL)
+		assert_int_equal(mk_rdv_isend(p.s, sbuf[0], MSG, 0, smr, &sreq), 0);
+	assert_int_equal(wait_both(sreq, rreq[K], NULL, NULL), 0);
+	assert_int_equal(rbuf[K][0], 0x5a);
+	mk_rdv_dereg(p.s, smr);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+}
+
+/*
+ * Tests of unfinished requests read the clock once each: the request that reads the CQ once at
+ * the read's end, the others once to age the shared read; the liveness check after them takes
+ * that reading instead of its own (it still probes a quiet peer on time).
+ */
+static void test_idle_sweep_reads_the_clock_once_per_test(void **state)
+{
+	struct pair p;
+	char rbuf[W * 64];
+	struct mk_mr *rmr;
+	struct mk_rdv_req *req[W];
+	struct mk_rdv_recv *r;
+	unsigned long before;
+	uint64_t probes, shared;
+
+	(void)state;
+	share_ns("1000000000");
+	pair_open(&p);
+	r = (struct mk_rdv_recv *)p.r;
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	post_recvs(&p, rbuf, rmr, req);
+	sweep(req, W);
+	shared = r->cs.polls_shared;
+	before = clock_reads;
+	sweep(req, W);
+	assert_int_equal(r->cs.polls_shared - shared, W - 1);
+	assert_int_equal(clock_reads - before, W);
+	/* nothing heard for longer than MKERNEL_KEEPALIVE: the next test probes the peer */
+	probes = r->cs.probes;
+	r->cs.last_event_ms -= (uint64_t)mk_param_keepalive_ms() + 1;
+	sweep(req, 1);
+	assert_int_equal(r->cs.probes, probes + 1);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -254,6 +401,8 @@ int main(void)
 		cmocka_unit_test_setup(test_sweep_reads_once_and_one_request_always_reads, setup),
 		cmocka_unit_test_setup(test_stale_read_and_sharing_off_read_every_test, setup),
 		cmocka_unit_test_setup(test_window_flows_on_tests_alone, setup),
+		cmocka_unit_test_setup(test_irecv_filled_by_landed_messages_reads_nothing, setup),
+		cmocka_unit_test_setup(test_idle_sweep_reads_the_clock_once_per_test, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
