@@ -147,21 +147,26 @@ static void test_parse_rejects_malformed_records(void **state)
 	}
 }
 
-/* The table compiled into the library parses and holds both paths of some class. */
+/* The table compiled into the library parses and holds cuBLAS, engine and skinny records. */
 static void test_builtin_table_is_valid(void **state)
 {
 	struct mk_calib c;
 	const char *why;
-	int line, engine = 0, blas = 0;
+	struct mk_calib_choice ch;
+	int line, engine = 0, blas = 0, skinny = 0;
 
 	(void)state;
 	assert_int_equal(parse(mk_calib_builtin, &c, &line, &why), 0);
 	assert_true(c.ngemm >= 2);
 	for (size_t i = 0; i < c.ngemm; i++) {
-		engine += c.gemm[i].engine;
+		engine += c.gemm[i].engine == 1;
+		skinny += c.gemm[i].engine == MK_CALIB_SKINNY;
 		blas += !c.gemm[i].engine;
 	}
-	assert_true(engine > 0 && blas > 0);
+	assert_true(engine > 0 && blas > 0 && skinny > 0);
+	/* one decode row against a 1024 x 1024 weight: the skinny kernel, measured at 2x cuBLAS */
+	assert_int_equal(mk_calib_gemm_choose(&c, 1, 1024, 1024, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.engine, MK_CALIB_SKINNY);
 	assert_true(c.sms > 0);
 	mk_calib_free(&c);
 }
