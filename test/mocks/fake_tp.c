@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fake_tp.h"
+#include "mk/clock.h"
 #include "mk/compiler.h"
 #include "mk/core_params.h"
 
@@ -397,6 +398,8 @@ static int fake_poll(struct mk_conn *base, struct mk_event *ev, int max)
 	struct fake_conn *c = container_of(base, struct fake_conn, base);
 	int n = 0;
 
+	if (fake_tp_faults.poll_reads_clock)
+		base->polled_ns = mk_now_ns();
 	fake_land(c);
 	while (n < max && c->head != c->tail) {
 		ev[n] = c->evq[c->head++ % FAKE_EVQ];

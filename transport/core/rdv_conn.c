@@ -117,7 +117,7 @@ bool mk_rdv_test_must_poll(struct mk_rdv_conn_state *cs, uint32_t *seen)
 
 void mk_rdv_polled(struct mk_rdv_conn_state *cs, bool heard)
 {
-	uint64_t now = mk_now_ns();
+	uint64_t now = cs->conn->polled_ns != 0 ? cs->conn->polled_ns : mk_now_ns();
 
 	cs->polls++;
 	cs->last_poll_ns = now;

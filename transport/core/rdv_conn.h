@@ -70,16 +70,16 @@ struct mk_rdv_conn_state {
 	/*
 	 * CQ reads shared between the tests of one connection's requests: every read of the
 	 * connection's completions bumps polls (an epoch each request remembers at its last
-	 * test) and stamps its end; a test answered by another request's read counts in
-	 * polls_shared (tests read it).
+	 * test) and stamps its time (mk_rdv_polled); a test answered by another request's read
+	 * counts in polls_shared (tests read it).
 	 */
 	uint32_t polls;
 	uint64_t last_poll_ns;
 	uint64_t share_ns; /* MKERNEL_POLL_SHARE_NS, read once at setup */
 	uint64_t polls_shared;
 	/*
-	 * The latest clock reading of a call on this connection: a read's end (mk_rdv_polled) or
-	 * a test's check for a shared read. The liveness check after them takes it rather than
+	 * The latest clock reading of a call on this connection: a read's stamp (mk_rdv_polled)
+	 * or a test's check for a shared read. The liveness check after them takes it rather than
 	 * reading the clock again: a test of an unfinished request read it two to three times,
 	 * and on small messages the clock was the sender's largest user-space cost.
 	 */
@@ -138,9 +138,19 @@ static inline bool mk_rdv_poll_shared(uint32_t seen, uint32_t polls, uint64_t no
  * fresh read of another request answers it (counted, *seen updated).
  */
 bool mk_rdv_test_must_poll(struct mk_rdv_conn_state *cs, uint32_t *seen);
+/* Before a read of the connection's CQ: no backend reading yet (see mk_rdv_polled). */
+static inline void mk_rdv_polling(struct mk_rdv_conn_state *cs)
+{
+	cs->conn->polled_ns = 0;
+}
+
 /*
- * A read of the connection's CQ just ended: a new epoch; heard: it brought the peer's sign of
- * life (last_event_ms). One clock read serves both, not one per event.
+ * A read of the connection's CQ (begun by mk_rdv_polling) just ended: a new epoch; heard: it
+ * brought the peer's sign of life (last_event_ms). One clock reading serves both, not one per
+ * event: the backend's from its poll when it took one (conn->polled_ns), else ours. The
+ * backend's is from before the read, microseconds older than ours would be: a shared read
+ * then only ages sooner (a test reads the CQ no later than before), and against the
+ * millisecond limits of MKERNEL_KEEPALIVE and MKERNEL_TIMEOUT the difference does not count.
  */
 void mk_rdv_polled(struct mk_rdv_conn_state *cs, bool heard);
 

@@ -236,6 +236,7 @@ static void recv_poll(struct mk_rdv_recv *r)
 	bool heard = false;
 	int n;
 
+	mk_rdv_polling(&r->cs);
 	do {
 		n = r->cs.conn->ops->poll(r->cs.conn, ev, RECV_POLL_BATCH);
 		if (n < 0) {

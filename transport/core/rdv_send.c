@@ -160,6 +160,7 @@ int mk_rdv_send_progress(struct mk_rdv_send *s)
 	bool heard = false;
 	int n, rc;
 
+	mk_rdv_polling(&s->cs);
 	do {
 		n = s->cs.conn->ops->poll(s->cs.conn, ev, SEND_POLL_BATCH);
 		if (n < 0) {

@@ -401,6 +401,7 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 		return 0;
 	now = mk_now_ns(); /* one reading for the whole poll: a clock read per use showed in
 			      profiles of small messages */
+	conn->base.polled_ns = now; /* and for the consumer's stamp of this read */
 	/*
 	 * A peer that died inside the provider may hold our region's lock, and fi_cq_read would
 	 * spin on it: stop here. One that closed its endpoint first cannot; what it sent before

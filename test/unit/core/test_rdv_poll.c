@@ -4,7 +4,8 @@
  * then over the fake backend that a sweep of tests over W unfinished requests reads the CQ once,
  * that one request tested in a loop reads every time, that a stale read answers nobody, that
  * data still flows when the caller only sweeps test() over a full window, and that a receive
- * that eager messages already taken in fill reads nothing at its post.
+ * that eager messages already taken in fill reads nothing at its post, and that a CQ read
+ * reads the clock once.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -358,6 +359,40 @@ static void test_irecv_filled_by_landed_messages_reads_nothing(void **state)
 	pair_close(&p);
 }
 
+/* W receives posted, nothing sent, one sweep of tests done: its first test read the CQ. */
+struct idle {
+	struct pair p;
+	char rbuf[W * 64];
+	struct mk_mr *rmr;
+	struct mk_rdv_req *req[W];
+	struct mk_rdv_recv *r;
+};
+
+static void idle_open(struct idle *t)
+{
+	pair_open(&t->p);
+	t->r = (struct mk_rdv_recv *)t->p.r;
+	t->rmr = reg(t->p.r, t->rbuf, sizeof(t->rbuf));
+	post_recvs(&t->p, t->rbuf, t->rmr, t->req);
+	sweep(t->req, W);
+}
+
+static void idle_close(struct idle *t)
+{
+	mk_rdv_dereg(t->p.r, t->rmr);
+	pair_close(&t->p);
+}
+
+/* Nothing heard for longer than MKERNEL_KEEPALIVE: the next test of req probes the peer. */
+static void expect_probe(struct mk_rdv_recv *r, struct mk_rdv_req *req)
+{
+	uint64_t probes = r->cs.probes;
+
+	r->cs.last_event_ms -= (uint64_t)mk_param_keepalive_ms() + 1;
+	sweep(&req, 1);
+	assert_int_equal(r->cs.probes, probes + 1);
+}
+
 /*
  * Tests of unfinished requests read the clock once each: the request that reads the CQ once at
  * the read's end, the others once to age the shared read; the liveness check after them takes
@@ -365,33 +400,54 @@ static void test_irecv_filled_by_landed_messages_reads_nothing(void **state)
  */
 static void test_idle_sweep_reads_the_clock_once_per_test(void **state)
 {
-	struct pair p;
-	char rbuf[W * 64];
-	struct mk_mr *rmr;
-	struct mk_rdv_req *req[W];
-	struct mk_rdv_recv *r;
+	struct idle t;
 	unsigned long before;
-	uint64_t probes, shared;
+	uint64_t shared;
 
 	(void)state;
 	share_ns("1000000000");
-	pair_open(&p);
-	r = (struct mk_rdv_recv *)p.r;
-	rmr = reg(p.r, rbuf, sizeof(rbuf));
-	post_recvs(&p, rbuf, rmr, req);
-	sweep(req, W);
-	shared = r->cs.polls_shared;
+	idle_open(&t);
+	shared = t.r->cs.polls_shared;
 	before = clock_reads;
-	sweep(req, W);
-	assert_int_equal(r->cs.polls_shared - shared, W - 1);
+	sweep(t.req, W);
+	assert_int_equal(t.r->cs.polls_shared - shared, W - 1);
 	assert_int_equal(clock_reads - before, W);
-	/* nothing heard for longer than MKERNEL_KEEPALIVE: the next test probes the peer */
-	probes = r->cs.probes;
-	r->cs.last_event_ms -= (uint64_t)mk_param_keepalive_ms() + 1;
-	sweep(req, 1);
-	assert_int_equal(r->cs.probes, probes + 1);
-	mk_rdv_dereg(p.r, rmr);
-	pair_close(&p);
+	expect_probe(t.r, t.req[0]);
+	idle_close(&t);
+}
+
+/*
+ * A CQ read takes one clock reading, not one in the backend and another in the core: a backend
+ * whose poll reads the clock (ofi does, for its watchdog and stall checks) lends that reading
+ * to the read's stamp, and the core reads the clock itself only behind a backend that does not.
+ * One request tested in a loop reads the CQ at every test.
+ */
+static void test_cq_read_reads_the_clock_once(void **state)
+{
+	struct idle t;
+	unsigned long before;
+	uint32_t polls;
+
+	(void)state;
+	idle_open(&t);
+	sweep(&t.req[2], 1); /* from here on its epoch is the latest: no check for a shared read */
+	for (int backend_reads = 0; backend_reads < 2; backend_reads++) {
+		fake_tp_faults.poll_reads_clock = backend_reads;
+		polls = t.r->cs.polls;
+		before = clock_reads;
+		for (int k = 0; k < 5; k++)
+			sweep(&t.req[2], 1);
+		assert_int_equal(t.r->cs.polls - polls, 5);
+		assert_int_equal(clock_reads - before, 5);
+		/* the stamp is the backend's reading when it took one */
+		if (backend_reads)
+			assert_true(t.r->cs.last_poll_ns == t.r->cs.conn->polled_ns);
+		else
+			assert_true(t.r->cs.conn->polled_ns == 0);
+	}
+	/* the liveness check runs on the lent reading too: a quiet peer is probed */
+	expect_probe(t.r, t.req[2]);
+	idle_close(&t);
 }
 
 int main(void)
@@ -403,6 +459,7 @@ int main(void)
 		cmocka_unit_test_setup(test_window_flows_on_tests_alone, setup),
 		cmocka_unit_test_setup(test_irecv_filled_by_landed_messages_reads_nothing, setup),
 		cmocka_unit_test_setup(test_idle_sweep_reads_the_clock_once_per_test, setup),
+		cmocka_unit_test_setup(test_cq_read_reads_the_clock_once, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
