@@ -186,6 +186,37 @@ static int cal_candidates(int m, int n, int k, int b_nk, size_t ws_cap, struct c
 	return np;
 }
 
+/*
+ * A path's output (its first launch, waited for) against cuBLASLt's: 1 when it is right, else 0
+ * with the path reported and recorded as left out of the file.
+ */
+static int cal_right(FILE *out, const char *what, const void *c, const void *c_blas, int m, int n,
+		     int k, int b_nk, cudaStream_t st)
+{
+	double rms, err;
+
+	cal_sync(st, what, m, n, k);
+	err = bench_rel_err(c, c_blas, (size_t)m * n, st, &rms);
+	if (err >= 0 && err < 1e-2)
+		return 1;
+	fprintf(stderr, "calibrate: %s at %d x %d x %d %s is WRONG (rel err %g): left out\n", what, m,
+		n, k, b_nk ? "nk" : "kn", err);
+	fprintf(out, "# left out: %s at %d %d %d %s computed a wrong result\n", what, m, n, k,
+		b_nk ? "nk" : "kn");
+	cal_wrong = 1;
+	return 0;
+}
+
+/* The record name of timed path i: the two cuBLAS calls, then engine variants or the skinny
+ * kernel (who < 0). */
+static const char *cal_name(int i, const int *who, const struct cal_path *paths, char *buf,
+			    size_t len)
+{
+	if (i < 2)
+		return i == 0 ? "cublas" : "gemmex";
+	return who[i] < 0 ? "skinny" : mk_gemm_pick_name(&paths[who[i]].pick, buf, len);
+}
+
 static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, int reps)
 {
 	const size_t ea = (size_t)m * k, eb = (size_t)k * n, ec = (size_t)m * n;
@@ -218,7 +249,6 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 	/* every engine path: its own output, checked against cuBLASLt's before it is timed */
 	for (int i = 0; i < np; i++) {
 		struct cal_path *p = &paths[i];
-		double rms, err;
 
 		if (bench_cuda(cudaMalloc(&p->out, ec * 2), "alloc C"))
 			goto out;
@@ -231,44 +261,22 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 		    mk_gemm_make_tensor_maps(a, b, &p->eng.args, &p->eng.maps) ||
 		    cal_engine_launch(&p->eng, st))
 			continue; /* the engine cannot run it (alignment rules): not a path here */
-		cal_sync(st, mk_gemm_pick_name(&p->pick, name, sizeof(name)), m, n, k);
-		err = bench_rel_err(p->out, c_blas, ec, st, &rms);
-		if (!(err >= 0 && err < 1e-2)) {
-			fprintf(stderr, "calibrate: %s at %d x %d x %d %s is WRONG (rel err %g): left "
-					"out\n",
-				mk_gemm_pick_name(&p->pick, name, sizeof(name)), m, n, k,
-				b_nk ? "nk" : "kn", err);
-			fprintf(out, "# left out: %s at %d %d %d %s computed a wrong result\n", name, m,
-				n, k, b_nk ? "nk" : "kn");
-			cal_wrong = 1;
+		if (!cal_right(out, mk_gemm_pick_name(&p->pick, name, sizeof(name)), p->out, c_blas,
+			       m, n, k, b_nk, st))
 			continue;
-		}
 		who[ni] = i;
 		impl[ni++] = (struct bench_impl){ cal_engine_launch, &p->eng, 0, 0, 0 };
 	}
 	/* the skinny kernel where it runs, checked the same way (who = -1) */
 	if (mk_skinny_check(a, b, c_blas, m, n, k, b_nk, NULL) == 0 &&
 	    !bench_cuda(cudaMalloc(&sk.c, ec * 2), "alloc C")) {
-		double rms, err;
-
 		sk.a = a;
 		sk.b = b;
 		cudaMemsetAsync(sk.c, 0xFF, ec * 2, st);
-		if (cal_skinny_launch(&sk, st) == 0) {
-			cal_sync(st, "skinny", m, n, k);
-			err = bench_rel_err(sk.c, c_blas, ec, st, &rms);
-			if (err >= 0 && err < 1e-2) {
-				who[ni] = -1;
-				impl[ni++] = (struct bench_impl){ cal_skinny_launch, &sk, 0, 0, 0 };
-			} else {
-				fprintf(stderr,
-					"calibrate: skinny at %d x %d x %d is WRONG (rel err %g): "
-					"left out\n",
-					m, n, k, err);
-				fprintf(out, "# left out: skinny at %d %d %d nk computed a wrong result\n",
-					m, n, k);
-				cal_wrong = 1;
-			}
+		if (cal_skinny_launch(&sk, st) == 0 &&
+		    cal_right(out, "skinny", sk.c, c_blas, m, n, k, b_nk, st)) {
+			who[ni] = -1;
+			impl[ni++] = (struct bench_impl){ cal_skinny_launch, &sk, 0, 0, 0 };
 		}
 	}
 	{
@@ -286,16 +294,9 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 			impl[i].p10 /= CAL_BURST;
 			impl[i].p90 /= CAL_BURST;
 		}
-		fprintf(out, "gemm %d %d %d %s cublas %.2f\n", m, n, k, b_nk ? "nk" : "kn",
-			impl[0].med * 1e3);
-		fprintf(out, "gemm %d %d %d %s gemmex %.2f\n", m, n, k, b_nk ? "nk" : "kn",
-			impl[1].med * 1e3);
-		for (int i = 2; i < ni; i++)
+		for (int i = 0; i < ni; i++)
 			fprintf(out, "gemm %d %d %d %s %s %.2f\n", m, n, k, b_nk ? "nk" : "kn",
-				who[i] < 0 ? "skinny"
-					   : mk_gemm_pick_name(&paths[who[i]].pick, name,
-							       sizeof(name)),
-				impl[i].med * 1e3);
+				cal_name(i, who, paths, name, sizeof(name)), impl[i].med * 1e3);
 		if (cal_json) {
 			for (int i = 0; i < ni; i++)
 				fprintf(stderr,
@@ -303,11 +304,7 @@ static int cal_class(FILE *out, int m, int n, int k, int b_nk, cudaStream_t st, 
 					"\"b_layout\":\"%s\",\"path\":\"%s\",\"us\":%.2f,"
 					"\"p10_us\":%.2f,\"p90_us\":%.2f,\"reps\":%d}\n",
 					m, n, k, b_nk ? "NK" : "KN",
-					i == 0		  ? "cublas"
-					: i == 1	  ? "gemmex"
-					: who[i] < 0 ? "skinny"
-							  : mk_gemm_pick_name(&paths[who[i]].pick,
-									    name, sizeof(name)),
+					cal_name(i, who, paths, name, sizeof(name)),
 					impl[i].med * 1e3, impl[i].p10 * 1e3, impl[i].p90 * 1e3, reps);
 		}
 	}

@@ -130,15 +130,11 @@ extern "C" int mk_skinny_launch(const void *a, const void *b, void *c, int m, in
 	const int wide = (n + 15) / 16 >= 264;
 	const int cols = wide ? 16 : 8;
 	const dim3 grid((unsigned int)((n + cols - 1) / cols));
+	void (*const kernel)(const __nv_bfloat16 *, const __nv_bfloat16 *, __nv_bfloat16 *, int,
+			     int, int) = wide ? mk_skinny_kernel<2> : mk_skinny_kernel<1>;
 
-	if (wide)
-		mk_skinny_kernel<2><<<grid, SK_THREADS, 0, stream>>>(
-			(const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, (__nv_bfloat16 *)c, m,
-			n, k);
-	else
-		mk_skinny_kernel<1><<<grid, SK_THREADS, 0, stream>>>(
-			(const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, (__nv_bfloat16 *)c, m,
-			n, k);
+	kernel<<<grid, SK_THREADS, 0, stream>>>((const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b,
+						(__nv_bfloat16 *)c, m, n, k);
 	if (cudaGetLastError() != cudaSuccess)
 		return -EIO;
 	return 0;

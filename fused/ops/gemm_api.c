@@ -35,8 +35,7 @@ MK_PARAM_DECLARE_INT(gemm_force_fallback); /* fused/gemm/gemm_params.c */
 MK_PARAM_DECLARE_STR(gemm_path);
 MK_PARAM_DECLARE_INT(gemm_workspace);
 
-#define DISP_MAX_DEVICES 64
-#define DISP_CACHE	 32 /* shapes per thread; a collision replaces the older entry */
+#define DISP_CACHE 32 /* shapes per thread; a collision replaces the older entry */
 
 struct disp_entry {
 	int valid;
@@ -55,7 +54,6 @@ struct disp_entry {
 
 static __thread struct disp_entry disp_cache[DISP_CACHE];
 static __thread struct mk_gemm_ran disp_last;
-static int disp_dev_ok[DISP_MAX_DEVICES]; /* 0 unknown, 1 sm_90, 2 other */
 
 static int disp_tile_of(unsigned int bm, unsigned int bn)
 {
@@ -109,15 +107,6 @@ const char *mk_gemm_pick_name(const struct mk_gemm_pick *p, char *buf, size_t le
 			 : p->path == MK_GEMM_PATH_SKINNY   ? "skinny"
 							    : "auto");
 	return buf;
-}
-
-static int disp_device_ok(int dev)
-{
-	if (dev < 0 || dev >= DISP_MAX_DEVICES)
-		return mk_gemm_device_ok();
-	if (__atomic_load_n(&disp_dev_ok[dev], __ATOMIC_RELAXED) == 0)
-		__atomic_store_n(&disp_dev_ok[dev], mk_gemm_device_ok() ? 1 : 2, __ATOMIC_RELAXED);
-	return disp_dev_ok[dev] == 1;
 }
 
 /* What a calibrated engine path needs from this call. */
@@ -296,7 +285,7 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 
 	if (cudaGetDevice(&key.dev) != cudaSuccess)
 		return -EIO;
-	dev_ok = disp_device_ok(key.dev);
+	dev_ok = mk_gemm_device_ok(); /* asked of the device once, then kept */
 	x.ws_cap = (size_t)mk_param_gemm_workspace();
 	if (force != NULL && force->path != MK_GEMM_PATH_AUTO) {
 		forced = *force;

@@ -28,10 +28,10 @@
 #define FALLBACK_MAX_DEVICES 64
 
 static __thread cublasHandle_t fallback_handles[FALLBACK_MAX_DEVICES];
-/* The stream each handle was last given: cublasSetStream resets the handle's workspace each time,
- * host time a decode-size GEMM's GPU waits for, so it is called only when the stream changes. */
+/* The stream each handle was last given (a new handle's is the default stream, NULL):
+ * cublasSetStream resets the handle's workspace each time, host time a decode-size GEMM's GPU
+ * waits for, so it is called only when the stream changes. */
 static __thread cudaStream_t fallback_streams[FALLBACK_MAX_DEVICES];
-static __thread int fallback_stream_set[FALLBACK_MAX_DEVICES];
 
 static int fallback_handle(cublasHandle_t *out, cudaStream_t stream)
 {
@@ -54,17 +54,16 @@ static int fallback_handle(cublasHandle_t *out, cudaStream_t stream)
 			fallback_handles[dev] = NULL;
 			return -EIO;
 		}
+		fallback_streams[dev] = NULL;
 	}
-	if (!fallback_stream_set[dev] || fallback_streams[dev] != stream) {
+	if (fallback_streams[dev] != stream) {
 		st = cublasSetStream(fallback_handles[dev], stream);
 		if (st != CUBLAS_STATUS_SUCCESS) {
 			MK_WARN("cublasSetStream failed on device %d: %s", dev,
 				cublasGetStatusString(st));
-			fallback_stream_set[dev] = 0;
 			return -EIO;
 		}
 		fallback_streams[dev] = stream;
-		fallback_stream_set[dev] = 1;
 	}
 	*out = fallback_handles[dev];
 	return 0;

@@ -67,7 +67,7 @@ static bool eager_open(const struct mk_rdv_recv *r, uint32_t g)
 	const struct mk_rdv_req *req = &r->reqs[g % MK_RDV_CTS_GROUPS];
 
 	return req->seq == g && req->state == MK_RDV_REQ_POSTED &&
-	       req->etaken != (uint8_t)((1u << req->n) - 1);
+	       req->etaken != mk_rdv_subs_all((unsigned)req->n);
 }
 
 /*

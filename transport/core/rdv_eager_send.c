@@ -111,7 +111,7 @@ void mk_rdv_eager_group_seen(struct mk_rdv_send *s, uint32_t g, unsigned n)
 	struct mk_rdv_eager_tx *tx = &s->eager;
 	const struct mk_rdv_cts *cts = &s->ring[((g - 1) % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
 	uint8_t *used = &s->used[(g - 1) % MK_RDV_CTS_GROUPS];
-	const uint8_t full = (uint8_t)((1u << n) - 1);
+	const uint8_t full = mk_rdv_subs_all(n);
 	int kept = 0, k;
 
 	eager_credit(s, cts[0].credits);

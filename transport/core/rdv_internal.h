@@ -32,6 +32,12 @@
 #define MK_RDV_MAX_SEGS	   16
 #define MK_RDV_CHUNK_ALIGN 128 /* LL/LL128 lines never straddle two segments */
 
+/* The bit mask of all n sub-receives of a group or request (used, etaken: 1 bit each). */
+static inline uint8_t mk_rdv_subs_all(unsigned n)
+{
+	return (uint8_t)((1u << n) - 1);
+}
+
 struct mk_rdv_cts {
 	uint64_t addr;	    /* receive buffer VA */
 	uint64_t size;	    /* its capacity */

@@ -28,7 +28,7 @@ static bool recv_data_in(const struct mk_rdv_req *req)
 /* Eager messages took every sub-receive of the request. */
 static bool recv_eager_filled(const struct mk_rdv_req *req)
 {
-	return req->etaken == (uint8_t)((1u << req->n) - 1);
+	return req->etaken == mk_rdv_subs_all((unsigned)req->n);
 }
 
 /* Nothing of the request is in flight: its slot and CTS staging entries may be reused. */

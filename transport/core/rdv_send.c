@@ -42,7 +42,7 @@ static bool send_group_full(struct mk_rdv_send *s, uint32_t seq)
 {
 	unsigned i = (seq - 1) % MK_RDV_CTS_GROUPS;
 
-	return s->gn[i] != 0 && s->gseq[i] == seq && s->used[i] == (uint8_t)((1u << s->gn[i]) - 1);
+	return s->gn[i] != 0 && s->gseq[i] == seq && s->used[i] == mk_rdv_subs_all(s->gn[i]);
 }
 
 /* Retire fully consumed groups at the head so their ring slots can be rewritten. */

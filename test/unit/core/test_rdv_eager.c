@@ -814,6 +814,14 @@ static void test_eager_receiver_drains_a_sender_that_left(void **state)
 	assert_int_equal(fake_tp_live_regs(), 0);
 }
 
+/* The eager messages still waiting at the sender are `want`, in that order. */
+static void expect_pending(const struct mk_rdv_send *s, const int32_t *want, int n)
+{
+	assert_int_equal(s->eager.npend, n);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(s->eager.pend_tag[i], want[i]);
+}
+
 /*
  * A processed group takes the oldest waiting eager messages its sub-receives fit (by tag in a
  * multi-receive); the others keep waiting in their order, both when the group fills up part way
@@ -836,10 +844,7 @@ static void test_eager_group_seen_keeps_the_rest_in_order(void **state)
 	s->eager.npend = 5;
 	mk_rdv_eager_group_seen(s, 1, 2);
 	assert_int_equal(s->used[0], 3);
-	assert_int_equal(s->eager.npend, 3);
-	assert_int_equal(s->eager.pend_tag[0], 1);
-	assert_int_equal(s->eager.pend_tag[1], 3);
-	assert_int_equal(s->eager.pend_tag[2], 2);
+	expect_pending(s, (const int32_t[]){ 1, 3, 2 }, 3);
 	/* group 2: tags 2, 5, 2; the 5 finds no message, so every message is looked at */
 	ring[8].tag = 2;
 	ring[9].tag = 5;
@@ -848,16 +853,11 @@ static void test_eager_group_seen_keeps_the_rest_in_order(void **state)
 	s->eager.npend = 5;
 	mk_rdv_eager_group_seen(s, 2, 3);
 	assert_int_equal(s->used[1], 5);
-	assert_int_equal(s->eager.npend, 3);
-	assert_int_equal(s->eager.pend_tag[0], 1);
-	assert_int_equal(s->eager.pend_tag[1], 1);
-	assert_int_equal(s->eager.pend_tag[2], 7);
+	expect_pending(s, (const int32_t[]){ 1, 1, 7 }, 3);
 	/* group 3 of one: the oldest message, whatever its tag */
 	mk_rdv_eager_group_seen(s, 3, 1);
 	assert_int_equal(s->used[2], 1);
-	assert_int_equal(s->eager.npend, 2);
-	assert_int_equal(s->eager.pend_tag[0], 1);
-	assert_int_equal(s->eager.pend_tag[1], 7);
+	expect_pending(s, (const int32_t[]){ 1, 7 }, 2);
 	free(ring);
 	free(s);
 }
