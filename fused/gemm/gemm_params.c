@@ -11,6 +11,7 @@ MK_PARAM_DECLARE_INT(gemm_force_fallback);
 MK_PARAM_DECLARE_STR(gemm_path);
 MK_PARAM_DECLARE_INT(gemm_workspace);
 MK_PARAM_DECLARE_STR(gemm_ar_path);
+MK_PARAM_DECLARE_INT(gemm_bf16_reduction);
 
 MK_PARAM_INT(gemm_no_tma_store, "fused", "MKERNEL_GEMM_NO_TMA_STORE", 0,
 	     "1 = the GEMM epilogue writes every output with per-thread stores instead of TMA");
@@ -26,6 +27,11 @@ MK_PARAM_STR(gemm_path, "fused", "MKERNEL_GEMM_PATH", "",
 MK_PARAM_INT(gemm_workspace, "fused", "MKERNEL_GEMM_WORKSPACE", 32 << 20,
 	     "bytes of device memory per stream for split-K partials and cuBLASLt (allocated at "
 	     "the first call that needs it)");
+
+MK_PARAM_INT(gemm_bf16_reduction, "fused", "MKERNEL_GEMM_BF16_REDUCTION", 0,
+	     "1 = mkGemm's cuBLAS calls may add split-K partials in bf16, as cuBLAS's and "
+	     "PyTorch's defaults allow (faster at some small shapes, less exact); 0 = in fp32, as "
+	     "the engine does");
 
 MK_PARAM_STR(
 	gemm_ar_path, "fused", "MKERNEL_GEMM_AR_PATH", "",

@@ -24,6 +24,9 @@
 
 #define MK_LOG_PREFIX "mkernel"
 #include "mk/log.h"
+#include "mk/param.h"
+
+MK_PARAM_DECLARE_INT(gemm_bf16_reduction); /* fused/gemm/gemm_params.c */
 
 #define FALLBACK_MAX_DEVICES 64
 
@@ -42,8 +45,9 @@ static int fallback_handle(cublasHandle_t *out, cudaStream_t stream)
 		return -ENODEV;
 	if (fallback_handles[dev] == NULL) {
 		st = cublasCreate(&fallback_handles[dev]);
-		/* fp32 accumulation end to end, as the engine: no split-K reduction in bf16. */
-		if (st == CUBLAS_STATUS_SUCCESS)
+		/* fp32 accumulation end to end, as the engine: no split-K reduction in bf16,
+		 * unless MKERNEL_GEMM_BF16_REDUCTION allows what cuBLAS's default does. */
+		if (st == CUBLAS_STATUS_SUCCESS && !mk_param_gemm_bf16_reduction())
 			st = cublasSetMathMode(
 				fallback_handles[dev],
 				CUBLAS_DEFAULT_MATH |
@@ -150,7 +154,9 @@ static int blas_plan_make(cublasLtHandle_t lt, struct blas_plan *p)
 	const int m = p->key.m, n = p->key.n, k = p->key.k, b_nk = p->key.b_nk;
 	/* fp32 all the way, as the engine: split-K partials may only be added in the compute type
 	 * (not in place in the output, nor in the output type). */
-	const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+	const uint32_t schemes = mk_param_gemm_bf16_reduction()
+					 ? CUBLASLT_REDUCTION_SCHEME_MASK
+					 : CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0, rc = -ENOSYS;

@@ -922,11 +922,15 @@ static void bench_paths(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, 
 					printf("{\"bench\":\"gemm_allreduce_paths\",\"m\":%d,\"n\":%d,"
 					       "\"k\":%d,\"nranks\":%d,\"nnodes\":%d,\"nlocal\":%d,"
 					       "\"path\":\"%s\",\"why\":\"%s\",\"auto_ms\":%.4f,"
-					       "\"cublas_nccl_ms\":%.4f,\"ratio\":%.3f,\"reps\":%d,"
-					       "\"emulated\":true}\n",
+					       "\"cublas_nccl_ms\":%.4f,\"ratio\":%.3f,"
+					       "\"auto_min_ms\":%.4f,\"auto_p90_ms\":%.4f,"
+					       "\"auto_max_ms\":%.4f,\"cublas_nccl_p90_ms\":%.4f,"
+					       "\"reps\":%d,\"emulated\":true}\n",
 					       m, n, k, g_nranks, nnodes, nlocal, path_name(auto_path),
 					       why != NULL ? why : "", user[0].med, user[1].med,
-					       user[1].med / user[0].med, reps);
+					       user[1].med / user[0].med, user[0].t[0],
+					       user[0].t[reps * 9 / 10], user[0].t[reps - 1],
+					       user[1].t[reps * 9 / 10], reps);
 			}
 			fflush(stdout);
 			problem_close(&p);
