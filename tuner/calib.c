@@ -581,7 +581,7 @@ static long calib_class(const struct mk_calib *c, uint64_t m, uint64_t n, uint64
 int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk,
 			 mk_calib_path_ok ok, void *arg, struct mk_calib_choice *out)
 {
-	const struct mk_calib_gemm *eng = NULL, *blas = NULL;
+	const struct mk_calib_gemm *eng = NULL, *blas = NULL, *lt = NULL, *gx = NULL;
 	long i = calib_class(c, m, n, k, b_nk);
 
 	memset(out, 0, sizeof(*out));
@@ -594,11 +594,21 @@ int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint6
 	     j++) {
 		const struct mk_calib_gemm *g = &c->gemm[j];
 
-		if (!g->engine && (blas == NULL || g->us < blas->us))
-			blas = g; /* the faster of cuBLASLt and cublasGemmEx */
+		if (!g->engine && g->gemmex)
+			gx = g;
+		else if (!g->engine)
+			lt = g;
 		else if ((ok == NULL || ok(g, arg)) && (eng == NULL || g->us < eng->us))
 			eng = g;
 	}
+	/*
+	 * cuBLAS's two calls: cublasGemmEx only when it beats cuBLASLt by MK_CALIB_GEMMEX_MARGIN.
+	 * GemmEx runs cuBLAS's heuristic inside every call, Lt's plan is kept, and the calibration
+	 * times bursts of calls, where that host time overlaps the GPU's; a lone call pays it.
+	 */
+	blas = lt;
+	if (gx != NULL && (lt == NULL || gx->us < lt->us * (1.0 - MK_CALIB_GEMMEX_MARGIN)))
+		blas = gx;
 	out->cublas_us = blas != NULL ? blas->us : 0;
 	out->gemmex = blas != NULL && blas->gemmex;
 	if (eng != NULL && (blas == NULL || eng->us < blas->us * (1.0 - MK_CALIB_TIE))) {

@@ -40,14 +40,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MK_CALIB_VERSION     1
-#define MK_CALIB_MAX_GEMM    65536
-#define MK_CALIB_MAX_BYTES   (4u << 20)
-#define MK_CALIB_MAX_OPS     16
-#define MK_CALIB_MAX_DIST    2.0 /* log2 units: a factor of 4 in N or K, or 2 in both */
-#define MK_CALIB_MAX_M_RATIO 4.0
+#define MK_CALIB_VERSION       1
+#define MK_CALIB_MAX_GEMM      65536
+#define MK_CALIB_MAX_BYTES     (4u << 20)
+#define MK_CALIB_MAX_OPS       16
+#define MK_CALIB_MAX_DIST      2.0 /* log2 units: a factor of 4 in N or K, or 2 in both */
+#define MK_CALIB_MAX_M_RATIO   4.0
 /* The engine must beat cuBLAS by this share at the class to be chosen (noise margin). */
-#define MK_CALIB_TIE	     0.01
+#define MK_CALIB_TIE	       0.01
+/* cublasGemmEx must beat cuBLASLt by this share at the class to be chosen (calib.c says why). */
+#define MK_CALIB_GEMMEX_MARGIN 0.03
 
 enum mk_calib_link {
 	MK_CALIB_NVL = 0,
@@ -144,7 +146,8 @@ typedef int (*mk_calib_path_ok)(const struct mk_calib_gemm *path, void *arg);
 
 /*
  * The faster path at the class of (m, n, k, b_nk): the fastest engine path that `ok` accepts
- * when it beats cuBLAS by MK_CALIB_TIE (or cuBLAS was not measured there), else cuBLAS. 0, or
+ * when it beats cuBLAS by MK_CALIB_TIE (or cuBLAS was not measured there), else cuBLAS: cuBLASLt,
+ * or cublasGemmEx where it beats Lt by MK_CALIB_GEMMEX_MARGIN. 0, or
  * -ENOENT when the shape has no class (*out is then cuBLAS with no times).
  */
 int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk,

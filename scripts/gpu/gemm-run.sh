@@ -97,11 +97,11 @@ for s in $steps; do
 			failed+=(bench-cal)
 			continue
 		fi
-		step bench-cal 170 env MKERNEL_CALIBRATION="$out/calib.txt" "$bin/mkernel-gemm-bench" --reps 20 --warmup 5
+		step bench-cal 170 env MKERNEL_CALIBRATION="$out/calib.txt" "$bin/mkernel-gemm-bench" --reps 100 --warmup 5
 		summary "$out/bench-cal.log"
 		;;
 	bench)
-		step bench 170 "$bin/mkernel-gemm-bench" --reps 20 --warmup 5
+		step bench 170 "$bin/mkernel-gemm-bench" --reps 100 --warmup 5
 		summary "$out/bench.log"
 		;;
 	engine)

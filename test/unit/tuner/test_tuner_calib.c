@@ -493,10 +493,12 @@ static void test_choose_faster_cublas_call(void **state)
 				      "gemm 1024 1024 1024 nk gemmex 35.0\n"
 				      "gemm 1024 1024 1024 nk e128x128s1 40.0\n"
 				      "gemm 4096 4096 4096 nk cublas 190\n"
-				      "gemm 4096 4096 4096 nk gemmex 210\n",
+				      "gemm 4096 4096 4096 nk gemmex 210\n"
+				      "gemm 256 4096 4096 nk cublas 18.66\n"
+				      "gemm 256 4096 4096 nk gemmex 18.30\n",
 			       &c, &line, &why),
 			 0);
-	assert_int_equal(c.ngemm, 5);
+	assert_int_equal(c.ngemm, 7);
 	assert_int_equal(mk_calib_gemm_choose(&c, 1001, 1003, 1000, 1, NULL, NULL, &ch), 0);
 	assert_int_equal(ch.engine, 0); /* 40 us loses to gemmex's 35 */
 	assert_int_equal(ch.gemmex, 1);
@@ -505,6 +507,10 @@ static void test_choose_faster_cublas_call(void **state)
 	assert_int_equal(ch.engine, 0);
 	assert_int_equal(ch.gemmex, 0); /* Lt is the faster call here */
 	assert_true(fabs(ch.cublas_us - 190.0) < 1e-6);
+	/* GemmEx 2 % ahead is within MK_CALIB_GEMMEX_MARGIN: Lt, whose plan is kept */
+	assert_int_equal(mk_calib_gemm_choose(&c, 256, 4096, 4096, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.gemmex, 0);
+	assert_true(fabs(ch.cublas_us - 18.66) < 1e-6);
 	mk_calib_free(&c);
 	/* the same path twice in one class is still a malformed file */
 	reject(HEADER "gemm 1 1 1 nk gemmex 1\ngemm 1 1 1 nk gemmex 2\n", 0, "measured twice");
