@@ -27,6 +27,7 @@
 #include "fused/ops/gemm_allreduce.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/runtime/comm.h"
+#include "fused/runtime/runtime_params.h"
 #include "mk/log.h"
 
 struct mk_gar_shape {
@@ -510,5 +511,7 @@ int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	       MK_GAR1_THREADS;
 	if (grid > gar_share(c))
 		grid = gar_share(c);
+	if (mk_param_gemm_ar_oneshot_ctas() > 0 && grid > mk_param_gemm_ar_oneshot_ctas())
+		grid = (int)mk_param_gemm_ar_oneshot_ctas();
 	return mk_gar1_launch(&l, grid < 1 ? 1 : grid, stream);
 }

@@ -14,5 +14,6 @@ MK_PARAM_DECLARE_STR(role_split);    /* MKERNEL_ROLE_SPLIT */
 MK_PARAM_DECLARE_STR(sm_policy);     /* MKERNEL_SM_POLICY */
 MK_PARAM_DECLARE_STR(hostid);	     /* MKERNEL_HOSTID */
 MK_PARAM_DECLARE_INT(gemm_ar_fused); /* MKERNEL_GEMM_AR_FUSED */
+MK_PARAM_DECLARE_INT(gemm_ar_oneshot_ctas); /* MKERNEL_GEMM_AR_ONESHOT_CTAS */
 
 #endif
