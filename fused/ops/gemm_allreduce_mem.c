@@ -49,6 +49,9 @@ struct mk_gar_state {
 	int trace_on;
 	struct mk_gar_shape *shape;
 	struct mk_gar1_shape *one;
+	/* The last output shape of each path that did not fit, with the other path's memory given
+	 * back: its calls take another path at once, without a collective attempt each time. */
+	int nofit_m, nofit_n, nofit1_m, nofit1_n;
 };
 
 /* Flag words of a shape (u32 indices), then the controller's words (byte offsets). */
@@ -181,12 +184,18 @@ static int gar_order(struct mk_comm *c, struct mk_gar_shape *s, int tiles_m, int
 	return rc;
 }
 
-/* Heap pieces of a shape; -ENOMEM (WARN said how much) when the heap is too small. */
-static int gar_shape_alloc(struct mk_comm *c, struct mk_gar_shape *s)
+/*
+ * Heap pieces of a shape; -ENOMEM when the heap is too small (with `warn`, a WARN says how much).
+ * Every rank asks for the same sizes, so that the pieces sit at the same offsets everywhere
+ * (mkMemAlloc checks it): the landing area and the flags are sized for the local rank with the
+ * most row blocks (local rank 0), not for mine.
+ */
+static int gar_shape_alloc(struct mk_comm *c, struct mk_gar_shape *s, int warn)
 {
+	const int rows_max = mk_gar_rows((s->m + MK_GEMM_BM - 1) / MK_GEMM_BM, 0, c->topo.nlocal);
 	const size_t mat = (size_t)s->m * s->n * 2;
-	const size_t land = (size_t)(c->topo.nnodes - 1) * s->rows * MK_GEMM_BM * s->n * 2;
-	const size_t flags = gar_words_of(s->tiles, s->rows).bytes;
+	const size_t land = (size_t)(c->topo.nnodes - 1) * rows_max * MK_GEMM_BM * s->n * 2;
+	const size_t flags = gar_words_of(s->tiles, rows_max).bytes;
 
 	/* One rank in all: the engine stores straight into C, nothing else is needed. */
 	if (c->nranks == 1)
@@ -196,13 +205,38 @@ static int gar_shape_alloc(struct mk_comm *c, struct mk_gar_shape *s)
 	    (c->topo.nnodes == 1 || mkMemAlloc(c, land, &s->land) == ncclSuccess) &&
 	    mkMemAlloc(c, flags, &s->flags) == ncclSuccess)
 		return 0;
-	MK_WARN("mkGemmAllReduce M %d x N %d needs %zu bytes of symmetric heap (partials %zu, "
-		"results %zu, landing area %zu, flags %zu): raise MKERNEL_SYMM_HEAP or "
-		"mkConfig_t.heapBytes; running cuBLAS + ncclAllReduce instead",
-		s->m, s->n,
-		mat + (c->topo.nlocal > 1 ? mat : 0) + (c->topo.nnodes > 1 ? land : 0) + flags, mat,
-		c->topo.nlocal > 1 ? mat : 0, c->topo.nnodes > 1 ? land : 0, flags);
+	if (warn)
+		MK_WARN("mkGemmAllReduce M %d x N %d needs %zu bytes of symmetric heap "
+			"(partials %zu, results %zu, landing area %zu, flags %zu): raise "
+			"MKERNEL_SYMM_HEAP or mkConfig_t.heapBytes; running cuBLAS + "
+			"ncclAllReduce instead",
+			s->m, s->n,
+			mat + (c->topo.nlocal > 1 ? mat : 0) + (c->topo.nnodes > 1 ? land : 0) +
+				flags,
+			mat, c->topo.nlocal > 1 ? mat : 0, c->topo.nnodes > 1 ? land : 0, flags);
 	return -ENOMEM;
+}
+
+/*
+ * Make room for one path's shape by giving back the other path's memory (`one`: the one-shot
+ * path needs room, the fused kernel's shape goes). Peers' kernels may still read it: everyone
+ * drains first. Every rank gets here together (their heaps are in step). 0, -ENOMEM when there
+ * is nothing to give back, -EIO.
+ */
+static int gar_evict_other(struct mk_comm *c, struct mk_gar_state *st, int one)
+{
+	if ((one ? (void *)st->shape : (void *)st->one) == NULL)
+		return -ENOMEM;
+	if (cudaDeviceSynchronize() != cudaSuccess || mk_comm_barrier(c) != 0)
+		return -EIO;
+	if (one) {
+		gar_shape_free(c, st->shape);
+		st->shape = NULL;
+	} else {
+		gar1_shape_free(c, st->one);
+		st->one = NULL;
+	}
+	return 0;
 }
 
 static int gar_shape_get(struct mk_comm *c, struct mk_gar_state *st, int m, int n,
@@ -218,20 +252,37 @@ static int gar_shape_get(struct mk_comm *c, struct mk_gar_state *st, int m, int 
 		*out = s;
 		return 0;
 	}
+	if (st->nofit_m == m && st->nofit_n == n)
+		return -ENOMEM;
 	/* Peers' kernels of the old shape may still read my W and R: everyone drains first. */
 	if (s != NULL && (cudaDeviceSynchronize() != cudaSuccess || mk_comm_barrier(c) != 0))
 		return -EIO;
 	gar_shape_free(c, s);
 	st->shape = NULL;
-	s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		return -ENOMEM;
-	s->m = m;
-	s->n = n;
-	s->tiles = tiles_m * tiles_n;
-	s->rows = mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);
+	for (int attempt = 0;; attempt++) {
+		const int last = attempt > 0 || st->one == NULL;
+
+		s = calloc(1, sizeof(*s));
+		if (s == NULL)
+			return -ENOMEM;
+		s->m = m;
+		s->n = n;
+		s->tiles = tiles_m * tiles_n;
+		s->rows = mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);
+		rc = gar_shape_alloc(c, s, last);
+		if (rc != -ENOMEM || last)
+			break;
+		/* the one-shot path's memory may be what is in the way */
+		gar_shape_free(c, s);
+		rc = gar_evict_other(c, st, 0);
+		if (rc)
+			return rc;
+	}
+	if (rc == -ENOMEM) {
+		st->nofit_m = m;
+		st->nofit_n = n;
+	}
 	wd = gar_words_of(s->tiles, s->rows);
-	rc = gar_shape_alloc(c, s);
 	if (rc == 0)
 		rc = mk_gar_prepare(); /* shared-memory limit; loads the kernel before it is needed
 					*/
@@ -387,7 +438,7 @@ int mk_gar_shape_ready(const struct mk_comm *c, int m, int n)
  * its own, no counter a stale count), allocated in the same order on every rank. -ENOMEM (WARN
  * said how much) when the heap is too small.
  */
-static int gar1_shape_alloc(struct mk_comm *c, struct mk_gar1_shape *s)
+static int gar1_shape_alloc(struct mk_comm *c, struct mk_gar1_shape *s, int warn)
 {
 	const int g = c->topo.nlocal, nodes = c->topo.nnodes;
 	const size_t part = (size_t)s->lines * 8, slot = (size_t)s->slice_lines * 8;
@@ -405,10 +456,11 @@ static int gar1_shape_alloc(struct mk_comm *c, struct mk_gar1_shape *s)
 		if (sizes[i] == 0)
 			continue;
 		if (mkMemAlloc(c, sizes[i], where[i]) != ncclSuccess) {
-			MK_WARN("mkGemmAllReduce M %d x N %d: the one-shot path needs %zu bytes of "
-				"symmetric heap or more; raise MKERNEL_SYMM_HEAP or "
-				"mkConfig_t.heapBytes; running another path",
-				s->m, s->n, total);
+			if (warn)
+				MK_WARN("mkGemmAllReduce M %d x N %d: the one-shot path needs %zu "
+					"bytes of symmetric heap or more; raise MKERNEL_SYMM_HEAP "
+					"or mkConfig_t.heapBytes; running another path",
+					s->m, s->n, total);
 			return -ENOMEM;
 		}
 		if (cudaMemset(*where[i], 0, sizes[i]) != cudaSuccess)
@@ -428,19 +480,36 @@ static int gar1_shape_get(struct mk_comm *c, struct mk_gar_state *st, int m, int
 		*out = s;
 		return 0;
 	}
+	if (st->nofit1_m == m && st->nofit1_n == n)
+		return -ENOMEM;
 	/* Peers' kernels of the old shape may still read my lines: everyone drains first. */
 	if (s != NULL && (cudaDeviceSynchronize() != cudaSuccess || mk_comm_barrier(c) != 0))
 		return -EIO;
 	gar1_shape_free(c, s);
 	st->one = NULL;
-	s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		return -ENOMEM;
-	s->m = m;
-	s->n = n;
-	s->lines = (int)((elems + 3) / 4);
-	s->slice_lines = (s->lines + c->topo.nlocal - 1) / c->topo.nlocal;
-	rc = gar1_shape_alloc(c, s);
+	for (int attempt = 0;; attempt++) {
+		const int last = attempt > 0 || st->shape == NULL;
+
+		s = calloc(1, sizeof(*s));
+		if (s == NULL)
+			return -ENOMEM;
+		s->m = m;
+		s->n = n;
+		s->lines = (int)((elems + 3) / 4);
+		s->slice_lines = (s->lines + c->topo.nlocal - 1) / c->topo.nlocal;
+		rc = gar1_shape_alloc(c, s, last);
+		if (rc != -ENOMEM || last)
+			break;
+		/* the fused kernel's memory may be what is in the way */
+		gar1_shape_free(c, s);
+		rc = gar_evict_other(c, st, 1);
+		if (rc)
+			return rc;
+	}
+	if (rc == -ENOMEM) {
+		st->nofit1_m = m;
+		st->nofit1_n = n;
+	}
 	if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
 		rc = -EIO;
 	if (rc == 0)

@@ -429,6 +429,34 @@ static void check_oneshot(mkComm_t comm, ncclComm_t nccl, int quick)
 }
 
 
+/*
+ * A heap with room for the one-shot path's shape or the fused kernel's, not both (80 MiB: the
+ * one-shot path holds 10-18 bytes per output element, 40-72 MiB at 1024 x 4096; the fused kernel
+ * 4-5, 48-60 MiB at 3072 x 4096): each path, forced, gives back the other's memory and runs,
+ * in turn, twice over.
+ */
+static void check_heap_turns(ncclComm_t nccl)
+{
+	mkConfig_t cfg = MK_CONFIG_INITIALIZER;
+	mkComm_t comm;
+
+	if (g_nranks == 1)
+		return; /* one rank runs neither */
+	cfg.heapBytes = (size_t)80 << 20;
+	cfg.timeoutMs = 15000;
+	NK(mkCommInit(nccl, &cfg, &comm));
+	for (int turn = 0; turn < 2; turn++) {
+		set_path("oneshot");
+		check_path(comm, nccl, 1024, 4096, 512, 1, "heap shared by turns: one-shot", 1,
+			   MK_PATH_ONESHOT);
+		set_path("fused");
+		check_path(comm, nccl, 3072, 4096, 256, 1, "heap shared by turns: fused", 1,
+			   MK_PATH_FUSED);
+	}
+	set_path("");
+	NK(mkCommDestroy(comm));
+}
+
 /* One call captured in a CUDA graph, replayed three times, after a first call of the shape;
  * then a shape never called before, captured at once: the call must still be capturable (it
  * takes the unfused path) and right on replay. */
@@ -981,6 +1009,10 @@ int main(int argc, char **argv)
 	check_fused(comm, nccl, 1000, 1003, 64, 1, path, 1);
 	check_fused(comm, nccl, 4096, 4096, 256, 1, path, 1);
 	check_fused(comm, nccl, 4096, 4096, 256, 0, path, 1);
+	/* Fewer 128-row blocks than ranks in the node (1), and a count they do not divide (3):
+	 * every rank still asks the heap for the same sizes, so the fused kernel runs. */
+	check_fused(comm, nccl, 128, 8192, 512, 1, path, 2);
+	check_fused(comm, nccl, 384, 4096, 256, 0, path, 2);
 	if (!quick) {
 		check_fused(comm, nccl, 8192, 8192, 512, 1, path, 1);
 		check_fused(comm, nccl, 8192, 8192, 512, 0, path, 1);
@@ -1000,6 +1032,7 @@ int main(int argc, char **argv)
 	check_back_to_back(comm, nccl, 1024, 1024, 256, quick ? 10 : 100, "fused", MK_PATH_FUSED);
 	check_graph(comm, nccl);
 	check_oneshot(comm, nccl, quick);
+	check_heap_turns(nccl);
 	if (do_bench)
 		bench(comm, nccl, nnodes, nlocal, quick);
 	if (do_paths)
