@@ -604,7 +604,9 @@ int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint6
 	/*
 	 * cuBLAS's two calls: cublasGemmEx only when it beats cuBLASLt by MK_CALIB_GEMMEX_MARGIN.
 	 * GemmEx runs cuBLAS's heuristic inside every call, Lt's plan is kept, and the calibration
-	 * times bursts of calls, where that host time overlaps the GPU's; a lone call pays it.
+	 * times bursts of calls, where that host time overlaps the GPU's; a lone call pays it. On
+	 * the H200, classes where the burst had GemmEx 3-5 % ahead had it 7-10 % behind Lt in lone
+	 * calls (docs/benchmarks.md, section 5a).
 	 */
 	blas = lt;
 	if (gx != NULL && (lt == NULL || gx->us < lt->us * (1.0 - MK_CALIB_GEMMEX_MARGIN)))

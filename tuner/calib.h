@@ -49,7 +49,7 @@
 /* The engine must beat cuBLAS by this share at the class to be chosen (noise margin). */
 #define MK_CALIB_TIE	       0.01
 /* cublasGemmEx must beat cuBLASLt by this share at the class to be chosen (calib.c says why). */
-#define MK_CALIB_GEMMEX_MARGIN 0.03
+#define MK_CALIB_GEMMEX_MARGIN 0.10
 
 enum mk_calib_link {
 	MK_CALIB_NVL = 0,

@@ -537,7 +537,7 @@ int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	struct mk_gar_state *st;
 	struct mk_gar1_shape *s;
 	unsigned int *flags;
-	int rc, grid;
+	int rc, grid, cap;
 
 	rc = gar_state_get(c, &st);
 	if (rc == 0)
@@ -580,7 +580,15 @@ int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	       MK_GAR1_THREADS;
 	if (grid > gar_share(c))
 		grid = gar_share(c);
-	if (mk_param_gemm_ar_oneshot_ctas() > 0 && grid > mk_param_gemm_ar_oneshot_ctas())
-		grid = (int)mk_param_gemm_ar_oneshot_ctas();
+	/*
+	 * Ranks sharing a GPU (under MPS): with 64-66 CTAs per rank, calls stalled for 1-54 ms
+	 * (most calls at M >= 128 on one H200, 2 ranks); with 4 or 16, none did, and 16 was as fast
+	 * as 66 up to M = 16 (docs/benchmarks.md, section 7).
+	 */
+	cap = (int)mk_param_gemm_ar_oneshot_ctas();
+	if (cap <= 0 && c->gpu_share > 1)
+		cap = MK_GAR1_SHARED_CTAS;
+	if (cap > 0 && grid > cap)
+		grid = cap;
 	return mk_gar1_launch(&l, grid < 1 ? 1 : grid, stream);
 }

@@ -31,7 +31,7 @@ MK_PARAM_INT(gemm_ar_fused, "fused", "MKERNEL_GEMM_AR_FUSED", -1,
 	     "ncclAllReduce, -1 lets the policy engine's cost model choose per shape")
 MK_PARAM_INT(gemm_ar_oneshot_ctas, "fused", "MKERNEL_GEMM_AR_ONESHOT_CTAS", 0,
 	     "mkGemmAllReduce's one-shot exchange: at most this many CTAs (0 = one per 256 "
-	     "lines, up to the rank's share of the SMs)");
+	     "lines, up to the rank's share of the SMs, and at most 16 where ranks share a GPU)");
 MK_PARAM_STR(sm_policy, "fused", "MKERNEL_SM_POLICY", "",
 	     "fused ops' SM split: 'static' (the policy engine's split per shape and topology), "
 	     "'adaptive' (the on-GPU controller moves CTAs between roles from call to call); "

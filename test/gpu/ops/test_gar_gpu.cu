@@ -449,9 +449,13 @@ static void check_heap_turns(ncclComm_t nccl)
 		set_path("oneshot");
 		check_path(comm, nccl, 1024, 4096, 512, 1, "heap shared by turns: one-shot", 1,
 			   MK_PATH_ONESHOT);
+		expect(!mk_gar_shape_ready(comm, 3072, 4096),
+		       "heap shared by turns: the one-shot path gave back the fused kernel's memory");
 		set_path("fused");
 		check_path(comm, nccl, 3072, 4096, 256, 1, "heap shared by turns: fused", 1,
 			   MK_PATH_FUSED);
+		expect(!mk_gar_oneshot_ready(comm, 1024, 4096),
+		       "heap shared by turns: the fused kernel gave back the one-shot path's memory");
 	}
 	set_path("");
 	NK(mkCommDestroy(comm));

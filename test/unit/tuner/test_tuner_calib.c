@@ -542,7 +542,8 @@ static void test_skinny_records(void **state)
 			 0);
 	assert_int_equal(mk_calib_gemm_choose(&c, 7, 4000, 4096, 1, NULL, NULL, &ch), 0);
 	assert_int_equal(ch.engine, MK_CALIB_SKINNY);
-	assert_true(fabs(ch.us - 9.0) < 1e-6 && fabs(ch.cublas_us - 12.5) < 1e-6);
+	/* cuBLAS stands as Lt's 13.1: GemmEx's 12.5 is within MK_CALIB_GEMMEX_MARGIN */
+	assert_true(fabs(ch.us - 9.0) < 1e-6 && fabs(ch.cublas_us - 13.1) < 1e-6);
 	/* the caller cannot run it (alignment, K): the engine's 11 us beats cuBLAS */
 	assert_int_equal(mk_calib_gemm_choose(&c, 7, 4000, 4096, 1, refuse_skinny, NULL, &ch), 0);
 	assert_int_equal(ch.engine, 1);
