@@ -975,6 +975,7 @@ static void t_dispatch(void)
 		{ 16, 4096, 4096, 1 }, { 128, 8192, 8192, 1 }, { 3000, 5000, 1000, 1 },
 		{ 1001, 1003, 1000, 0 }, /* K x N B with N % 8: the engine's rule sends it to cuBLAS */
 		{ 1, 14336, 4096, 1 },	 { 256, 4096, 14336, 0 },
+		{ 7, 4100, 4104, 1 }, /* N % 8: rows not 16-byte aligned, not cuBLASLt */
 	};
 	const size_t nshapes = t_quick ? 2 : sizeof(shapes) / sizeof(shapes[0]);
 	struct mk_gemm_ran ran, last;
@@ -997,7 +998,9 @@ static void t_dispatch(void)
 		mk_gemm_dispatch_last(&last);
 		bad = rc == 0 ? t_check(&t, t.c, NULL, 1.0f, 1.0f / 256, &worst) : 1;
 		t_report(rc == 0 && bad == 0 && ran.why != NULL && t_same_pick(&ran.pick, &last.pick) &&
-				 (t.b_nk || t.n % 8 == 0 || ran.pick.path != MK_GEMM_PATH_ENGINE),
+				 (t.b_nk || t.n % 8 == 0 || ran.pick.path != MK_GEMM_PATH_ENGINE) &&
+				 ((t.n % 8 == 0 && t.k % 8 == 0) ||
+				  ran.pick.path != MK_GEMM_PATH_CUBLASLT),
 			 "%-45s ran %s (%s): %llu bad", t_case,
 			 mk_gemm_pick_name(&ran.pick, name, sizeof(name)), ran.why, bad);
 
