@@ -61,20 +61,11 @@ static const char *gar_fused_no(const struct mk_comm *c, const void *a, const vo
 	return NULL;
 }
 
-/* Why the one-shot exchange cannot run this call, or NULL; `forced`: MKERNEL_GEMM_AR_PATH asks. */
-static const char *gar_oneshot_no(const struct mk_comm *c, int m, int n, int forced)
+/* Why the one-shot exchange cannot run this call, or NULL. */
+static const char *gar_oneshot_no(const struct mk_comm *c, int m, int n)
 {
 	if (c->nranks == 1)
 		return "one rank: nothing to exchange";
-	/*
-	 * Across nodes, driven from PyTorch on 2 fake nodes x 2 ranks under MPS, the exchange
-	 * timed out in the second call of a shape (puts of 75-128 KiB; docs/reliability.md) while
-	 * the C tests of the same path pass: until that is understood the cost model does not
-	 * pick it there; MKERNEL_GEMM_AR_PATH=oneshot still runs it.
-	 */
-	if (c->topo.nnodes > 1 && !forced)
-		return "across nodes it runs only when MKERNEL_GEMM_AR_PATH=oneshot asks "
-		       "(docs/reliability.md)";
 	if ((uint64_t)m * (uint64_t)n * 2 > MK_MODEL_ONESHOT_MAX_BYTES)
 		return "the output is larger than the one-shot buffers "
 		       "(MK_MODEL_ONESHOT_MAX_BYTES)";
@@ -170,7 +161,7 @@ static int gar_choose(const struct mk_comm *c, const void *a, const void *b, voi
 		return MK_PATH_UNFUSED;
 	}
 	no_fused = gar_fused_no(c, a, b, cc, m, n, k, b_layout, &ps, sp, adaptive);
-	no_one = gar_oneshot_no(c, m, n, forced == MK_PATH_ONESHOT);
+	no_one = gar_oneshot_no(c, m, n);
 	if (forced == MK_PATH_FUSED || forced == MK_PATH_ONESHOT) {
 		const char *no = forced == MK_PATH_FUSED ? no_fused : no_one;
 

@@ -122,10 +122,6 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 	# small outputs (fewer tiles than ranks) on every forced path, on the layouts of most ranks
 	for l in b c; do
 		for p in model oneshot fused unfused; do
-			# The one-shot exchange forced across nodes times out in the second call of a
-			# shape here (docs/reliability.md, defects; the cost model no longer picks it
-			# there): run only when STEPS names it, SMALL_REPEAT=25 reproduces it.
-			[ "$l-$p" = c-oneshot ] && [ -z "${STEPS:-}" ] && continue
 			# model: the cost model's choice (an empty MKERNEL_GEMM_AR_PATH forces nothing)
 			step "small-$l-$p" layout_run "$l" MKERNEL_GEMM_AR_PATH="${p#model}" -- --mode small
 		done
