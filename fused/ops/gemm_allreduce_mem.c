@@ -186,13 +186,11 @@ static int gar_order(struct mk_comm *c, struct mk_gar_shape *s, int tiles_m, int
 
 /*
  * Heap pieces of a shape; -ENOMEM when the heap is too small (with `warn`, a WARN says how much).
- * Every rank asks for the same sizes, so that the pieces sit at the same offsets everywhere
- * (mkMemAlloc checks it): the landing area and the flags are sized for the local rank with the
- * most row blocks (local rank 0), not for mine.
+ * The landing area and the flags are sized for the largest slice, not mine (mk_gar_rows_max).
  */
 static int gar_shape_alloc(struct mk_comm *c, struct mk_gar_shape *s, int warn)
 {
-	const int rows_max = mk_gar_rows((s->m + MK_GEMM_BM - 1) / MK_GEMM_BM, 0, c->topo.nlocal);
+	const int rows_max = mk_gar_rows_max((s->m + MK_GEMM_BM - 1) / MK_GEMM_BM, c->topo.nlocal);
 	const size_t mat = (size_t)s->m * s->n * 2;
 	const size_t land = (size_t)(c->topo.nnodes - 1) * rows_max * MK_GEMM_BM * s->n * 2;
 	const size_t flags = gar_words_of(s->tiles, rows_max).bytes;

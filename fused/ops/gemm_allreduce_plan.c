@@ -10,6 +10,11 @@ int mk_gar_rows(int tiles_m, int local_rank, int nlocal)
 	return local_rank < tiles_m ? (tiles_m - local_rank + nlocal - 1) / nlocal : 0;
 }
 
+int mk_gar_rows_max(int tiles_m, int nlocal)
+{
+	return mk_gar_rows(tiles_m, 0, nlocal);
+}
+
 int mk_gar_share(int sms, int gpu_share)
 {
 	return sms / (gpu_share > 0 ? gpu_share : 1);

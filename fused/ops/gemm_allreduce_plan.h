@@ -35,6 +35,13 @@ void mk_gar_tile_order(int tiles_m, int tiles_n, int local_rank, int nlocal, int
 /* Tile rows of local rank `local_rank`'s slice of tiles_m rows (rows tm % nlocal == it). */
 int mk_gar_rows(int tiles_m, int local_rank, int nlocal);
 
+/*
+ * Tile rows of the largest slice (local rank 0's): every rank sizes its landing area and flags
+ * for it, so that every rank asks the symmetric heap for the same bytes and the pieces sit at
+ * the same offsets everywhere (mkMemAlloc refuses anything else).
+ */
+int mk_gar_rows_max(int tiles_m, int nlocal);
+
 /* CTAs of one rank: its share of the GPU's `sms` when `gpu_share` ranks share the GPU. */
 int mk_gar_share(int sms, int gpu_share);
 

@@ -322,7 +322,8 @@ static void test_adapt_shares_by_busy_time(void **state)
 	}
 }
 
-/* A slice's rows are the tile rows its local rank owns; the slices cover every row once. */
+/* A slice's rows are the tile rows its local rank owns; the slices cover every row once; the
+ * largest slice bounds them all. */
 static void test_rows_count_each_slice_and_cover_all(void **state)
 {
 	(void)state;
@@ -336,9 +337,13 @@ static void test_rows_count_each_slice_and_cover_all(void **state)
 				for (int tm = 0; tm < tiles_m; tm++)
 					want += tm % nl == lr;
 				assert_int_equal(mk_gar_rows(tiles_m, lr, nl), want);
+				/* what every rank sizes its heap pieces for covers every slice */
+				assert_true(mk_gar_rows_max(tiles_m, nl) >= want);
 				sum += want;
 			}
 			assert_int_equal(sum, tiles_m);
+			/* and is one of them: local rank 0's, the largest */
+			assert_int_equal(mk_gar_rows_max(tiles_m, nl), mk_gar_rows(tiles_m, 0, nl));
 		}
 	}
 }
