@@ -135,6 +135,7 @@ extern const char mk_calib_builtin[];
 struct mk_calib_choice {
 	int engine; /* 0: cuBLAS, 1: the engine with bm x bn tiles and `splits`, MK_CALIB_SKINNY */
 	int gemmex; /* cuBLAS: 1 cublasGemmEx, 0 cuBLASLt */
+	int unaligned; /* N or K not a multiple of 8: rows the classes never had (gemmex is 1) */
 	int bm, bn, splits;
 	double us;	  /* the chosen path's time at the class */
 	double cublas_us; /* the faster cuBLAS call's time at the class, 0 if not measured */
@@ -147,8 +148,9 @@ typedef int (*mk_calib_path_ok)(const struct mk_calib_gemm *path, void *arg);
 /*
  * The faster path at the class of (m, n, k, b_nk): the fastest engine path that `ok` accepts
  * when it beats cuBLAS by MK_CALIB_TIE (or cuBLAS was not measured there), else cuBLAS: cuBLASLt,
- * or cublasGemmEx where it beats Lt by MK_CALIB_GEMMEX_MARGIN. 0, or
- * -ENOENT when the shape has no class (*out is then cuBLAS with no times).
+ * or cublasGemmEx where it beats Lt by MK_CALIB_GEMMEX_MARGIN or where the call's rows are not
+ * 16-byte aligned (N or K not a multiple of 8; calib.c says why). 0, or -ENOENT when the shape
+ * has no class (*out is then cuBLAS with no times, gemmex set for unaligned rows).
  */
 int mk_calib_gemm_choose(const struct mk_calib *c, uint64_t m, uint64_t n, uint64_t k, int b_nk,
 			 mk_calib_path_ok ok, void *arg, struct mk_calib_choice *out);

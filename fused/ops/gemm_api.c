@@ -183,7 +183,11 @@ static void disp_decide(const struct disp_call *x, int dev_ok, struct mk_gemm_pi
 	cal = mk_calib_get();
 	if (mk_calib_gemm_choose(cal, (uint64_t)x->m, (uint64_t)x->n, (uint64_t)x->k, x->b_nk,
 				 disp_path_ok, (void *)x, &ch) != 0) {
-		*why = "no calibrated class near this shape";
+		if (ch.gemmex)
+			pick->path = MK_GEMM_PATH_CUBLAS;
+		*why = ch.gemmex ? "no calibrated class near this shape; rows not 16-byte aligned: "
+				   "cublasGemmEx"
+				 : "no calibrated class near this shape";
 		return;
 	}
 	if (ch.engine == MK_CALIB_SKINNY) {
@@ -196,16 +200,9 @@ static void disp_decide(const struct disp_call *x, int dev_ok, struct mk_gemm_pi
 		*why = "calibrated: the engine is faster at this class";
 	} else if (ch.gemmex) {
 		pick->path = MK_GEMM_PATH_CUBLAS;
-		*why = "calibrated: cublasGemmEx is faster at this class";
-	} else if (x->n % 8 || x->k % 8) {
-		/*
-		 * The classes are measured with 16-byte rows. Where N or K breaks that, cuBLASLt's
-		 * first algorithm under fp32-only reduction ran 1.27-1.43x slower than
-		 * cublasGemmEx on the H200 (1001 x 1003 x 1000, 7 x 4100 x 4104), which matched
-		 * cuBLAS's own calls there (docs/benchmarks.md, section 5a).
-		 */
-		pick->path = MK_GEMM_PATH_CUBLAS;
-		*why = "rows not 16-byte aligned (N or K not a multiple of 8): cublasGemmEx";
+		*why = ch.unaligned ? "rows not 16-byte aligned (N or K not a multiple of 8): "
+				      "cublasGemmEx"
+				    : "calibrated: cublasGemmEx is faster at this class";
 	} else {
 		*why = ch.cublas_us > 0 ? "calibrated: cuBLASLt is faster at this class"
 					: "calibrated: no engine path runs this call";

@@ -510,7 +510,20 @@ static void test_choose_faster_cublas_call(void **state)
 	/* GemmEx 2 % ahead is within MK_CALIB_GEMMEX_MARGIN: Lt, whose plan is kept */
 	assert_int_equal(mk_calib_gemm_choose(&c, 256, 4096, 4096, 1, NULL, NULL, &ch), 0);
 	assert_int_equal(ch.gemmex, 0);
+	assert_int_equal(ch.unaligned, 0);
 	assert_true(fabs(ch.cublas_us - 18.66) < 1e-6);
+	/* the same class for rows that are not 16-byte aligned (N 4100, then K 4100): GemmEx */
+	assert_int_equal(mk_calib_gemm_choose(&c, 256, 4100, 4096, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.gemmex, 1);
+	assert_int_equal(ch.unaligned, 1);
+	assert_int_equal(mk_calib_gemm_choose(&c, 256, 4096, 4100, 1, NULL, NULL, &ch), 0);
+	assert_int_equal(ch.gemmex, 1);
+	/* no class near (M 1: the nearest is 256 rows): still GemmEx for unaligned rows, cuBLASLt
+	 * otherwise */
+	assert_int_equal(mk_calib_gemm_choose(&c, 1, 4096, 4100, 1, NULL, NULL, &ch), -ENOENT);
+	assert_int_equal(ch.gemmex, 1);
+	assert_int_equal(mk_calib_gemm_choose(&c, 1, 4096, 4096, 1, NULL, NULL, &ch), -ENOENT);
+	assert_int_equal(ch.gemmex, 0);
 	mk_calib_free(&c);
 	/* the same path twice in one class is still a malformed file */
 	reject(HEADER "gemm 1 1 1 nk gemmex 1\ngemm 1 1 1 nk gemmex 2\n", 0, "measured twice");
