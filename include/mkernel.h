@@ -37,7 +37,8 @@ typedef enum {
  * m, n, k >= 1 and <= INT_MAX. The path is chosen per shape from measured data: the fastest of
  * mkernel's persistent GEMM engine (Hopper, compute capability 9.0, its tile-shape variants),
  * cuBLASLt and cublasGemmEx for the shape's class in the calibration (MKERNEL_CALIBRATION, else
- * the built-in table), restricted to what can run the call (the engine needs A and B 16-byte
+ * the built-in table; cublasGemmEx where it is 10 % ahead, or where N or K is not a multiple of
+ * 8), restricted to what can run the call (the engine needs A and B 16-byte
  * aligned, K a multiple of 8 and, for mkLayoutRowMajorKN, N a multiple of 8). The engine's
  * split-K variants run only when MKERNEL_GEMM_PATH names one; MKERNEL_GEMM_PATH forces a path,
  * MKERNEL_GEMM_FORCE_FALLBACK=1 always runs cuBLAS.
