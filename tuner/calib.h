@@ -138,7 +138,7 @@ struct mk_calib_choice {
 	int unaligned; /* N or K not a multiple of 8: rows the classes never had (gemmex is 1) */
 	int bm, bn, splits;
 	double us;	  /* the chosen path's time at the class */
-	double cublas_us; /* the faster cuBLAS call's time at the class, 0 if not measured */
+	double cublas_us; /* the chosen cuBLAS call's time at the class, 0 if not measured */
 	uint32_t m, n, k; /* the class */
 };
 
