@@ -99,10 +99,6 @@ struct mk_gar_launch {
 
 /* ---- the one-shot path ---- */
 
-#define MK_GAR1_THREADS	    256
-/* The one-shot exchange's CTAs when ranks share a GPU (gemm_allreduce_mem.c says why). */
-#define MK_GAR1_SHARED_CTAS 16
-
 /* Where the one-shot kernel finds its buffers (heap pointers and offsets; gemm_allreduce_mem.c). */
 struct mk_gar1_ws_dev {
 	const uint16_t *part; /* my bf16 partial, `lines` x 4 elements (the GEMM's output) */

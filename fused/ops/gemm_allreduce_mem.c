@@ -535,7 +535,7 @@ int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	struct mk_gar_state *st;
 	struct mk_gar1_shape *s;
 	unsigned int *flags;
-	int rc, grid, cap;
+	int rc, grid;
 
 	rc = gar_state_get(c, &st);
 	if (rc == 0)
@@ -573,20 +573,7 @@ int mk_gar_oneshot(struct mk_comm *c, const void *a, const void *b, void *cc, in
 	l.ws.error = c->kerr;
 	l.ws.timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
 	mk_comm_dev(c, &l.dc);
-	/* enough threads for the lines (of a slice with several nodes), within my share of SMs */
-	grid = ((c->topo.nnodes > 1 ? s->slice_lines : s->lines) + MK_GAR1_THREADS - 1) /
-	       MK_GAR1_THREADS;
-	if (grid > gar_share(c))
-		grid = gar_share(c);
-	/*
-	 * Ranks sharing a GPU (under MPS): with 64-66 CTAs per rank, calls stalled for 1-54 ms
-	 * (most calls at M >= 128 on one H200, 2 ranks); with 4 or 16, none did, and 16 was as fast
-	 * as 66 up to M = 16 (docs/benchmarks.md, section 7).
-	 */
-	cap = (int)mk_param_gemm_ar_oneshot_ctas();
-	if (cap <= 0 && c->gpu_share > 1)
-		cap = MK_GAR1_SHARED_CTAS;
-	if (cap > 0 && grid > cap)
-		grid = cap;
-	return mk_gar1_launch(&l, grid < 1 ? 1 : grid, stream);
+	grid = mk_gar1_grid(c->topo.nnodes > 1 ? s->slice_lines : s->lines, gar_share(c),
+			    c->gpu_share, (int)mk_param_gemm_ar_oneshot_ctas());
+	return mk_gar1_launch(&l, grid, stream);
 }

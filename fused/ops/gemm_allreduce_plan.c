@@ -15,6 +15,19 @@ int mk_gar_rows_max(int tiles_m, int nlocal)
 	return mk_gar_rows(tiles_m, 0, nlocal);
 }
 
+int mk_gar1_grid(int lines, int share, int gpu_share, int cap)
+{
+	int grid = (int)(((long long)lines + MK_GAR1_THREADS - 1) / MK_GAR1_THREADS);
+
+	if (grid > share)
+		grid = share;
+	if (cap <= 0 && gpu_share > 1)
+		cap = MK_GAR1_SHARED_CTAS;
+	if (cap > 0 && grid > cap)
+		grid = cap;
+	return grid < 1 ? 1 : grid;
+}
+
 int mk_gar_share(int sms, int gpu_share)
 {
 	return sms / (gpu_share > 0 ? gpu_share : 1);

@@ -231,6 +231,20 @@ MK_GAR_HD unsigned int mk_gar1_sig_end(unsigned int nsignals)
 	return mk_sig_gar_end(nsignals);
 }
 
+#define MK_GAR1_THREADS	    256 /* threads per CTA of the one-shot kernel, one LL line each */
+#define MK_GAR1_SHARED_CTAS 16
+
+/*
+ * The one-shot kernel's CTAs for `lines` LL lines (a slice's with several nodes): one per
+ * MK_GAR1_THREADS lines, within the rank's `share` of the SMs, within `cap` when it is positive
+ * (MKERNEL_GEMM_AR_ONESHOT_CTAS), else within MK_GAR1_SHARED_CTAS where `gpu_share` ranks share
+ * the GPU; at least 1. Why the shared cap: every CTA may spin-wait on another rank's kernel, and a
+ * cooperative launch keeps only its own CTAs co-resident; on one H200 under MPS, 64-66 CTAs per
+ * rank stalled calls for 1-54 ms and summed stale slices across fake nodes, 4 and 16 never did,
+ * and 16 was as fast as 66 up to M = 16 (docs/benchmarks.md, section 7).
+ */
+int mk_gar1_grid(int lines, int share, int gpu_share, int cap);
+
 /*
  * The one-shot path's slices: local rank j sums (with several nodes) and receives lines
  * [mk_gar1_slice(lines, nlocal, j), mk_gar1_slice(lines, nlocal, j + 1)); the slices cover every

@@ -348,6 +348,27 @@ static void test_rows_count_each_slice_and_cover_all(void **state)
 	}
 }
 
+/* The one-shot kernel's CTAs: one per 256 lines within the rank's share, at most 16 where ranks
+ * share a GPU unless MKERNEL_GEMM_AR_ONESHOT_CTAS says otherwise, never none. */
+static void test_oneshot_grid(void **state)
+{
+	(void)state;
+	/* alone on its GPU: the lines decide, up to the share */
+	assert_int_equal(mk_gar1_grid(1024, 132, 1, 0), 4);
+	assert_int_equal(mk_gar1_grid(1025, 132, 1, 0), 5);
+	assert_int_equal(mk_gar1_grid(1 << 20, 132, 1, 0), 132);
+	assert_int_equal(mk_gar1_grid(0, 132, 1, 0), 1);
+	/* sharing the GPU: the share, then the shared cap */
+	assert_int_equal(mk_gar1_grid(1 << 20, 66, 2, 0), MK_GAR1_SHARED_CTAS);
+	assert_int_equal(mk_gar1_grid(1024, 66, 2, 0), 4);
+	/* the knob wins, on a shared GPU too, and is still within the share */
+	assert_int_equal(mk_gar1_grid(1 << 20, 66, 2, 66), 66);
+	assert_int_equal(mk_gar1_grid(1 << 20, 66, 2, 500), 66);
+	assert_int_equal(mk_gar1_grid(1 << 20, 132, 1, 8), 8);
+	/* no overflow at the largest output the path takes and beyond */
+	assert_int_equal(mk_gar1_grid(0x7fffffff, 132, 1, 0), 132);
+}
+
 /* A rank's CTAs: its share of the SMs; a share of 0 (unknown) counts as the whole GPU. */
 /* The one-shot path's slices cover every line once, in order, lengths within one. */
 static void test_oneshot_slices_cover_all_lines(void **state)
@@ -409,6 +430,7 @@ int main(void)
 		cmocka_unit_test(test_climb_margin_follows_noise),
 		cmocka_unit_test(test_climb_bounds_and_no_measure),
 		cmocka_unit_test(test_oneshot_slices_cover_all_lines),
+		cmocka_unit_test(test_oneshot_grid),
 		cmocka_unit_test(test_adapt_shares_by_busy_time),
 		cmocka_unit_test(test_rows_count_each_slice_and_cover_all),
 		cmocka_unit_test(test_share_divides_the_gpu),
