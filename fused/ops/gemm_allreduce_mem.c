@@ -78,28 +78,41 @@ static struct gar_words gar_words_of(int tiles, int rows)
 	return w;
 }
 
+/* A shape's heap pieces back to the heap; the shape stays, ready for another allocation. */
+static void gar_shape_release(struct mk_comm *c, struct mk_gar_shape *s)
+{
+	void **const pieces[] = { &s->w, &s->r, &s->land, &s->flags };
+
+	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+		mk_comm_heap_free(c, *pieces[i]);
+		*pieces[i] = NULL;
+	}
+}
+
 static void gar_shape_free(struct mk_comm *c, struct mk_gar_shape *s)
 {
 	if (s == NULL)
 		return;
-	mk_comm_heap_free(c, s->w);
-	mk_comm_heap_free(c, s->r);
-	mk_comm_heap_free(c, s->land);
-	mk_comm_heap_free(c, s->flags);
+	gar_shape_release(c, s);
 	cudaFree(s->order_d);
 	free(s);
+}
+
+static void gar1_shape_release(struct mk_comm *c, struct mk_gar1_shape *s)
+{
+	void **const pieces[] = { &s->part, &s->ll, &s->nsum, &s->land, &s->llf, &s->flags };
+
+	for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+		mk_comm_heap_free(c, *pieces[i]);
+		*pieces[i] = NULL;
+	}
 }
 
 static void gar1_shape_free(struct mk_comm *c, struct mk_gar1_shape *s)
 {
 	if (s == NULL)
 		return;
-	mk_comm_heap_free(c, s->part);
-	mk_comm_heap_free(c, s->ll);
-	mk_comm_heap_free(c, s->nsum);
-	mk_comm_heap_free(c, s->land);
-	mk_comm_heap_free(c, s->llf);
-	mk_comm_heap_free(c, s->flags);
+	gar1_shape_release(c, s);
 	free(s);
 }
 
@@ -257,24 +270,20 @@ static int gar_shape_get(struct mk_comm *c, struct mk_gar_state *st, int m, int 
 		return -EIO;
 	gar_shape_free(c, s);
 	st->shape = NULL;
-	for (int attempt = 0;; attempt++) {
-		const int last = attempt > 0 || st->one == NULL;
-
-		s = calloc(1, sizeof(*s));
-		if (s == NULL)
-			return -ENOMEM;
-		s->m = m;
-		s->n = n;
-		s->tiles = tiles_m * tiles_n;
-		s->rows = mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);
-		rc = gar_shape_alloc(c, s, last);
-		if (rc != -ENOMEM || last)
-			break;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->m = m;
+	s->n = n;
+	s->tiles = tiles_m * tiles_n;
+	s->rows = mk_gar_rows(tiles_m, c->topo.local_rank, c->topo.nlocal);
+	rc = gar_shape_alloc(c, s, st->one == NULL);
+	if (rc == -ENOMEM && st->one != NULL) {
 		/* the one-shot path's memory may be what is in the way */
-		gar_shape_free(c, s);
+		gar_shape_release(c, s);
 		rc = gar_evict_other(c, st, 0);
-		if (rc)
-			return rc;
+		if (rc == 0)
+			rc = gar_shape_alloc(c, s, 1);
 	}
 	if (rc == -ENOMEM) {
 		st->nofit_m = m;
@@ -485,24 +494,20 @@ static int gar1_shape_get(struct mk_comm *c, struct mk_gar_state *st, int m, int
 		return -EIO;
 	gar1_shape_free(c, s);
 	st->one = NULL;
-	for (int attempt = 0;; attempt++) {
-		const int last = attempt > 0 || st->shape == NULL;
-
-		s = calloc(1, sizeof(*s));
-		if (s == NULL)
-			return -ENOMEM;
-		s->m = m;
-		s->n = n;
-		s->lines = (int)((elems + 3) / 4);
-		s->slice_lines = (s->lines + c->topo.nlocal - 1) / c->topo.nlocal;
-		rc = gar1_shape_alloc(c, s, last);
-		if (rc != -ENOMEM || last)
-			break;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->m = m;
+	s->n = n;
+	s->lines = (int)((elems + 3) / 4);
+	s->slice_lines = (s->lines + c->topo.nlocal - 1) / c->topo.nlocal;
+	rc = gar1_shape_alloc(c, s, st->shape == NULL);
+	if (rc == -ENOMEM && st->shape != NULL) {
 		/* the fused kernel's memory may be what is in the way */
-		gar1_shape_free(c, s);
+		gar1_shape_release(c, s);
 		rc = gar_evict_other(c, st, 1);
-		if (rc)
-			return rc;
+		if (rc == 0)
+			rc = gar1_shape_alloc(c, s, 1);
 	}
 	if (rc == -ENOMEM) {
 		st->nofit1_m = m;

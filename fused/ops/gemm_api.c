@@ -183,11 +183,12 @@ static void disp_decide(const struct disp_call *x, int dev_ok, struct mk_gemm_pi
 	cal = mk_calib_get();
 	if (mk_calib_gemm_choose(cal, (uint64_t)x->m, (uint64_t)x->n, (uint64_t)x->k, x->b_nk,
 				 disp_path_ok, (void *)x, &ch) != 0) {
-		if (ch.gemmex)
+		*why = "no calibrated class near this shape";
+		if (ch.gemmex) {
 			pick->path = MK_GEMM_PATH_CUBLAS;
-		*why = ch.gemmex ? "no calibrated class near this shape; rows not 16-byte aligned: "
-				   "cublasGemmEx"
-				 : "no calibrated class near this shape";
+			*why = "no calibrated class near this shape; rows not 16-byte aligned: "
+			       "cublasGemmEx";
+		}
 		return;
 	}
 	if (ch.engine == MK_CALIB_SKINNY) {
