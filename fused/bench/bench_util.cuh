@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -32,6 +33,13 @@ static int bench_cuda(cudaError_t e, const char *what)
 static int bench_cmp_float(const void *a, const void *b)
 {
 	float x = *(const float *)a, y = *(const float *)b;
+
+	return (x > y) - (x < y);
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
 
 	return (x > y) - (x < y);
 }
@@ -93,6 +101,43 @@ out:
 	free(ev);
 	free(t);
 	return rc;
+}
+
+/*
+ * Host time per call (us) of each implementation: `calls` launches back to back with no
+ * synchronisation between them (few enough that the launch queue never fills, so the wall time
+ * is the host's enqueue work alone), in `rounds` interleaved rounds; the median round into
+ * host_us[i]. What an event-timed lone call adds when the GPU waits for the host. 0 or -1.
+ */
+static int bench_host_time(struct bench_impl *impl, int n, int calls, int rounds, cudaStream_t st,
+			   double *host_us)
+{
+	double t[BENCH_MAX_IMPLS][16];
+
+	if (rounds > 16)
+		rounds = 16;
+	if (n > BENCH_MAX_IMPLS)
+		return -1;
+	for (int r = 0; r < rounds; r++) {
+		for (int i = 0; i < n; i++) {
+			struct timespec a, b;
+
+			if (bench_cuda(cudaStreamSynchronize(st), "host timing"))
+				return -1;
+			clock_gettime(CLOCK_MONOTONIC, &a);
+			for (int c = 0; c < calls; c++)
+				if (impl[i].launch(impl[i].ctx, st))
+					return -1;
+			clock_gettime(CLOCK_MONOTONIC, &b);
+			t[i][r] = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 /
+				  calls;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		qsort(t[i], (size_t)rounds, sizeof(double), bench_cmp_double);
+		host_us[i] = t[i][rounds / 2];
+	}
+	return bench_cuda(cudaStreamSynchronize(st), "host timing");
 }
 
 /* sum (x - y)^2 and sum y^2 over bf16 arrays (for a relative Frobenius error). */
@@ -216,8 +261,8 @@ static int bench_gemmex_launch(void *ctx, cudaStream_t st)
 
 	(void)st; /* the handle is bound to the stream */
 	return cublasGemmEx(x->h, x->b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, x->n, x->m,
-			    x->k, &one, x->b, CUDA_R_16BF, x->b_nk ? x->k : x->n, x->a,
-			    CUDA_R_16BF, x->k, &zero, x->c, CUDA_R_16BF, x->n, CUBLAS_COMPUTE_32F,
+			    x->k, &one, x->b, CUDA_R_16BF, x->b_nk ? x->k : x->n, x->a, CUDA_R_16BF,
+			    x->k, &zero, x->c, CUDA_R_16BF, x->n, CUBLAS_COMPUTE_32F,
 			    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
 		       ? 0
 		       : -1;

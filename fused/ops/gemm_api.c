@@ -115,6 +115,7 @@ struct disp_call {
 	void *c;
 	int m, n, k, b_nk;
 	size_t ws_cap; /* split-K workspace the stream has or may get */
+	int dev;       /* the current device, asked once per call */
 };
 
 static int disp_args(const struct disp_call *x, const struct mk_gemm_pick *p,
@@ -237,7 +238,7 @@ static int disp_engine(struct disp_entry *e, const struct mk_gemm_pick *p,
 	/* p, not the cached decision: a forced variant may split where the calibrated one does not
 	 */
 	if (p->splits > 1) {
-		rc = mk_gemm_ws_get(stream, &ws, &ws_bytes);
+		rc = mk_gemm_ws_get_on(x->dev, stream, &ws, &ws_bytes);
 		if (rc)
 			return rc;
 		mk_gemm_args_split_ws(&e->args, ws);
@@ -262,12 +263,12 @@ static int disp_blas(const struct disp_call *x, int use_lt, cudaStream_t stream,
 
 	if (use_lt) {
 		/* Without a workspace (a capturing stream that has none yet) Lt still runs. */
-		if (mk_gemm_ws_get(stream, &ws, &ws_bytes) == 0) {
+		if (mk_gemm_ws_get_on(x->dev, stream, &ws, &ws_bytes) == 0) {
 			ws = (char *)ws + MK_GEMM_SPLIT_COUNT_BYTES;
 			ws_bytes -= MK_GEMM_SPLIT_COUNT_BYTES;
 		}
-		rc = mk_gemm_blaslt(x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, CUDA_R_16BF,
-				    CUDA_R_16BF, ws, ws_bytes, stream);
+		rc = mk_gemm_blaslt_on(x->dev, x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk,
+				       CUDA_R_16BF, CUDA_R_16BF, ws, ws_bytes, stream);
 		if (rc != -ENOSYS) {
 			ran->pick.path = MK_GEMM_PATH_CUBLASLT;
 			return rc;
@@ -282,7 +283,7 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 		     cudaStream_t stream, const struct mk_gemm_pick *force,
 		     struct mk_gemm_ran *ran_out)
 {
-	struct disp_call x = { a, b, c, m, n, k, b_nk, 0 };
+	struct disp_call x = { a, b, c, m, n, k, b_nk, 0, 0 };
 	struct mk_gemm_ran ran = { { MK_GEMM_PATH_CUBLASLT, 0, 1 }, NULL };
 	struct mk_gemm_pick forced = { MK_GEMM_PATH_AUTO, 0, 1 };
 	struct mk_gemm_key key = { 0, m, n, k, b_nk, !(((uintptr_t)a | (uintptr_t)b) & 15), 0 };
@@ -292,6 +293,7 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 
 	if (cudaGetDevice(&key.dev) != cudaSuccess)
 		return -EIO;
+	x.dev = key.dev;
 	dev_ok = mk_gemm_device_ok(); /* asked of the device once, then kept */
 	x.ws_cap = (size_t)mk_param_gemm_workspace();
 	if (force != NULL && force->path != MK_GEMM_PATH_AUTO) {

@@ -99,6 +99,10 @@ const char *mk_gemm_pick_name(const struct mk_gemm_pick *p, char *buf, size_t le
  */
 int mk_gemm_ws_get(cudaStream_t stream, void **ws, size_t *bytes);
 
+/* The same for device `dev`, which the caller has already asked for (mkGemm's per-call path: a
+ * thread's last (device, stream) is answered without the table's lock). */
+int mk_gemm_ws_get_on(int dev, cudaStream_t stream, void **ws, size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

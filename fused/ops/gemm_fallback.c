@@ -200,18 +200,18 @@ undo:
 	return rc;
 }
 
-int mk_gemm_blaslt(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
-		   cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
-		   cudaStream_t stream)
+int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		      cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
+		      cudaStream_t stream)
 {
 	const float one = 1.0f, zero = 0.0f;
-	struct mk_gemm_key key = { 0, m, n, k, b_nk, (int)ab_type, (int)c_type };
+	struct mk_gemm_key key = { dev, m, n, k, b_nk, (int)ab_type, (int)c_type };
 	cublasLtHandle_t lt;
 	struct blas_plan *p;
 	cublasStatus_t st;
 	int rc;
 
-	if (cudaGetDevice(&key.dev) != cudaSuccess || key.dev < 0 || key.dev >= BLAS_MAX_DEVICES)
+	if (dev < 0 || dev >= BLAS_MAX_DEVICES)
 		return -ENODEV;
 	if (ws == NULL)
 		ws_bytes = 0;
@@ -237,4 +237,16 @@ int mk_gemm_blaslt(const void *a, const void *b, void *c, int m, int n, int k, i
 		return -EIO;
 	}
 	return 0;
+}
+
+int mk_gemm_blaslt(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		   cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
+		   cudaStream_t stream)
+{
+	int dev;
+
+	if (cudaGetDevice(&dev) != cudaSuccess)
+		return -ENODEV;
+	return mk_gemm_blaslt_on(dev, a, b, c, m, n, k, b_nk, ab_type, c_type, ws, ws_bytes,
+				 stream);
 }

@@ -33,6 +33,11 @@ int mk_gemm_blaslt(const void *a, const void *b, void *c, int m, int n, int k, i
 		   cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
 		   cudaStream_t stream);
 
+/* The same on device `dev`, the current device, which the caller has already asked for. */
+int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
+		      cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
+		      cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,12 +66,19 @@ static int ws_alloc(int dev, cudaStream_t stream, struct ws_entry *e)
 	return 0;
 }
 
-int mk_gemm_ws_get(cudaStream_t stream, void **ws, size_t *bytes)
-{
-	int dev, rc = 0, i;
+/* The thread's last answer: entries live for the process and never move, so a hit needs no
+ * lock (mkGemm asks on every cuBLASLt call, host time a decode-size GEMM's GPU waits for). */
+static __thread struct ws_entry ws_last = { -1, NULL, NULL, 0 };
 
-	if (cudaGetDevice(&dev) != cudaSuccess)
-		return -EIO;
+int mk_gemm_ws_get_on(int dev, cudaStream_t stream, void **ws, size_t *bytes)
+{
+	int rc = 0, i;
+
+	if (ws_last.ptr != NULL && ws_last.dev == dev && ws_last.stream == stream) {
+		*ws = ws_last.ptr;
+		*bytes = ws_last.bytes;
+		return 0;
+	}
 	pthread_mutex_lock(&ws_lock);
 	for (i = 0; i < ws_count; i++) {
 		if (ws_table[i].dev == dev && ws_table[i].stream == stream)
@@ -86,9 +93,19 @@ int mk_gemm_ws_get(cudaStream_t stream, void **ws, size_t *bytes)
 			ws_count++;
 	}
 	if (rc == 0) {
+		ws_last = ws_table[i];
 		*ws = ws_table[i].ptr;
 		*bytes = ws_table[i].bytes;
 	}
 	pthread_mutex_unlock(&ws_lock);
 	return rc;
+}
+
+int mk_gemm_ws_get(cudaStream_t stream, void **ws, size_t *bytes)
+{
+	int dev;
+
+	if (cudaGetDevice(&dev) != cudaSuccess)
+		return -EIO;
+	return mk_gemm_ws_get_on(dev, stream, ws, bytes);
 }

@@ -134,6 +134,10 @@ if [ "$phase" = test ] || [ "$phase" = all ]; then
 	# fault: their own teardown is not the cause); the victim dies between calls (passes).
 	[ -n "${STEPS:-}" ] && step kill-c-linger layout_run c KILLED_RANK=3 MKERNEL_TIMEOUT=5000 MKERNEL_GEMM_AR_FUSED=1 \
 		RANK_TIMEOUT=120 KILL_LINGER=12 -- --mode kill
+	# without MPS (time-sliced contexts, as ranks on their own GPUs): does the fault stay in
+	# the dead process's context?
+	[ -n "${STEPS:-}" ] && step kill-c-nomps layout_run c MPS=0 KILLED_RANK=3 MKERNEL_TIMEOUT=5000 \
+		MKERNEL_GEMM_AR_FUSED=1 RANK_TIMEOUT=240 -- --mode kill
 	[ -n "${STEPS:-}" ] && step kill-c-idle layout_run c KILLED_RANK=3 MKERNEL_TIMEOUT=5000 MKERNEL_GEMM_AR_FUSED=1 \
 		RANK_TIMEOUT=120 KILL_IDLE=1 -- --mode kill
 	for lk in b:1 a:1 c:3; do
