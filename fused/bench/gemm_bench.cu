@@ -11,7 +11,9 @@
  * path mkGemm took (the dispatch's record) and mkGemm's relative error against the baseline
  * (its output poisoned with NaN first). Where the baseline runs under 100 us, each call's host
  * time too (mk_host_us, baseline_host_us: 32 calls enqueued back to back, median of 9
- * interleaved rounds; -1 elsewhere), which an event-timed lone call adds when the GPU waits. One
+ * interleaved rounds; -1 elsewhere), which an event-timed lone call adds when the GPU waits,
+ * with mkGemm's own cuBLASLt plan called directly (mk_lt_direct_host_us: what the dispatch
+ * adds), and each cuBLASLt plan's algorithm (mk_lt_algo, lt_algo: id/tile/stages/splitK/scheme). One
  * JSON line per shape, a summary line (lowest ratio, geometric mean, cells below 0.95 and 1.0),
  * then a table.
  *
@@ -93,6 +95,40 @@ static int bench_mk_launch(void *ctx, cudaStream_t st)
 		      st) == ncclSuccess
 		       ? 0
 		       : -1;
+}
+
+/* mkGemm's own cuBLASLt plan called directly (host timing only): what the dispatch adds. */
+struct bench_mklt {
+	int dev, m, n, k, b_nk;
+	const void *a, *b;
+	void *c, *ws;
+	size_t ws_bytes;
+};
+
+static int bench_mklt_launch(void *ctx, cudaStream_t st)
+{
+	struct bench_mklt *x = (struct bench_mklt *)ctx;
+
+	return mk_gemm_blaslt_on(x->dev, x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, CUDA_R_16BF,
+				 CUDA_R_16BF, x->ws, x->ws_bytes, st);
+}
+
+/* "algo/tile/stages/splitK/reduction" of a cuBLASLt algorithm, for telling two plans apart. */
+static void bench_algo_desc(const cublasLtMatmulAlgo_t *a, char *buf, size_t len)
+{
+	int id = -1, tile = -1, stages = -1, splitk = -1, red = -1;
+	size_t got;
+
+	cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &got);
+	cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+					     &got);
+	cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+					     sizeof(stages), &got);
+	cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+					     sizeof(splitk), &got);
+	cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
+					     sizeof(red), &got);
+	snprintf(buf, len, "%d/%d/%d/%d/%d", id, tile, stages, splitk, red);
 }
 
 /* The engine's default variant alone (--engine), on c->sms CTAs. */
@@ -195,12 +231,14 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	struct bench_mk mk = { c, NULL, NULL, NULL };
 	struct bench_lt lt;
 	struct bench_gemmex gx;
-	struct bench_impl impl[3];
+	struct bench_impl impl[4];
 	struct mk_gemm_ran ran;
 	struct bench_row *row;
-	double rms, err, host_us[3];
+	double rms, err, host_us[4];
 	int rc = -1, reps, base;
-	char path[32];
+	char path[32], mk_algo[48] = "none", lt_algo[48];
+	struct bench_mklt mklt;
+	cublasLtMatmulAlgo_t algo;
 
 	if (bench_alloc(c, &x, env->st))
 		goto out;
@@ -219,9 +257,22 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	base = impl[2].med < impl[1].med ? 2 : 1;
 	/* Host time where it can show in a lone call (the GPU's part under 100 us): 32 calls, 9
 	 * rounds, well inside the launch queue, a median that one preemption does not move. */
-	host_us[0] = host_us[1] = host_us[2] = -1;
-	if (impl[base].med < 0.1 && bench_host_time(impl, 3, 32, 9, env->st, host_us))
+	host_us[0] = host_us[1] = host_us[2] = host_us[3] = -1;
+	memset(&mklt, 0, sizeof(mklt));
+	cudaGetDevice(&mklt.dev);
+	mklt = (struct bench_mklt){ mklt.dev, c->m, c->n, c->k, b_nk, x.a, x.b, x.c_mk, NULL, 0 };
+	if (mk_gemm_ws_get(env->st, &mklt.ws, &mklt.ws_bytes) == 0) {
+		mklt.ws = (char *)mklt.ws + MK_GEMM_SPLIT_COUNT_BYTES; /* as the dispatch passes it */
+		mklt.ws_bytes -= MK_GEMM_SPLIT_COUNT_BYTES;
+	}
+	impl[3] = (struct bench_impl){ bench_mklt_launch, &mklt, 0, 0, 0 };
+	if (impl[base].med < 0.1 && bench_host_time(impl, 4, 32, 9, env->st, host_us))
 		goto out_lt;
+	/* which algorithm each cuBLASLt plan holds (mkGemm's exists once a call took cuBLASLt) */
+	if (mk_gemm_blaslt_algo(mklt.dev, c->m, c->n, c->k, b_nk, CUDA_R_16BF, CUDA_R_16BF,
+				mklt.ws_bytes, &algo) == 0)
+		bench_algo_desc(&algo, mk_algo, sizeof(mk_algo));
+	bench_algo_desc(&lt.algo, lt_algo, sizeof(lt_algo));
 	/* the path mkGemm took (the dispatch decides the same way for the same shape) and its
 	 * output, NaN-poisoned first, against the baseline's */
 	cudaMemsetAsync(x.c_mk, 0xFF, ec * 2, env->st);
@@ -241,13 +292,14 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	       "\"mk_p90_ms\":%.5f,\"mk_tflops\":%.1f,\"baseline\":\"%s\",\"baseline_ms\":%.5f,"
 	       "\"baseline_p10_ms\":%.5f,\"baseline_p90_ms\":%.5f,\"cublaslt_ms\":%.5f,"
 	       "\"cublas_gemmex_ms\":%.5f,\"ratio\":%.3f,\"rel_err\":%.2e,\"baseline_rms\":%.3f,"
-	       "\"mk_host_us\":%.2f,\"baseline_host_us\":%.2f,"
+	       "\"mk_host_us\":%.2f,\"baseline_host_us\":%.2f,\"mk_lt_direct_host_us\":%.2f,"
+	       "\"mk_lt_algo\":\"%s\",\"lt_algo\":\"%s\","
 	       "\"dist\":\"%s\",\"reps\":%d,\"warmup\":%d,\"calibration\":\"%s\",\"gpu\":\"%s\","
 	       "\"git\":\"%s\"}\n",
 	       c->group, c->m, c->n, c->k, b_nk ? "NK" : "KN", path, ran.why, impl[0].med,
 	       impl[0].p10, impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name,
 	       impl[base].med, impl[base].p10, impl[base].p90, impl[1].med, impl[2].med, row->ratio,
-	       err, rms, host_us[0], host_us[base], bench_normal ? "normal" : "uniform", reps,
+	       err, rms, host_us[0], host_us[base], host_us[3], mk_algo, lt_algo, bench_normal ? "normal" : "uniform", reps,
 	       env->warmup, mk_calib_get()->source, env->gpu, mk_git_revision());
 	fflush(stdout);
 	rc = 0;

@@ -239,6 +239,18 @@ int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int
 	return 0;
 }
 
+int mk_gemm_blaslt_algo(int dev, int m, int n, int k, int b_nk, cudaDataType_t ab_type,
+			cudaDataType_t c_type, size_t ws_bytes, cublasLtMatmulAlgo_t *algo)
+{
+	const struct mk_gemm_key key = { dev, m, n, k, b_nk, (int)ab_type, (int)c_type };
+	const struct blas_plan *p = &blas_cache[mk_gemm_key_slot(&key, BLAS_CACHE)];
+
+	if (!p->valid || !mk_gemm_key_eq(&p->key, &key) || p->ws_cap != ws_bytes)
+		return -ENOENT;
+	*algo = p->algo;
+	return 0;
+}
+
 int mk_gemm_blaslt(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
 		   cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
 		   cudaStream_t stream)

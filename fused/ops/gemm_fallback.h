@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include <cuda_runtime.h>
+#include <cublasLt.h>
 #include <library_types.h>
 
 #ifdef __cplusplus
@@ -32,6 +33,13 @@ int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, i
 int mk_gemm_blaslt(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
 		   cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
 		   cudaStream_t stream);
+
+/*
+ * The cuBLASLt algorithm this thread's plan for the shape holds (made by an earlier
+ * mk_gemm_blaslt with this workspace size), for diagnostics: 0, or -ENOENT where there is none.
+ */
+int mk_gemm_blaslt_algo(int dev, int m, int n, int k, int b_nk, cudaDataType_t ab_type,
+			cudaDataType_t c_type, size_t ws_bytes, cublasLtMatmulAlgo_t *algo);
 
 /* The same on device `dev`, the current device, which the caller has already asked for. */
 int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
