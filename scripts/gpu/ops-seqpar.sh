@@ -7,7 +7,8 @@
 #          then a rank killed mid-call on c; test: both ops (with QUICK=1 it fits one call: one
 #          run per layout tests both ops on one comm, then the kill of each op on c);
 #   bench-rs, bench-ag: its benchmark on every layout in LAYOUTS (sweep to TOP: default 32768
-#          with one rank, 16384 with several), JSON lines into OUTDIR/seqpar-bench.jsonl;
+#          with one rank, 16384 with several; BOTTOM=N starts it at N), JSON lines into
+#          OUTDIR/seqpar-bench.jsonl;
 #          bench: both ops;
 #   torch: PyTorch async-TP's fused ops (scripts/gpu/ops_seqpar_torch.py) on 1, 2 and 4 ranks,
 #          where they run (JSON lines, "unsupported" with the reason where they do not);
@@ -75,7 +76,7 @@ tests() {
 benches() {
 	local op=$1
 	for l in ${LAYOUTS:-s b a c}; do
-		step "bench-$op-$l" "$l" --op "$op" --bench ${TOP:+--top $TOP}
+		step "bench-$op-$l" "$l" --op "$op" --bench ${BOTTOM:+--bottom $BOTTOM} ${TOP:+--top $TOP}
 	done
 }
 

@@ -1122,9 +1122,14 @@ static void bench_shape(int m, int n, int k)
 	case_end();
 }
 
-static void bench(int top)
+/* The sweep from its first size (or `bottom`, to run only the largest sizes) to `top`. */
+static void bench(int bottom, int top)
 {
-	for (int s = g_op == OP_RS ? 2048 : 4096; s <= top; s *= 2) {
+	int s = g_op == OP_RS ? 2048 : 4096;
+
+	while (s < bottom)
+		s *= 2;
+	for (; s <= top; s *= 2) {
 		if (g_op == OP_RS)
 			bench_shape(s, s, s / 16);
 		else
@@ -1228,7 +1233,7 @@ int main(int argc, char **argv)
 	const char *op;
 
 	rc = rank_args_parse(argc, argv,
-			     "[--op rs|ag|both] [--quick] [--big] [--bench] [--top N] [--kill]", &a);
+			     "[--op rs|ag|both] [--quick] [--big] [--bench] [--bottom N] [--top N] [--kill]", &a);
 	if (rc)
 		return rc;
 	g_nranks = a.nranks;
@@ -1279,7 +1284,7 @@ int main(int argc, char **argv)
 	if (kill)
 		return run_kill(cfg.timeoutMs / 1e3);
 	if (do_bench)
-		bench(top);
+		bench(opt_int(argc, argv, "--bottom", 0), top);
 	for (int i = 0; !do_bench && i < nops; i++) {
 		g_op = ops[i];
 		set_path(PATH_FUSED);
