@@ -467,8 +467,10 @@ int mk_model_fused_estimate(const struct mk_policy_op_query *q, const struct mk_
 	if (q->nranks > 1 &&
 	    out->fused_us * (fused_measured ? MK_MODEL_MEASURED_MARGIN : 1.0) < out->unfused_us)
 		out->path = MK_PATH_FUSED;
+	/* across nodes its exchange rides the network's measurements, whose ties it lost */
 	if (out->oneshot_us >= 0 &&
-	    out->oneshot_us < (out->path == MK_PATH_FUSED ? out->fused_us : out->unfused_us))
+	    out->oneshot_us * (t.nnodes > 1 ? MK_MODEL_ONESHOT_NET_MARGIN : 1.0) <
+		    (out->path == MK_PATH_FUSED ? out->fused_us : out->unfused_us))
 		out->path = MK_PATH_ONESHOT;
 	return 0;
 }

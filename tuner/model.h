@@ -76,9 +76,17 @@ void mk_model_links_calibrated(const struct mk_model_links *knobs, const struct 
  * sets for consecutive calls) are sized from it; above it the exchange is bandwidth-bound and
  * the ring or the fused kernel wins anyway.
  */
-#define MK_MODEL_ONESHOT_MAX_BYTES (8ull << 20)
+#define MK_MODEL_ONESHOT_MAX_BYTES  (8ull << 20)
 /* A measured fused time must be below the unfused one by this factor to be chosen (model.c). */
-#define MK_MODEL_MEASURED_MARGIN   1.05
+#define MK_MODEL_MEASURED_MARGIN    1.05
+/*
+ * The one-shot path across nodes must be estimated below the path it replaces by this factor
+ * (model.c). On the H200's 2 fake nodes x 1 rank (d84f138) it lost at every cell where it was
+ * estimated 9-12 % ahead (0.73-0.92 of cuBLAS + NCCL at 1 x 8192 x 8192 and 128 x 4096 x 4096/8192)
+ * and won where estimated 31 % ahead or more (1.02-1.43, M = 1 and 16); on 2 x 2 every estimate
+ * was 33 % ahead or more and won (1.08-2.33).
+ */
+#define MK_MODEL_ONESHOT_NET_MARGIN 1.15
 
 /* What the fused-op model reads besides the query. */
 struct mk_model_env {
