@@ -116,6 +116,9 @@ struct mk_rdv_eager_rx {
 	uint32_t credited; /* freed count the sender has been told */
 	bool credit_busy;  /* a credit write is in flight */
 	uint32_t flags;	   /* MK_RDV_CREDIT_* to tell the sender */
+	/* MKERNEL_EAGER_CTS_WAIT in ns: how long a receive expecting an eager message holds its
+	 * CTS back (rdv_recv.c); 0 = never */
+	uint64_t cts_wait_ns;
 	bool arrived[MK_RDV_EAGER_SLOTS];
 	uint64_t copied; /* messages taken out, for tests and logs */
 };

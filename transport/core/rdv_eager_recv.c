@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "mk/log.h"
+#include "mk/core_params.h"
 #include "rdv_internal.h"
 
 void mk_rdv_eager_rx_init(struct mk_rdv_recv *r, char *slots, struct mk_rdv_eager_words *words,
@@ -23,6 +24,9 @@ void mk_rdv_eager_rx_init(struct mk_rdv_recv *r, char *slots, struct mk_rdv_eage
 	rx->next = mk_rdv_initial_seq();
 	rx->open_from = rx->next; /* groups start at the initial sequence too */
 	rx->credited = rx->next;
+	rx->cts_wait_ns = mk_param_eager_cts_wait_us() > 0
+				  ? (uint64_t)mk_param_eager_cts_wait_us() * 1000u
+				  : 0;
 	words->frontier = rx->next;
 }
 

@@ -135,13 +135,16 @@ static bool recv_event(struct mk_rdv_recv *r, const struct mk_event *ev)
 }
 
 /*
- * Whether a group needs its CTS for its data: eager messages that were already here when it was
- * posted did not fill it. A group they filled needs it only so the sender can move past it,
- * which can wait for a later group's write.
+ * Whether a group needs its CTS for its data at `now`: eager messages did not fill it at its
+ * post and it expects none, or it expected one that has not come within MKERNEL_EAGER_CTS_WAIT. A
+ * group they filled needs it only so the sender can move past it, which can wait for a later
+ * group's write.
  */
-static bool recv_cts_wanted(const struct mk_rdv_req *req)
+static bool recv_cts_wanted(const struct mk_rdv_req *req, uint64_t now)
 {
-	return !req->cts_lazy;
+	if (!req->cts_lazy)
+		return true;
+	return req->cts_wait_until != 0 && !recv_eager_filled(req) && now >= req->cts_wait_until;
 }
 
 /*
@@ -154,7 +157,7 @@ static bool recv_cts_due(const struct mk_rdv_recv *r)
 	if (r->next_seq - r->cts_next >= RECV_CTS_BATCH)
 		return true;
 	for (uint32_t g = r->cts_next; g != r->next_seq; g++)
-		if (recv_cts_wanted(&r->reqs[g % MK_RDV_CTS_GROUPS]))
+		if (recv_cts_wanted(&r->reqs[g % MK_RDV_CTS_GROUPS], r->cs.now_ns))
 			return true;
 	return false;
 }
@@ -293,6 +296,26 @@ static bool recv_room(struct mk_rdv_recv *r, uint32_t seq)
 		(int32_t)(seq - r->frontier) < MK_RDV_CTS_GROUPS);
 }
 
+/*
+ * A receive the sender will fill with eager messages: every sub-receive fits a bounce slot and
+ * lies in host memory (eager payloads are copied by the CPU; GPU buffers take the rendezvous),
+ * and it is not an optional receive (those end once their CTS is out). Its CTS is not needed
+ * for its data, and in a ping-pong of small messages it crosses every message on the wire.
+ * With MKERNEL_EAGER_CTS_WAIT it waits that long for the message (rdv_eager.h), then goes: the
+ * sender may send by rendezvous after all (out of credits, a smaller MKERNEL_EAGER_BYTES of its
+ * own). Off by default: with it, a send larger than its receive or a tag no sub-receive has is
+ * found at the receiver and reported to the sender at its next call, not at this send.
+ */
+static bool recv_expects_eager(const struct mk_rdv_req *req, bool small, struct mk_mr **mrs)
+{
+	if (!small || req->optional)
+		return false;
+	for (int i = 0; i < req->n; i++)
+		if (mrs[i] != NULL && mrs[i]->type != MK_PTR_HOST)
+			return false;
+	return true;
+}
+
 int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *sizes, const int *tags,
 		 struct mk_mr **mrs, bool optional, struct mk_rdv_req **out)
 {
@@ -341,6 +364,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	req->cts_status = 0;
 	req->cts_first = seq;
 	req->cts_lazy = false;
+	req->cts_wait_until = 0;
 	r->next_seq++;
 	r->outstanding++;
 	/*
@@ -364,6 +388,12 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 			mk_rdv_eager_deliver(r);
 		}
 		req->cts_lazy = recv_eager_filled(req);
+		if (!req->cts_lazy && r->eager.cts_wait_ns != 0 &&
+		    recv_expects_eager(req, small, mrs)) {
+			/* the clock of the last CQ read: older, so the wait only ends sooner */
+			req->cts_lazy = true;
+			req->cts_wait_until = r->cs.now_ns + r->eager.cts_wait_ns;
+		}
 	}
 	recv_post_cts(r);
 	*out = req;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ static int setup(void **state)
 	unsetenv("MKERNEL_STRIPE_MIN");
 	unsetenv("MKERNEL_TIMEOUT");
 	unsetenv("MKERNEL_KEEPALIVE");
+	unsetenv("MKERNEL_EAGER_CTS_WAIT");
 	mk_param_reset_all();
 	mk_rdv_set_initial_seq(1);
 	return 0;
@@ -862,6 +864,126 @@ static void test_eager_group_seen_keeps_the_rest_in_order(void **state)
 	free(s);
 }
 
+/*
+ * K receives of 100 bytes, each posted before its message, as in a ping-pong: with
+ * MKERNEL_EAGER_CTS_WAIT set each one holds its CTS back for the eager message it expects and the
+ * CTS go in batches; without it every receive writes its CTS at its post. Returns the writes
+ * beyond one per message.
+ */
+static int pingpong_extra_writes(int wait_us, int k_msgs)
+{
+	char sbuf[100], rbuf[100];
+	struct mk_mr *smr, *rmr;
+	struct pair p;
+	char env[16];
+	int writes;
+
+	snprintf(env, sizeof(env), "%d", wait_us);
+	setenv("MKERNEL_EAGER_CTS_WAIT", env, 1);
+	mk_param_reset_all();
+	pair_open(&p);
+	smr = reg(p.s, sbuf, sizeof(sbuf));
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	writes = fake_tp_writes();
+	for (int k = 0; k < k_msgs; k++) {
+		struct mk_rdv_req *sreq = NULL, *rreq;
+		size_t got = 0;
+
+		memset(rbuf, 0, sizeof(rbuf));
+		rreq = post_recv(&p, rbuf, sizeof(rbuf), 5, rmr);
+		assert_non_null(rreq);
+		assert_int_equal(rreq->cts_lazy, wait_us != 0);
+		fill(sbuf, sizeof(sbuf), (unsigned)k);
+		while (sreq == NULL)
+			assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), 5, smr, &sreq), 0);
+		assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+		assert_int_equal(got, sizeof(rbuf));
+		check(rbuf, sizeof(rbuf), (unsigned)k);
+	}
+	writes = fake_tp_writes() - writes - k_msgs;
+	mk_rdv_dereg(p.s, smr);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+	unsetenv("MKERNEL_EAGER_CTS_WAIT");
+	mk_param_reset_all();
+	return writes;
+}
+
+static void test_eager_cts_wait_batches_the_cts_of_expected_messages(void **state)
+{
+	const int k_msgs = 24;
+	int off, on;
+
+	(void)state;
+	off = pingpong_extra_writes(0, k_msgs);
+	on = pingpong_extra_writes(1000000, k_msgs);
+	/* off: a CTS per receive; on: one per RECV_CTS_BATCH (8) groups */
+	assert_int_equal(off, k_msgs);
+	assert_true(on <= k_msgs / 8 + 1);
+}
+
+/*
+ * A receive expecting an eager message whose sender sends by rendezvous after all (its own
+ * MKERNEL_EAGER_BYTES is smaller) gets its CTS once MKERNEL_EAGER_CTS_WAIT has passed, and its
+ * data: no hang.
+ */
+static void test_eager_cts_wait_ends_for_a_rendezvous_sender(void **state)
+{
+	char sbuf[1000], rbuf[1000] = { 0 };
+	uint8_t handle[MK_RDV_HANDLE_SIZE];
+	struct mk_rdv_req *sreq = NULL, *rreq;
+	struct mk_mr *smr, *rmr;
+	int sdone = 0, rdone = 0, writes;
+	size_t got = 0, sgot;
+	uint64_t t0, waited;
+	struct pair p;
+
+	(void)state;
+	setenv("MKERNEL_EAGER_CTS_WAIT", "2000", 1);
+	mk_param_reset_all();
+	memset(&p, 0, sizeof(p));
+	/* the receiver offers 8192-byte slots; the sender, opened after, sends eagerly up to 64 */
+	assert_int_equal(mk_rdv_listen(&fake_tp_ops, 0, handle, &p.l), 0);
+	setenv("MKERNEL_EAGER_BYTES", "64", 1);
+	mk_param_reset_all();
+	for (int spins = 0; p.s == NULL || p.r == NULL; spins++) {
+		if (p.s == NULL)
+			assert_int_equal(mk_rdv_connect(&fake_tp_ops, 0, handle, &p.s), 0);
+		if (p.r == NULL)
+			assert_int_equal(mk_rdv_accept(p.l, &p.r), 0);
+		assert_true(spins < 100);
+	}
+	assert_int_equal(mk_rdv_close(p.l), 0);
+	assert_int_equal(send_of(&p)->eager.max_bytes, 64);
+	smr = reg(p.s, sbuf, sizeof(sbuf));
+	rmr = reg(p.r, rbuf, sizeof(rbuf));
+	fill(sbuf, sizeof(sbuf), 9);
+	writes = fake_tp_writes();
+	t0 = mk_now_ns();
+	rreq = post_recv(&p, rbuf, sizeof(rbuf), 2, rmr);
+	assert_true(rreq->cts_lazy && rreq->cts_wait_until != 0);
+	assert_int_equal(fake_tp_writes(), writes); /* no CTS at the post */
+	while (!(sdone && rdone)) {
+		if (sreq == NULL)
+			assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), 2, smr, &sreq), 0);
+		else if (!sdone)
+			assert_int_equal(mk_rdv_test(sreq, &sdone, &sgot), 0);
+		if (!rdone)
+			assert_int_equal(mk_rdv_test(rreq, &rdone, &got), 0);
+		assert_true(mk_now_ns() - t0 < 5000000000ull);
+	}
+	waited = mk_now_ns() - t0;
+	assert_false(send_of(&p)->eager.sent); /* by rendezvous */
+	assert_true(waited >= 1900000);	       /* the CTS went once the wait was over */
+	assert_int_equal(got, sizeof(rbuf));
+	check(rbuf, sizeof(rbuf), 9);
+	mk_rdv_dereg(p.s, smr);
+	mk_rdv_dereg(p.r, rmr);
+	pair_close(&p);
+	unsetenv("MKERNEL_EAGER_CTS_WAIT");
+	mk_param_reset_all();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -882,6 +1004,9 @@ int main(void)
 		cmocka_unit_test_setup(test_eager_ring_guard_waits_for_the_sender, setup),
 		cmocka_unit_test_setup(test_eager_receiver_drains_a_sender_that_left, setup),
 		cmocka_unit_test_setup(test_eager_group_seen_keeps_the_rest_in_order, setup),
+		cmocka_unit_test_setup(test_eager_cts_wait_batches_the_cts_of_expected_messages,
+				       setup),
+		cmocka_unit_test_setup(test_eager_cts_wait_ends_for_a_rendezvous_sender, setup),
 	};
 
 	return cmocka_run_group_tests_name("rdv_eager", tests, NULL, NULL);
