@@ -261,8 +261,8 @@ static int bench_gemmex_launch(void *ctx, cudaStream_t st)
 
 	(void)st; /* the handle is bound to the stream */
 	return cublasGemmEx(x->h, x->b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, x->n, x->m,
-			    x->k, &one, x->b, CUDA_R_16BF, x->b_nk ? x->k : x->n, x->a, CUDA_R_16BF,
-			    x->k, &zero, x->c, CUDA_R_16BF, x->n, CUBLAS_COMPUTE_32F,
+			    x->k, &one, x->b, CUDA_R_16BF, x->b_nk ? x->k : x->n, x->a,
+			    CUDA_R_16BF, x->k, &zero, x->c, CUDA_R_16BF, x->n, CUBLAS_COMPUTE_32F,
 			    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
 		       ? 0
 		       : -1;

@@ -13,9 +13,9 @@
  * time too (mk_host_us, baseline_host_us: 32 calls enqueued back to back, median of 9
  * interleaved rounds; -1 elsewhere), which an event-timed lone call adds when the GPU waits,
  * with mkGemm's own cuBLASLt plan called directly (mk_lt_direct_host_us: what the dispatch
- * adds), and each cuBLASLt plan's algorithm (mk_lt_algo, lt_algo: id/tile/stages/splitK/scheme). One
- * JSON line per shape, a summary line (lowest ratio, geometric mean, cells below 0.95 and 1.0),
- * then a table.
+ * adds), and each cuBLASLt plan's algorithm (mk_lt_algo, lt_algo: id/tile/stages/splitK/
+ * scheme). One JSON line per shape, a summary line (lowest ratio, geometric mean, cells below
+ * 0.95 and 1.0), then a table.
  *
  * --engine: the GEMM engine's default variant against cuBLAS (the earlier benchmark: square and
  * K = N/16 shapes, and SM limits against cuBLASLt with the same SM count target).
@@ -156,10 +156,8 @@ static int bench_alloc(const struct bench_case *c, struct bench_bufs *x, cudaStr
 	    bench_cuda(cudaMalloc(&x->c_base, ec * 2), "alloc C"))
 		return -1;
 	if (bench_normal) {
-		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->a, ea,
-							  0x1234u + c->m);
-		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->b, eb,
-							  0x9876u + c->n);
+		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->a, ea, 0x1234u + c->m);
+		mk_fill_bf16_normal<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->b, eb, 0x9876u + c->n);
 	} else {
 		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->a, ea, 0x1234u + c->m);
 		mk_fill_bf16<<<1024, 256, 0, st>>>((__nv_bfloat16 *)x->b, eb, 0x9876u + c->n);
@@ -177,8 +175,8 @@ static void bench_free(struct bench_bufs *x)
 
 /* cuBLASLt (with c->sms as its SM count target) and cublasGemmEx on x into impl[1], impl[2]. */
 static int bench_baselines(const struct bench_case *c, const struct bench_env *env,
-			   const struct bench_bufs *x, struct bench_lt *lt, struct bench_gemmex *gx,
-			   struct bench_impl *impl)
+			   const struct bench_bufs *x, struct bench_lt *lt,
+			   struct bench_gemmex *gx, struct bench_impl *impl)
 {
 	const int b_nk = c->b_layout == MK_GEMM_B_NK;
 
@@ -258,9 +256,8 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	/* Host time where it can show in a lone call (the GPU's part under 100 us): 32 calls, 9
 	 * rounds, well inside the launch queue, a median that one preemption does not move. */
 	host_us[0] = host_us[1] = host_us[2] = host_us[3] = -1;
-	memset(&mklt, 0, sizeof(mklt));
+	mklt = (struct bench_mklt){ 0, c->m, c->n, c->k, b_nk, x.a, x.b, x.c_mk, NULL, 0 };
 	cudaGetDevice(&mklt.dev);
-	mklt = (struct bench_mklt){ mklt.dev, c->m, c->n, c->k, b_nk, x.a, x.b, x.c_mk, NULL, 0 };
 	if (mk_gemm_ws_get(env->st, &mklt.ws, &mklt.ws_bytes) == 0) {
 		mklt.ws = (char *)mklt.ws + MK_GEMM_SPLIT_COUNT_BYTES; /* as the dispatch passes it */
 		mklt.ws_bytes -= MK_GEMM_SPLIT_COUNT_BYTES;
@@ -299,8 +296,9 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	       c->group, c->m, c->n, c->k, b_nk ? "NK" : "KN", path, ran.why, impl[0].med,
 	       impl[0].p10, impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name,
 	       impl[base].med, impl[base].p10, impl[base].p90, impl[1].med, impl[2].med, row->ratio,
-	       err, rms, host_us[0], host_us[base], host_us[3], mk_algo, lt_algo, bench_normal ? "normal" : "uniform", reps,
-	       env->warmup, mk_calib_get()->source, env->gpu, mk_git_revision());
+	       err, rms, host_us[0], host_us[base], host_us[3], mk_algo, lt_algo,
+	       bench_normal ? "normal" : "uniform", reps, env->warmup, mk_calib_get()->source,
+	       env->gpu, mk_git_revision());
 	fflush(stdout);
 	rc = 0;
 out_lt:
@@ -345,12 +343,11 @@ static int bench_engine_one(const struct bench_case *c, const struct bench_env *
 	err = bench_rel_err(x.c_mk, x.c_base, ec, env->st, &rms);
 	bench_bad |= !(err >= 0 && err < 1e-2);
 	row = bench_row_add(c, impl, base, err,
-			    base == 2 ? "cublasGemmEx"
-			    : c->sms  ? "cublasLt_sm_target"
-				      : "cublasLt",
+			    base == 2	? "cublasGemmEx"
+			    : c->sms	? "cublasLt_sm_target"
+					: "cublasLt",
 			    "e128x256s1");
-	printf("{\"bench\":\"gemm\",\"group\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"b_layout\":\"%"
-	       "s\","
+	printf("{\"bench\":\"gemm\",\"group\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"b_layout\":\"%s\","
 	       "\"sms\":%d,\"engine_ms\":%.5f,\"engine_p10_ms\":%.5f,\"engine_p90_ms\":%.5f,"
 	       "\"engine_tflops\":%.1f,\"baseline\":\"%s\",\"baseline_ms\":%.5f,"
 	       "\"baseline_p10_ms\":%.5f,\"baseline_p90_ms\":%.5f,\"baseline_tflops\":%.1f,"
@@ -361,8 +358,7 @@ static int bench_engine_one(const struct bench_case *c, const struct bench_env *
 	       impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name, impl[base].med,
 	       impl[base].p10, impl[base].p90, flops / (impl[base].med * 1e-3) / 1e12,
 	       n == 3 ? impl[2].med : 0.0, impl[1].med, row->ratio, err, rms,
-	       bench_normal ? "normal" : "uniform", env->reps, env->warmup, env->gpu,
-	       mk_git_revision());
+	       bench_normal ? "normal" : "uniform", env->reps, env->warmup, env->gpu, mk_git_revision());
 	fflush(stdout);
 	rc = 0;
 out_lt:
@@ -423,9 +419,8 @@ static int bench_grid(const struct bench_env *env, int quick)
 	for (size_t p = 0; p < np; p++) {
 		for (size_t i = 0; i < nm; i++) {
 			for (int l = 1; l >= 0; l--) {
-				const struct bench_case c = {
-					bench_ms[i], bench_nk[p][0], bench_nk[p][1], l, 0, "grid"
-				};
+				const struct bench_case c = { bench_ms[i], bench_nk[p][0],
+							      bench_nk[p][1], l, 0, "grid" };
 
 				if (quick && (p > 0 || (i % 3) != 0))
 					continue;
@@ -460,9 +455,9 @@ static void bench_summary(int engine_mode, int sms)
 		const struct bench_row *r = &bench_rows[i];
 
 		printf("%-10s %6d %6d %6d %3s %4d %-11s | %9.4f | %9.4f %-13s | %6.3f %8.1e\n",
-		       r->c.group, r->c.m, r->c.n, r->c.k,
-		       r->c.b_layout == MK_GEMM_B_NK ? "NK" : "KN", r->c.sms ? r->c.sms : sms,
-		       r->path, r->mk_ms, r->base_ms, r->base_name, r->ratio, r->err);
+		       r->c.group, r->c.m, r->c.n, r->c.k, r->c.b_layout == MK_GEMM_B_NK ? "NK" : "KN",
+		       r->c.sms ? r->c.sms : sms, r->path, r->mk_ms, r->base_ms, r->base_name,
+		       r->ratio, r->err);
 	}
 }
 
@@ -511,8 +506,7 @@ int main(int argc, char **argv)
 	}
 	cudaGetDeviceProperties(&prop, 0);
 	if (!mk_gemm_device_ok()) {
-		fprintf(stderr, "bench: %s is not sm_90; the engine does not run here\n",
-			prop.name);
+		fprintf(stderr, "bench: %s is not sm_90; the engine does not run here\n", prop.name);
 		return 77;
 	}
 	env.gpu = prop.name;
@@ -526,8 +520,7 @@ int main(int argc, char **argv)
 		failed |= (engine_mode ? bench_engine_one(&one, &env) : bench_grid_one(&one, &env));
 	else if (engine_mode)
 		for (size_t i = 0;
-		     i < (quick ? 3 : sizeof(bench_engine_cases) / sizeof(bench_engine_cases[0]));
-		     i++)
+		     i < (quick ? 3 : sizeof(bench_engine_cases) / sizeof(bench_engine_cases[0])); i++)
 			failed |= bench_engine_one(&bench_engine_cases[i], &env) != 0;
 	else
 		failed |= bench_grid(&env, quick);

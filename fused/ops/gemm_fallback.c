@@ -12,6 +12,7 @@
  * One cuBLASLt handle per device.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -200,6 +201,15 @@ undo:
 	return rc;
 }
 
+/* The thread's cache slot for key, and whether it holds key's plan for this workspace size. */
+static struct blas_plan *blas_plan_slot(const struct mk_gemm_key *key, size_t ws_bytes, bool *hit)
+{
+	struct blas_plan *p = &blas_cache[mk_gemm_key_slot(key, BLAS_CACHE)];
+
+	*hit = p->valid && mk_gemm_key_eq(&p->key, key) && p->ws_cap == ws_bytes;
+	return p;
+}
+
 int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
 		      cudaDataType_t ab_type, cudaDataType_t c_type, void *ws, size_t ws_bytes,
 		      cudaStream_t stream)
@@ -209,14 +219,15 @@ int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int
 	cublasLtHandle_t lt;
 	struct blas_plan *p;
 	cublasStatus_t st;
+	bool hit;
 	int rc;
 
 	if (dev < 0 || dev >= BLAS_MAX_DEVICES)
 		return -ENODEV;
 	if (ws == NULL)
 		ws_bytes = 0;
-	p = &blas_cache[mk_gemm_key_slot(&key, BLAS_CACHE)];
-	if (!p->valid || !mk_gemm_key_eq(&p->key, &key) || p->ws_cap != ws_bytes) {
+	p = blas_plan_slot(&key, ws_bytes, &hit);
+	if (!hit) {
 		rc = blas_handle(key.dev, &lt);
 		if (rc)
 			return rc;
@@ -243,9 +254,10 @@ int mk_gemm_blaslt_algo(int dev, int m, int n, int k, int b_nk, cudaDataType_t a
 			cudaDataType_t c_type, size_t ws_bytes, cublasLtMatmulAlgo_t *algo)
 {
 	const struct mk_gemm_key key = { dev, m, n, k, b_nk, (int)ab_type, (int)c_type };
-	const struct blas_plan *p = &blas_cache[mk_gemm_key_slot(&key, BLAS_CACHE)];
+	bool hit;
+	const struct blas_plan *p = blas_plan_slot(&key, ws_bytes, &hit);
 
-	if (!p->valid || !mk_gemm_key_eq(&p->key, &key) || p->ws_cap != ws_bytes)
+	if (!hit)
 		return -ENOENT;
 	*algo = p->algo;
 	return 0;

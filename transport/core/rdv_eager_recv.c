@@ -16,6 +16,7 @@ void mk_rdv_eager_rx_init(struct mk_rdv_recv *r, char *slots, struct mk_rdv_eage
 			  uint32_t bytes)
 {
 	struct mk_rdv_eager_rx *rx = &r->eager;
+	int64_t wait_us;
 
 	rx->slots = slots;
 	rx->bytes = slots != NULL ? bytes : 0;
@@ -24,9 +25,8 @@ void mk_rdv_eager_rx_init(struct mk_rdv_recv *r, char *slots, struct mk_rdv_eage
 	rx->next = mk_rdv_initial_seq();
 	rx->open_from = rx->next; /* groups start at the initial sequence too */
 	rx->credited = rx->next;
-	rx->cts_wait_ns = mk_param_eager_cts_wait_us() > 0
-				  ? (uint64_t)mk_param_eager_cts_wait_us() * 1000u
-				  : 0;
+	wait_us = mk_param_eager_cts_wait_us();
+	rx->cts_wait_ns = wait_us > 0 ? (uint64_t)wait_us * 1000u : 0;
 	words->frontier = rx->next;
 }
 

@@ -129,8 +129,8 @@ struct mk_rdv_req {
 	int n;
 	bool optional;
 	bool cts_posted, cts_done;
-	bool cts_lazy; /* its CTS may wait: filled by eager messages at its post, or expecting one
-			*/
+	/* its CTS may wait: filled by eager messages at its post, or expecting one */
+	bool cts_lazy;
 	uint64_t cts_wait_until; /* expecting: its CTS is due from then on if still unfilled */
 	uint32_t cts_first;	 /* the CTS write this request completes began at this group */
 	int cts_status;		 /* the CTS write failed: fatal only while data is still due */

@@ -297,23 +297,18 @@ static bool recv_room(struct mk_rdv_recv *r, uint32_t seq)
 }
 
 /*
- * A receive the sender will fill with eager messages: every sub-receive fits a bounce slot and
- * lies in host memory (eager payloads are copied by the CPU; GPU buffers take the rendezvous),
- * and it is not an optional receive (those end once their CTS is out). Its CTS is not needed
+ * A receive the sender will fill with eager messages: every sub-receive fits a bounce slot (a
+ * receiver with bounce slots registers host memory only: rdv_setup.c) and it is not an optional
+ * receive (those end once their CTS is out). Its CTS is not needed
  * for its data, and in a ping-pong of small messages it crosses every message on the wire.
  * With MKERNEL_EAGER_CTS_WAIT it waits that long for the message (rdv_eager.h), then goes: the
  * sender may send by rendezvous after all (out of credits, a smaller MKERNEL_EAGER_BYTES of its
  * own). Off by default: with it, a send larger than its receive or a tag no sub-receive has is
  * found at the receiver and reported to the sender at its next call, not at this send.
  */
-static bool recv_expects_eager(const struct mk_rdv_req *req, bool small, struct mk_mr **mrs)
+static bool recv_expects_eager(const struct mk_rdv_req *req, bool small)
 {
-	if (!small || req->optional)
-		return false;
-	for (int i = 0; i < req->n; i++)
-		if (mrs[i] != NULL && mrs[i]->type != MK_PTR_HOST)
-			return false;
-	return true;
+	return small && !req->optional;
 }
 
 int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *sizes, const int *tags,
@@ -388,8 +383,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 			mk_rdv_eager_deliver(r);
 		}
 		req->cts_lazy = recv_eager_filled(req);
-		if (!req->cts_lazy && r->eager.cts_wait_ns != 0 &&
-		    recv_expects_eager(req, small, mrs)) {
+		if (!req->cts_lazy && r->eager.cts_wait_ns != 0 && recv_expects_eager(req, small)) {
 			/* the clock of the last CQ read: older, so the wait only ends sooner */
 			req->cts_lazy = true;
 			req->cts_wait_until = r->cs.now_ns + r->eager.cts_wait_ns;

@@ -311,6 +311,22 @@ static void test_measured_fused_must_win_by_margin(void **state)
 	check_cheapest(&e);
 }
 
+/* The estimate of a 16 x 4096 x 4096 all-reduce on `nodes` nodes of 2 ranks in all, with the
+ * calibration `text`. */
+static void estimate_16x4096(const char *text, int nodes, struct mk_model_estimate *e)
+{
+	struct mk_policy_op_query q = gar(16, 4096, 4096, nodes, 2);
+	struct mk_model_env env = env_knobs;
+	struct mk_calib c;
+	const char *why;
+	int line;
+
+	assert_int_equal(mk_calib_parse(text, strlen(text), &c, &line, &why), 0);
+	env.calib = &c;
+	assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, e), 0);
+	mk_calib_free(&c);
+}
+
 /*
  * The one-shot path across nodes must be estimated ahead by MK_MODEL_ONESHOT_NET_MARGIN (the
  * H200's 2 x 1 layout lost it at 9-12 % ahead); within a node the cheapest estimate wins. Here the
@@ -334,47 +350,22 @@ static void test_oneshot_across_nodes_must_win_by_margin(void **state)
 					 "coll allreduce nccl 1 2 131072 100\n"
 					 "coll allreduce oneshot 1 2 131072 88\n"
 					 "coll allreduce fused 1 2 131072 150\n";
-	struct mk_model_env env = env_knobs;
 	struct mk_model_estimate e;
-	struct mk_calib c;
-	const char *why;
-	int line;
 
 	(void)state;
 	/* 2 nodes x 1 rank, 16 x 4096 bf16 = 128 KiB out */
-	assert_int_equal(mk_calib_parse(close_net, strlen(close_net), &c, &line, &why), 0);
-	env.calib = &c;
-	{
-		struct mk_policy_op_query q = gar(16, 4096, 4096, 2, 2);
-
-		assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, &e), 0);
-		assert_true(fabs(e.unfused_us - 112) < 1e-6 && fabs(e.oneshot_us - 100) < 1e-6);
-		check_cheapest_on(&e, 2);
-		assert_int_not_equal(e.path, MK_PATH_ONESHOT);
-	}
-	mk_calib_free(&c);
-	assert_int_equal(mk_calib_parse(far_net, strlen(far_net), &c, &line, &why), 0);
-	env.calib = &c;
-	{
-		struct mk_policy_op_query q = gar(16, 4096, 4096, 2, 2);
-
-		assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, &e), 0);
-		check_cheapest_on(&e, 2);
-		assert_int_equal(e.path, MK_PATH_ONESHOT);
-	}
-	mk_calib_free(&c);
+	estimate_16x4096(close_net, 2, &e);
+	assert_true(fabs(e.unfused_us - 112) < 1e-6 && fabs(e.oneshot_us - 100) < 1e-6);
+	check_cheapest_on(&e, 2);
+	assert_int_not_equal(e.path, MK_PATH_ONESHOT);
+	estimate_16x4096(far_net, 2, &e);
+	check_cheapest_on(&e, 2);
+	assert_int_equal(e.path, MK_PATH_ONESHOT);
 	/* the same 12 % within one node: taken */
-	assert_int_equal(mk_calib_parse(close_node, strlen(close_node), &c, &line, &why), 0);
-	env.calib = &c;
-	{
-		struct mk_policy_op_query q = gar(16, 4096, 4096, 1, 2);
-
-		assert_int_equal(mk_model_fused_estimate(&q, &env, 116, 132, &e), 0);
-		assert_true(fabs(e.oneshot_us - 100) < 1e-6);
-		check_cheapest(&e);
-		assert_int_equal(e.path, MK_PATH_ONESHOT);
-	}
-	mk_calib_free(&c);
+	estimate_16x4096(close_node, 1, &e);
+	assert_true(fabs(e.oneshot_us - 100) < 1e-6);
+	check_cheapest(&e);
+	assert_int_equal(e.path, MK_PATH_ONESHOT);
 }
 
 /* Through the policy engine: a calibration file's overhead and static split are used. */
