@@ -104,3 +104,12 @@ int mk_gar_split_plan(const int policy_sms[MK_GAR_ROLES], const int policy_min[M
 	out->max_step = max_step > 0 ? max_step : 1;
 	return out->sms[MK_GAR_COMPUTE] >= 1 ? 0 : -EINVAL;
 }
+
+int mk_gar_split_room(const struct mk_gar_split *sp)
+{
+	int room = 0;
+
+	for (int r = 1; r < MK_GAR_ROLES; r++)
+		room += sp->max[r] - sp->min[r];
+	return room;
+}

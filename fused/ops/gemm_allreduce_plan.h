@@ -74,6 +74,14 @@ int mk_gar_split_plan(const int policy_sms[MK_GAR_ROLES], const int policy_min[M
 		      const int policy_max[MK_GAR_ROLES], int max_step, int share, int nnodes,
 		      int nlocal, const char *role_split, struct mk_gar_split *out);
 
+/*
+ * How many CTAs the adaptive controller could move between compute and communication: the
+ * communication roles' room between their bounds. 0 (one rank in all, or bounds pinned by
+ * MKERNEL_ROLE_SPLIT's extremes) leaves it nothing to decide, and a call that would only pay
+ * for its timing and bookkeeping runs static.
+ */
+int mk_gar_split_room(const struct mk_gar_split *sp);
+
 /* The adaptive controller's state per shape (device memory; zero = nothing measured yet). */
 struct mk_gar_ctl {
 	unsigned long long best_t; /* duration of a call with best_c communication CTAs, ns */

@@ -14,9 +14,10 @@
 #          where they run (JSON lines, "unsupported" with the reason where they do not);
 #   all:   every phase in turn (longer than one call: for a host of your own).
 # QUICK=1 is a first check of a new build: every kind of case once at small sizes (sweep 2048),
-# a watchdog of 60 s per case; BIG=1 adds 32768 to the tests. Layouts with several ranks run
-# under MPS (their kernels wait for each other). Key lines go to stdout (per step its exit, its
-# wall time and each rank's time split with its slowest cases); every log into
+# a watchdog of 60 s per case; BIG=1 adds 32768 to the tests (BOTTOM=N leaves out the sweep
+# shapes below N, the other cases kept). Layouts with several ranks run under MPS (their
+# kernels wait for each other). Key lines go to stdout (per step its exit, its wall time and
+# each rank's time split with its slowest cases); every log into
 # OUTDIR/seqpar-PHASE/ as each step ends (kept when the run is cut short), and
 # OUTDIR/seqpar-PHASE.tgz at the end. Exit: 0 when every step passed, 1 otherwise (the failing
 # steps are named at the end).
@@ -64,7 +65,7 @@ tests() {
 	else
 		for op in "$@"; do
 			for l in ${LAYOUTS:-s b a c}; do
-				step "test-$op-$l" "$l" --op "$op" ${BIG:+--big}
+				step "test-$op-$l" "$l" --op "$op" ${BIG:+--big} ${BOTTOM:+--bottom $BOTTOM}
 			done
 		done
 	fi

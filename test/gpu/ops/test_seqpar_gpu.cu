@@ -46,7 +46,8 @@
  * its slowest cases, then its failures.
  *
  * usage: test-seqpar-gpu RANK NRANKS IDFILE NNODES NLOCAL [--op rs|ag|both] [--quick] [--big]
- *        [--bench] [--top N] [--kill]
+ *        [--bench] [--bottom N] [--top N] [--kill]
+ * --bottom N: the benchmark's sweep, or the tests' sweep shapes, from N on.
  * Exit: 0 pass, 1 fail, 3 watchdog, 77 no CUDA device.
  */
 #include <math.h>
@@ -1171,16 +1172,19 @@ static size_t heap_for(int op, int top)
 static const size_t heap_room = (size_t)64 << 20;
 
 /* The test cases of one op (see the header comment). */
-static void tests(int quick, int big)
+static void tests(int quick, int big, int bottom)
 {
 	const int r = g_nranks;
 	const int ag = g_op == OP_AG;
 
 	check_invalid();
 	set_env("MKERNEL_SM_POLICY", "static");
+	/* bottom: the sweep from that size on (32768 alone: BIG=1 BOTTOM=32768, one short call) */
 	for (int s = 2048; s <= (quick ? 2048 : big ? 32768 : 16384); s *= 2) {
 		const int m = s, n = ag ? s / r : s, k = ag ? s : s / 16;
 
+		if (s < bottom)
+			continue;
 		/* both B layouts up to 4096 (N a multiple of 8 on the K x N side), then N x K */
 		check_case("fused static", m, n, k, 1, PATH_FUSED, 1, 0, NULL);
 		if (s <= 4096)
@@ -1288,7 +1292,7 @@ int main(int argc, char **argv)
 	for (int i = 0; !do_bench && i < nops; i++) {
 		g_op = ops[i];
 		set_path(PATH_FUSED);
-		tests(quick, big);
+		tests(quick, big, opt_int(argc, argv, "--bottom", 0));
 	}
 	NK(mkCommDestroy(g_comm));
 	NK(ncclCommDestroy(g_nccl));

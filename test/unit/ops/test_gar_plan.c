@@ -94,6 +94,23 @@ static void test_split_follows_policy_and_layout(void **state)
 	assert_int_equal(s.sms[MK_GAR_COMPUTE], 132);
 	for (int r = 1; r < MK_GAR_ROLES; r++)
 		assert_int_equal(s.sms[r] + s.min[r] + s.max[r], 0);
+	/* ... and leaves the adaptive controller nothing to move */
+	assert_int_equal(mk_gar_split_room(&s), 0);
+}
+
+static void test_split_room(void **state)
+{
+	struct mk_gar_split s;
+
+	(void)state;
+	/* 2 x 8: every communication role between its policy bounds */
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 33, 132, 2, 8, NULL, &s), 0);
+	assert_true(mk_gar_split_room(&s) > 0);
+	assert_int_equal(mk_gar_split_room(&s),
+			 (s.max[1] - s.min[1]) + (s.max[2] - s.min[2]) + (s.max[3] - s.min[3]));
+	/* one node of two: intra and reduce still have room */
+	assert_int_equal(mk_gar_split_plan(pol_sms, pol_min, pol_max, 33, 66, 1, 2, NULL, &s), 0);
+	assert_true(mk_gar_split_room(&s) > 0);
 }
 
 static void test_split_env_and_refusal(void **state)
@@ -424,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_order_is_permutation_mine_first),
 		cmocka_unit_test(test_split_follows_policy_and_layout),
 		cmocka_unit_test(test_split_env_and_refusal),
+		cmocka_unit_test(test_split_room),
 		cmocka_unit_test(test_climb_finds_the_valley),
 		cmocka_unit_test(test_climb_with_noise),
 		cmocka_unit_test(test_climb_confirms_a_probe),
