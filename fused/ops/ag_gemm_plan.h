@@ -50,6 +50,36 @@ int mk_agg_arrival(const struct mk_sp_geom *g, int node, int nnodes, int local, 
 int mk_agg_tile_order(const struct mk_sp_geom *g, const int *arrival, const unsigned int *want,
 		      int *order);
 
+/*
+ * The unfused path's shard pipeline: ncclAllGather + one GEMM becomes nranks - 1 steps of
+ * ncclSend / ncclRecv on a side stream (step j: my shard to rank + j, the shard of rank - j in)
+ * and one GEMM per shard on the caller's stream, my own shard's first (it needs no exchange), each
+ * other one as soon as its step lands. It saves up to (nranks - 1) / nranks of the GEMM where the
+ * exchange takes longer than a shard's GEMM, and costs nranks - 1 more GEMM launches and smaller
+ * GEMMs, so by default it runs only where a shard's GEMM is at least MK_AGG_PIPE_MIN_FLOP.
+ * `knob` (MKERNEL_AG_GEMM_PIPELINE): 1 always with several ranks, 0 never, -1 that rule.
+ */
+#define MK_AGG_PIPE_MIN_FLOP (1ull << 34) /* ~17 GFLOP: tens of microseconds on a Hopper GPU */
+
+static inline int mk_agg_pipe_pick(int nranks, int m, int n, int k, long long knob)
+{
+	const unsigned long long shard_flop = nranks > 0 ? 2ull * (unsigned long long)(m / nranks) *
+								   (unsigned long long)n *
+								   (unsigned long long)k
+							 : 0;
+
+	if (nranks < 2 || knob == 0)
+		return 0;
+	return knob > 0 || shard_flop >= MK_AGG_PIPE_MIN_FLOP;
+}
+
+/* Step j (1 .. nranks - 1) of the pipeline: the rank my shard goes to and the one whose comes. */
+static inline void mk_agg_pipe_peers(int rank, int nranks, int j, int *to, int *from)
+{
+	*to = (rank + j) % nranks;
+	*from = (rank - j % nranks + nranks) % nranks;
+}
+
 /* Ticket i of the copy stage: chunk *c to local rank (local + *d) mod nlocal. */
 MK_SP_HD void mk_agg_copy_ticket(int i, int nlocal, int *c, int *d)
 {

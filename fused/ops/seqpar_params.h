@@ -5,7 +5,8 @@
 
 #include "mk/param.h"
 
-MK_PARAM_DECLARE_INT(gemm_rs_fused); /* MKERNEL_GEMM_RS_FUSED */
-MK_PARAM_DECLARE_INT(ag_gemm_fused); /* MKERNEL_AG_GEMM_FUSED */
+MK_PARAM_DECLARE_INT(gemm_rs_fused);	/* MKERNEL_GEMM_RS_FUSED */
+MK_PARAM_DECLARE_INT(ag_gemm_fused);	/* MKERNEL_AG_GEMM_FUSED */
+MK_PARAM_DECLARE_INT(ag_gemm_pipeline); /* MKERNEL_AG_GEMM_PIPELINE */
 
 #endif

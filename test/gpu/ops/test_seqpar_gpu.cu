@@ -555,6 +555,70 @@ static void check_case(const char *label, int m, int n, int k, int b_nk, int pat
 }
 
 /*
+ * The all-gather's unfused shard pipeline (MKERNEL_AG_GEMM_PIPELINE): forced on, the unfused path
+ * must pipeline nranks - 1 steps (0 alone) and be right with and without aGathered, also when
+ * captured in a CUDA graph and replayed; forced off, it must run one collective.
+ */
+static void check_pipeline(void)
+{
+	const int r = g_nranks, want = r > 1 ? r - 1 : 0;
+	char what[600], d[300] = "";
+	unsigned long long bad = 0;
+	cudaGraphExec_t ge;
+	cudaStream_t s;
+	cudaGraph_t gr;
+	struct prob p;
+	int steps;
+	void *c;
+
+	set_env("MKERNEL_AG_GEMM_PIPELINE", "1");
+	check_case("unfused pipelined", 1000 * r, 1000, 520, 1, PATH_UNFUSED, 2, 1, "FUSED=0");
+	steps = mk_sp_last_pipe_steps(g_comm, g_op);
+	snprintf(what, sizeof(what), "%s pipelined with aGathered: %d steps (want %d)", op_name(),
+		 steps, want);
+	expect(steps == want, what);
+	check_case("unfused pipelined", 512 * r, 768, 256, 0, PATH_UNFUSED, 2, 0, "FUSED=0");
+	steps = mk_sp_last_pipe_steps(g_comm, g_op);
+	snprintf(what, sizeof(what), "%s pipelined: %d steps (want %d)", op_name(), steps, want);
+	expect(steps == want, what);
+
+	/* captured (the side stream made by the calls above) and replayed */
+	case_begin("pipelined graph", 240);
+	set_env("MKERNEL_AG_GEMM_PIPELINE", "1");
+	set_path(PATH_UNFUSED);
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	prob_open(&p, 768 * r, 640, 384, 1);
+	CK(cudaMalloc(&c, p.out * 2));
+	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	NK(run_op(&p, c, NULL, s));
+	CK(cudaStreamEndCapture(s, &gr));
+	steps = mk_sp_last_pipe_steps(g_comm, g_op);
+	CK(cudaGraphInstantiate(&ge, gr, 0));
+	for (int i = 0; i < 3; i++) {
+		CK(cudaMemsetAsync(c, 0xff, p.out * 2, s));
+		CK(cudaGraphLaunch(ge, s));
+		CK(cudaStreamSynchronize(s));
+		bad += check_c(&p, c, d, sizeof(d));
+	}
+	snprintf(what, sizeof(what), "%s pipelined CUDA graph, 3 replays: %d steps (want %d), %llu "
+		 "bad, %s, %.2f s", op_name(), steps, want, bad, d, case_end());
+	expect(bad == 0 && steps == want, what);
+	cudaGraphExecDestroy(ge);
+	cudaGraphDestroy(gr);
+	cudaFree(c);
+	prob_close(&p);
+	CK(cudaStreamDestroy(s));
+
+	set_env("MKERNEL_AG_GEMM_PIPELINE", "0");
+	check_case("unfused one collective", 1000 * r, 1000, 520, 1, PATH_UNFUSED, 1, 0, "FUSED=0");
+	steps = mk_sp_last_pipe_steps(g_comm, g_op);
+	snprintf(what, sizeof(what), "%s knob 0: %d steps (want 0)", op_name(), steps);
+	expect(steps == 0, what);
+	set_env("MKERNEL_AG_GEMM_PIPELINE", "");
+	set_path(PATH_FUSED);
+}
+
+/*
  * A call the fused kernel does not take: fp16 inputs (bf16 only). The inputs are the bf16
  * problem's values (exact in fp16 down to 2^-17; below, fp16's spacing 2^-24 moves a product by
  * far less than the bound's second term). C is compared as fp16, with fp16's unit roundoff:
@@ -1221,6 +1285,8 @@ static void tests(int quick, int big, int bottom)
 		   "K must be a multiple of 8");
 	check_path("default, K % 8 != 0", 512 * r, 512, 100, 1, PATH_AUTO, PATH_UNFUSED, 1, 0,
 		   "K must be a multiple of 8");
+	if (ag)
+		check_pipeline();
 	check_fp16_fallback();
 	check_small_heap();
 	check_back_to_back(quick ? 10 : 100);

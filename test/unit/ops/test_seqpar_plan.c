@@ -440,6 +440,55 @@ static void test_policy_rows(void **state)
 	}
 }
 
+/* The all-gather's unfused shard pipeline: when it runs, and who sends to whom at each step. */
+static void test_ag_pipeline(void **state)
+{
+	(void)state;
+	/* one rank has nothing to exchange, whatever the knob */
+	assert_int_equal(mk_agg_pipe_pick(1, 32768, 32768, 32768, 1), 0);
+	assert_int_equal(mk_agg_pipe_pick(1, 32768, 32768, 32768, -1), 0);
+	/* knob 0 never, 1 always with several ranks */
+	assert_int_equal(mk_agg_pipe_pick(2, 32768, 16384, 32768, 0), 0);
+	assert_int_equal(mk_agg_pipe_pick(2, 16, 16, 16, 1), 1);
+	/* the rule: a shard's GEMM of at least 2^34 flop (decode sizes stay one collective) */
+	assert_int_equal(mk_agg_pipe_pick(2, 4096, 2048, 4096, -1), 1); /* 2^35 per shard */
+	assert_int_equal(mk_agg_pipe_pick(2, 2048, 2048, 2048, -1), 0); /* 2^33 */
+	assert_int_equal(mk_agg_pipe_pick(8, 256, 28672, 8192, -1), 0);
+	assert_int_equal(mk_agg_pipe_pick(2, 2048, 2048, 4096, -1), 1); /* exactly 2^34 */
+	assert_int_equal(mk_agg_pipe_pick(2, 2048, 2048, 4095, -1), 0);
+	/* every step is a permutation, and what r sends at step j is what its target receives */
+	for (int n = 2; n <= 9; n++) {
+		for (int j = 1; j < n; j++) {
+			int got[16] = { 0 };
+
+			for (int r = 0; r < n; r++) {
+				int to, from, to2, from2;
+
+				mk_agg_pipe_peers(r, n, j, &to, &from);
+				assert_true(to != r && from != r);
+				got[to]++;
+				mk_agg_pipe_peers(to, n, j, &to2, &from2);
+				assert_int_equal(from2, r);
+			}
+			for (int r = 0; r < n; r++)
+				assert_int_equal(got[r], 1);
+		}
+		/* over the n - 1 steps each rank receives every other shard once */
+		for (int r = 0; r < n; r++) {
+			int seen[16] = { 0 };
+
+			for (int j = 1; j < n; j++) {
+				int to, from;
+
+				mk_agg_pipe_peers(r, n, j, &to, &from);
+				seen[from]++;
+			}
+			for (int q = 0; q < n; q++)
+				assert_int_equal(seen[q], q == r ? 0 : 1);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -447,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_rs_bad_layout), cmocka_unit_test(test_ag_plan),
 		cmocka_unit_test(test_ag_bad_input),  cmocka_unit_test(test_stage_tickets),
 		cmocka_unit_test(test_split_fix),     cmocka_unit_test(test_policy_rows),
+		cmocka_unit_test(test_ag_pipeline),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
