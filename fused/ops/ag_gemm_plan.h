@@ -51,15 +51,20 @@ int mk_agg_tile_order(const struct mk_sp_geom *g, const int *arrival, const unsi
 		      int *order);
 
 /*
- * The unfused path's shard pipeline: ncclAllGather + one GEMM becomes nranks - 1 steps of
- * ncclSend / ncclRecv on a side stream (step j: my shard to rank + j, the shard of rank - j in)
- * and one GEMM per shard on the caller's stream, my own shard's first (it needs no exchange), each
- * other one as soon as its step lands. It saves up to (nranks - 1) / nranks of the GEMM where the
- * exchange takes longer than a shard's GEMM, and costs nranks - 1 more GEMM launches and smaller
- * GEMMs, so by default it runs only where a shard's GEMM is at least MK_AGG_PIPE_MIN_FLOP.
- * `knob` (MKERNEL_AG_GEMM_PIPELINE): 1 always with several ranks, 0 never, -1 that rule.
+ * The unfused path's pipeline: ncclAllGather + one GEMM becomes P all-gathers of a piece of
+ * every shard (piece p: rows mk_agg_pipe_rows of each shard, gathered rank by rank into a
+ * staging area) on a side stream, while the caller's stream runs the GEMM of my own shard (it
+ * needs nothing gathered) and then, as each piece lands, the GEMM of the other shards' rows of
+ * that piece. The same collective (all-gathers keep NCCL's ring and channels; point-to-point
+ * sends over a network get fewer) and the same GEMM as the baseline, overlapped: it saves up to
+ * the GEMM's time where the collective is longer, and costs P - 1 more collective launches and
+ * nranks x P smaller GEMMs, so by default it runs only where a shard's GEMM is at least
+ * MK_AGG_PIPE_MIN_FLOP. `knob` (MKERNEL_AG_GEMM_PIPELINE): 1 always with several ranks, 0
+ * never, -1 that rule.
  */
 #define MK_AGG_PIPE_MIN_FLOP (1ull << 34) /* ~17 GFLOP: tens of microseconds on a Hopper GPU */
+#define MK_AGG_PIPE_PIECES   4		  /* at most; pieces of at least MK_AGG_PIPE_ROWS rows */
+#define MK_AGG_PIPE_ROWS     128
 
 static inline int mk_agg_pipe_pick(int nranks, int m, int n, int k, long long knob)
 {
@@ -73,11 +78,19 @@ static inline int mk_agg_pipe_pick(int nranks, int m, int n, int k, long long kn
 	return knob > 0 || shard_flop >= MK_AGG_PIPE_MIN_FLOP;
 }
 
-/* Step j (1 .. nranks - 1) of the pipeline: the rank my shard goes to and the one whose comes. */
-static inline void mk_agg_pipe_peers(int rank, int nranks, int j, int *to, int *from)
+/* How many pieces a shard of `ms` rows is gathered in: 1 .. MK_AGG_PIPE_PIECES. */
+static inline int mk_agg_pipe_pieces(int ms)
 {
-	*to = (rank + j) % nranks;
-	*from = (rank - j % nranks + nranks) % nranks;
+	const int p = ms / MK_AGG_PIPE_ROWS;
+
+	return p < 1 ? 1 : p > MK_AGG_PIPE_PIECES ? MK_AGG_PIPE_PIECES : p;
+}
+
+/* Piece p of `pieces`: the shard's rows [*row0, *row0 + *rows), as even as rows allow. */
+static inline void mk_agg_pipe_rows(int ms, int pieces, int p, int *row0, int *rows)
+{
+	*row0 = (int)((long long)ms * p / pieces);
+	*rows = (int)((long long)ms * (p + 1) / pieces) - *row0;
 }
 
 /* Ticket i of the copy stage: chunk *c to local rank (local + *d) mod nlocal. */

@@ -217,9 +217,9 @@ int mk_sp_last_path(struct mk_comm *c, int op, char *why, size_t len)
 	return st != NULL ? st->last_path : -1;
 }
 
-int mk_sp_last_pipe_steps(struct mk_comm *c, int op)
+int mk_sp_last_pipe_pieces(struct mk_comm *c, int op)
 {
 	const struct mk_sp_state *st = mk_sp_state_of(c, op);
 
-	return st != NULL ? st->pipe_steps : -1;
+	return st != NULL ? st->pipe_pieces : -1;
 }

@@ -39,6 +39,8 @@ struct mk_sp_shape {
 	unsigned int *want_d; /* chunks per tile row (device; all-gather) */
 };
 
+#define MK_SP_PIPE_EVENTS 9 /* the unfused pipeline's events: fork/join + up to 8 pieces */
+
 struct mk_sp_state {
 	/* device, made with the first shape */
 	unsigned long long *seen; /* [window words + 1]: consumed arrivals, then the call total */
@@ -48,11 +50,11 @@ struct mk_sp_state {
 	struct mk_sp_shape *shape;
 	int last_path; /* the last call: 1 fused, 0 unfused, -1 none yet */
 	char last_why[256];
-	/* the all-gather's unfused shard pipeline (ag_gemm_fallback.c), made at its first use */
+	/* the all-gather's unfused pipeline (ag_gemm_fallback.c), made at its first use */
 	cudaStream_t pipe_stream;
-	cudaEvent_t *pipe_ev; /* [pipe_nev]: [0] the fork, [j] step j's shard in */
+	cudaEvent_t pipe_ev[MK_SP_PIPE_EVENTS]; /* [0] fork and join, [1 + p] piece p in */
 	int pipe_nev;
-	int pipe_steps; /* steps the last unfused call pipelined; 0: one collective */
+	int pipe_pieces; /* pieces the last unfused call was gathered in; 0: one collective */
 };
 
 /* "mkGemmReduceScatter" or "mkAllGatherGemm". */
@@ -142,8 +144,8 @@ ncclResult_t mk_sp_run(struct mk_comm *c, int op, const struct mk_sp_op_ops *ops
  * yet or no state. For tests: a silent fallback must not pass as the fused path.
  */
 int mk_sp_last_path(struct mk_comm *c, int op, char *why, size_t len);
-/* Steps of the shard pipeline the op's last unfused call ran (0: one collective), -1 no state. */
-int mk_sp_last_pipe_steps(struct mk_comm *c, int op);
+/* Pieces the op's last unfused call was pipelined in (0: one collective), -1 no state. */
+int mk_sp_last_pipe_pieces(struct mk_comm *c, int op);
 
 /* Benchmarks: record per-CTA timestamps in later calls (on = 1), read the last call's
  * ([ctas][MK_SP_TRACE_WORDS]); the split the next call of the current shape starts from. */

@@ -63,7 +63,6 @@ static void sp_state_free(struct mk_comm *c, void *state)
 	sp_shape_drop(c, st->shape);
 	for (int i = 0; i < st->pipe_nev; i++)
 		cudaEventDestroy(st->pipe_ev[i]);
-	free(st->pipe_ev);
 	if (st->pipe_stream != NULL)
 		cudaStreamDestroy(st->pipe_stream);
 	cudaFree(st->seen);

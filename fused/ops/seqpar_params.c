@@ -9,6 +9,6 @@ MK_PARAM_INT(ag_gemm_fused, "fused", "MKERNEL_AG_GEMM_FUSED", -1,
 	     "mkAllGatherGemm: 1 runs the fused kernel wherever it can, 0 always runs "
 	     "ncclAllGather + cuBLAS, -1 lets the policy engine's cost model choose per shape")
 MK_PARAM_INT(ag_gemm_pipeline, "fused", "MKERNEL_AG_GEMM_PIPELINE", -1,
-	     "mkAllGatherGemm's unfused path: 1 exchanges the shards with ncclSend/ncclRecv on a "
-	     "side stream and runs one GEMM per shard as each lands (own shard first), 0 runs "
+	     "mkAllGatherGemm's unfused path: 1 runs the all-gather in up to 4 pieces on a side "
+	     "stream and each piece's GEMM as it lands (own shard's first), 0 runs one "
 	     "ncclAllGather then one GEMM, -1 pipelines where a shard's GEMM is at least 2^34 flop")

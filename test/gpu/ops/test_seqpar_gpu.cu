@@ -63,6 +63,7 @@
 #include <nccl.h>
 
 #include "fused/bench/fill.cuh"
+#include "fused/ops/ag_gemm_plan.h"
 #include "fused/ops/gemm_fallback.h"
 #include "fused/gemm/gemm.h"
 #include "fused/ops/seqpar_host.h"
@@ -555,32 +556,46 @@ static void check_case(const char *label, int m, int n, int k, int b_nk, int pat
 }
 
 /*
- * The all-gather's unfused shard pipeline (MKERNEL_AG_GEMM_PIPELINE): forced on, the unfused path
- * must pipeline nranks - 1 steps (0 alone) and be right with and without aGathered, also when
- * captured in a CUDA graph and replayed; forced off, it must run one collective.
+ * The all-gather's unfused pipeline (MKERNEL_AG_GEMM_PIPELINE): forced on, the unfused path must
+ * gather in mk_agg_pipe_pieces(M / nranks) pieces (0 alone: nothing to gather) and be right with
+ * and without aGathered, also when captured in a CUDA graph and replayed; forced off, it must run
+ * one collective.
  */
+static int pipe_want(int m)
+{
+	return g_nranks > 1 ? mk_agg_pipe_pieces(m / g_nranks) : 0;
+}
+
+static void pipe_expect(const char *what, int m)
+{
+	const int got = mk_sp_last_pipe_pieces(g_comm, g_op), want = pipe_want(m);
+	char line[300];
+
+	snprintf(line, sizeof(line), "%s %s: %d pieces (want %d)", op_name(), what, got, want);
+	expect(got == want, line);
+}
+
 static void check_pipeline(void)
 {
-	const int r = g_nranks, want = r > 1 ? r - 1 : 0;
+	const int r = g_nranks;
 	char what[600], d[300] = "";
 	unsigned long long bad = 0;
 	cudaGraphExec_t ge;
 	cudaStream_t s;
 	cudaGraph_t gr;
 	struct prob p;
-	int steps;
+	int pieces;
 	void *c;
 
 	set_env("MKERNEL_AG_GEMM_PIPELINE", "1");
+	/* shards of 1000 rows: 4 uneven pieces (tile rows straddle them) */
 	check_case("unfused pipelined", 1000 * r, 1000, 520, 1, PATH_UNFUSED, 2, 1, "FUSED=0");
-	steps = mk_sp_last_pipe_steps(g_comm, g_op);
-	snprintf(what, sizeof(what), "%s pipelined with aGathered: %d steps (want %d)", op_name(),
-		 steps, want);
-	expect(steps == want, what);
+	pipe_expect("pipelined with aGathered", 1000 * r);
 	check_case("unfused pipelined", 512 * r, 768, 256, 0, PATH_UNFUSED, 2, 0, "FUSED=0");
-	steps = mk_sp_last_pipe_steps(g_comm, g_op);
-	snprintf(what, sizeof(what), "%s pipelined: %d steps (want %d)", op_name(), steps, want);
-	expect(steps == want, what);
+	pipe_expect("pipelined", 512 * r);
+	/* shards shorter than a piece's rows: one piece */
+	check_case("unfused pipelined", 40 * r, 264, 64, 1, PATH_UNFUSED, 1, 1, "FUSED=0");
+	pipe_expect("pipelined, short shards", 40 * r);
 
 	/* captured (the side stream made by the calls above) and replayed */
 	case_begin("pipelined graph", 240);
@@ -592,7 +607,7 @@ static void check_pipeline(void)
 	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
 	NK(run_op(&p, c, NULL, s));
 	CK(cudaStreamEndCapture(s, &gr));
-	steps = mk_sp_last_pipe_steps(g_comm, g_op);
+	pieces = mk_sp_last_pipe_pieces(g_comm, g_op);
 	CK(cudaGraphInstantiate(&ge, gr, 0));
 	for (int i = 0; i < 3; i++) {
 		CK(cudaMemsetAsync(c, 0xff, p.out * 2, s));
@@ -600,9 +615,10 @@ static void check_pipeline(void)
 		CK(cudaStreamSynchronize(s));
 		bad += check_c(&p, c, d, sizeof(d));
 	}
-	snprintf(what, sizeof(what), "%s pipelined CUDA graph, 3 replays: %d steps (want %d), %llu "
-		 "bad, %s, %.2f s", op_name(), steps, want, bad, d, case_end());
-	expect(bad == 0 && steps == want, what);
+	snprintf(what, sizeof(what),
+		 "%s pipelined CUDA graph, 3 replays: %d pieces (want %d), %llu bad, %s, %.2f s",
+		 op_name(), pieces, pipe_want(768 * r), bad, d, case_end());
+	expect(bad == 0 && pieces == pipe_want(768 * r), what);
 	cudaGraphExecDestroy(ge);
 	cudaGraphDestroy(gr);
 	cudaFree(c);
@@ -611,9 +627,9 @@ static void check_pipeline(void)
 
 	set_env("MKERNEL_AG_GEMM_PIPELINE", "0");
 	check_case("unfused one collective", 1000 * r, 1000, 520, 1, PATH_UNFUSED, 1, 0, "FUSED=0");
-	steps = mk_sp_last_pipe_steps(g_comm, g_op);
-	snprintf(what, sizeof(what), "%s knob 0: %d steps (want 0)", op_name(), steps);
-	expect(steps == 0, what);
+	pieces = mk_sp_last_pipe_pieces(g_comm, g_op);
+	snprintf(what, sizeof(what), "%s knob 0: %d pieces (want 0)", op_name(), pieces);
+	expect(pieces == 0, what);
 	set_env("MKERNEL_AG_GEMM_PIPELINE", "");
 	set_path(PATH_FUSED);
 }
