@@ -597,9 +597,9 @@ static void bench_trace(mkComm_t comm, const struct problem *p)
  * Static splits (communication CTAs per used role: share / 32 .. share / 4, through
  * MKERNEL_ROLE_SPLIT), the policy engine's static split and the adaptive controller (after 20
  * calls of warm-up: its search settles within 20 calls), measured in interleaved rounds (one
- * call of each per round, 10 rounds, medians) so that drift of the shared GPU hits all of them
- * alike. The controller's state stays with the shape while static calls run in between. Goal:
- * adaptive within 5 % of the best static split.
+ * call of each per round, each round starting one later, 10 rounds, medians) so that drift of
+ * the shared GPU hits all of them alike. The controller's state stays with the shape while
+ * static calls run in between. Goal: adaptive within 5 % of the best static split.
  */
 #define SPLIT_CONFIGS 6 /* 4 static counts, the policy's split, adaptive */
 
@@ -628,7 +628,9 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 	split_config(5, share, &c);
 	(void)time_fused(comm, p, 20, 1);
 	for (int r = 0; r < rounds; r++) {
-		for (int i = 0; i < SPLIT_CONFIGS; i++) {
+		for (int j = 0; j < SPLIT_CONFIGS; j++) {
+			const int i = (j + r) % SPLIT_CONFIGS; /* each round starts one later */
+
 			split_config(i, share, &c);
 			t[i][r] = time_fused(comm, p, 0, 1);
 		}

@@ -1098,7 +1098,9 @@ static void bench_splits(struct bench *x)
 	for (int i = 0; i < 20; i++)
 		(void)time_step(x, ST_FUSED);
 	for (int r = 0; r < rounds; r++) {
-		for (int i = 0; i < SPLITS; i++) {
+		for (int j = 0; j < SPLITS; j++) {
+			const int i = (j + r) % SPLITS; /* each round starts one later */
+
 			split_config(i, &c);
 			t[i][r] = time_step(x, ST_FUSED);
 		}
@@ -1152,8 +1154,11 @@ static void bench_shape(int m, int n, int k)
 	x.gemm.ctas = g_share;
 	mk_gemm_args_init(&x.gemm.args, m, n, k, MK_GEMM_B_NK, g_op == OP_RS ? x.big : x.c);
 	set_env("MKERNEL_SM_POLICY", "static");
+	/* every round starts one step later, so no step always follows the same one (a step
+	 * right after a long collective can find the proxy or the sockets still draining) */
 	for (int r = 0; r < warm + reps; r++) {
-		for (int s = 0; s < ST_STEPS; s++) {
+		for (int i = 0; i < ST_STEPS; i++) {
+			const int s = (i + r) % ST_STEPS;
 			const float ms = time_step(&x, s);
 
 			if (s == ST_AUTO)
