@@ -19,6 +19,9 @@
 #include "fused/ops/seqpar_host.h"
 #include "fused/ops/seqpar_params.h"
 
+/* the fork/join event and one per piece */
+_Static_assert(MK_AGG_PIPE_PIECES + 1 <= MK_SP_PIPE_EVENTS, "too few pipeline events");
+
 static cudaDataType_t agg_cuda_type(ncclDataType_t t)
 {
 	return t == ncclBfloat16 ? CUDA_R_16BF : t == ncclFloat16 ? CUDA_R_16F : CUDA_R_32F;
