@@ -19,9 +19,10 @@ MK_PARAM_INT(
 	eager_bytes, "core", "MKERNEL_EAGER_BYTES", 8192,
 	"largest message sent without waiting for the receiver's clear-to-send, through bounce "
 	"buffers the receiver registered (0 = never; at most 65536)")
-MK_PARAM_INT(eager_cts_wait_us, "core", "MKERNEL_EAGER_CTS_WAIT", 0,
+MK_PARAM_INT(eager_cts_wait_us, "core", "MKERNEL_EAGER_CTS_WAIT", 100,
 	     "microseconds a host receive that fits the eager path holds its clear-to-send back "
-	     "for the eager message it expects (then sends it); 0: send it at once (default)")
+	     "for the eager message it expects (then sends it); 0: send it at once, so a send "
+	     "larger than its receive fails at the sender's isend rather than at the receiver")
 MK_PARAM_INT(poll_share_ns, "core", "MKERNEL_POLL_SHARE_NS", 5000,
 	     "nanoseconds during which a completion-queue read made by one test() also answers "
 	     "the tests of the connection's other unfinished requests (0: every test reads)")

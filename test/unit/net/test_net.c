@@ -232,6 +232,10 @@ static int setup(void **state)
 	fake_tp_reset();
 	unsetenv("MKERNEL_TIMEOUT");
 	unsetenv("MKERNEL_KEEPALIVE");
+	/* the ABI's error codes are checked with the clear-to-send written at the post, where a
+	 * send larger than its receive fails at the isend; the default (held back for expected
+	 * eager messages) has its own case below */
+	setenv("MKERNEL_EAGER_CTS_WAIT", "0", 1);
 	mk_param_reset_all();
 	memset(&f, 0, sizeof(f));
 	f.d = d;
@@ -733,6 +737,45 @@ static void test_net_send_larger_than_recv_is_invalid_usage(void **state)
 	close_pair(f);
 }
 
+/*
+ * With the default MKERNEL_EAGER_CTS_WAIT the receive holds its clear-to-send back, the too
+ * large send goes eagerly, and the receiver finds it: its request fails with
+ * ncclInvalidUsage, and so does the sender at its next call.
+ */
+static void test_net_send_larger_than_recv_default_fails_both(void **state)
+{
+	struct fixture *f = *state;
+	char sbuf[256], rbuf[128];
+	void *smh, *rmh, *data = rbuf, *rreq = NULL, *sreq;
+	size_t cap = sizeof(rbuf);
+	ncclResult_t ret = ncclSuccess;
+	int tag = 0, size;
+
+	unsetenv("MKERNEL_EAGER_CTS_WAIT");
+	mk_param_reset_all();
+	open_pair(f, 0);
+	smh = reg(f, f->sc, sbuf, sizeof(sbuf));
+	rmh = reg(f, f->rc, rbuf, sizeof(rbuf));
+	assert_int_equal(f->d->irecv(f->rc, 1, &data, &cap, &tag, &rmh, &rreq), ncclSuccess);
+	sreq = NULL;
+	for (int i = 0; sreq == NULL; i++) {
+		assert_int_equal(f->d->isend(f->sc, sbuf, sizeof(sbuf), tag, smh, &sreq),
+				 ncclSuccess);
+		assert_true(i < SPIN_MAX);
+	}
+	assert_int_equal(wait_req(f, sreq, &size), ncclSuccess); /* gone eagerly */
+	assert_int_equal(wait_req(f, rreq, &size), ncclInvalidUsage);
+	for (int i = 0; ret == ncclSuccess; i++) {
+		sreq = NULL;
+		ret = f->d->isend(f->sc, sbuf, 8, tag, smh, &sreq);
+		if (ret == ncclSuccess && sreq != NULL)
+			ret = wait_req(f, sreq, &size);
+		assert_true(i < SPIN_MAX);
+	}
+	assert_int_equal(ret, ncclInvalidUsage);
+	close_pair(f);
+}
+
 static void test_net_backend_faults_map_to_nccl_codes(void **state)
 {
 	struct fixture *f = *state;
@@ -955,6 +998,7 @@ int main(void)
 		PER_VERSION(test_net_corrupted_handle_fails_connect),
 		PER_VERSION(test_net_size_limits_rejected),
 		PER_VERSION(test_net_send_larger_than_recv_is_invalid_usage),
+		PER_VERSION(test_net_send_larger_than_recv_default_fails_both),
 		PER_VERSION(test_net_backend_faults_map_to_nccl_codes),
 		PER_VERSION(test_net_iflush_dmabuf_and_stale_mhandle),
 		{ "test_net_warn_names_call_arguments_and_reason",
