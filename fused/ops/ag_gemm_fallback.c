@@ -20,12 +20,7 @@
 #include "fused/ops/seqpar_params.h"
 
 /* the fork/join event and one per piece */
-_Static_assert(MK_AGG_PIPE_PIECES + 1 <= MK_SP_PIPE_EVENTS, "too few pipeline events");
-
-static cudaDataType_t agg_cuda_type(ncclDataType_t t)
-{
-	return t == ncclBfloat16 ? CUDA_R_16BF : t == ncclFloat16 ? CUDA_R_16F : CUDA_R_32F;
-}
+_Static_assert(MK_AGG_PIPE_PIECES + 1 == MK_SP_PIPE_EVENTS, "too few pipeline events");
 
 /*
  * The side stream and its events, made once per comm (outside graph capture: a call under
@@ -63,8 +58,8 @@ static int agg_pipe_ready(struct mk_sp_state *st, cudaStream_t stream)
 static int agg_pipe_run(struct mk_comm *c, struct mk_sp_state *st, const struct mk_sp_args *x,
 			char *stage, int pieces, cudaStream_t stream)
 {
-	const cudaDataType_t ct = agg_cuda_type(x->type);
-	const size_t esz = x->type == ncclFloat32 ? 4 : 2, k = (size_t)x->k, n = (size_t)x->n;
+	const cudaDataType_t ct = mk_sp_cuda_type(x->type);
+	const size_t esz = mk_sp_esz(x->type), k = (size_t)x->k, n = (size_t)x->n;
 	const int ms = x->m / c->nranks, me = c->rank;
 	cudaStream_t side = st->pipe_stream;
 	char *const out = x->c, *const all = x->gathered;
@@ -123,8 +118,8 @@ static int agg_pipe_run(struct mk_comm *c, struct mk_sp_state *st, const struct 
 
 int mk_agg_unfused(struct mk_comm *c, const struct mk_sp_args *x, cudaStream_t stream)
 {
-	const cudaDataType_t ct = agg_cuda_type(x->type);
-	const size_t esz = x->type == ncclFloat32 ? 4 : 2, bytes = (size_t)x->m * x->k * esz;
+	const cudaDataType_t ct = mk_sp_cuda_type(x->type);
+	const size_t esz = mk_sp_esz(x->type), bytes = (size_t)x->m * x->k * esz;
 	const int ms = x->m / c->nranks;
 	struct mk_sp_state *st = NULL;
 	void *all = x->gathered;

@@ -15,10 +15,8 @@
 /* The GEMM into a scratch M x N buffer, ncclReduceScatter into C (stream-ordered, capturable). */
 int mk_grs_unfused(struct mk_comm *c, const struct mk_sp_args *x, cudaStream_t stream)
 {
-	const cudaDataType_t ct = x->type == ncclBfloat16  ? CUDA_R_16BF
-				  : x->type == ncclFloat16 ? CUDA_R_16F
-							   : CUDA_R_32F;
-	const size_t esz = x->type == ncclFloat32 ? 4 : 2;
+	const cudaDataType_t ct = mk_sp_cuda_type(x->type);
+	const size_t esz = mk_sp_esz(x->type);
 	void *tmp = NULL;
 	int rc;
 

@@ -33,7 +33,7 @@ const char *mk_sp_bad_args(const struct mk_comm *c, const void *a, const void *b
 			   const void *opt, size_t m, size_t n, size_t k, ncclDataType_t type,
 			   mkLayout_t layout)
 {
-	const size_t esz = type == ncclFloat32 ? 4 : 2;
+	const size_t esz = mk_sp_esz(type);
 	int dev = -1;
 
 	if (c == NULL || a == NULL || b == NULL || cc == NULL)

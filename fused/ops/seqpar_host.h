@@ -39,7 +39,8 @@ struct mk_sp_shape {
 	unsigned int *want_d; /* chunks per tile row (device; all-gather) */
 };
 
-#define MK_SP_PIPE_EVENTS 9 /* the unfused pipeline's events: fork/join + up to 8 pieces */
+/* the all-gather's unfused pipeline: fork/join + MK_AGG_PIPE_PIECES (ag_gemm_fallback.c) */
+#define MK_SP_PIPE_EVENTS 5
 
 struct mk_sp_state {
 	/* device, made with the first shape */
@@ -117,6 +118,17 @@ struct mk_sp_args {
 	int m, n, k, b_layout;
 	ncclDataType_t type;
 };
+
+/* The unfused paths' GEMM type and element size for the call's type (bf16, fp16 or fp32). */
+static inline cudaDataType_t mk_sp_cuda_type(ncclDataType_t t)
+{
+	return t == ncclBfloat16 ? CUDA_R_16BF : t == ncclFloat16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static inline size_t mk_sp_esz(ncclDataType_t t)
+{
+	return t == ncclFloat32 ? 4 : 2;
+}
 
 /* What differs between the two ops' API functions. */
 struct mk_sp_op_ops {

@@ -299,12 +299,12 @@ static bool recv_room(struct mk_rdv_recv *r, uint32_t seq)
 /*
  * A receive the sender will fill with eager messages: every sub-receive fits a bounce slot (a
  * receiver with bounce slots registers host memory only: rdv_setup.c) and it is not an optional
- * receive (those end once their CTS is out). Its CTS is not needed
- * for its data, and in a ping-pong of small messages it crosses every message on the wire.
- * With MKERNEL_EAGER_CTS_WAIT it waits that long for the message (rdv_eager.h), then goes: the
- * sender may send by rendezvous after all (out of credits, a smaller MKERNEL_EAGER_BYTES of its
- * own). Off by default: with it, a send larger than its receive or a tag no sub-receive has is
- * found at the receiver and reported to the sender at its next call, not at this send.
+ * receive (those end once their CTS is out). Its CTS is not needed for its data, and in a
+ * ping-pong of small messages it crosses every message on the wire. With MKERNEL_EAGER_CTS_WAIT
+ * (on by default) it waits that long for the message (rdv_eager.h), then goes: the sender may
+ * send by rendezvous after all (out of credits, a smaller MKERNEL_EAGER_BYTES of its own). So a
+ * send larger than its receive or a tag no sub-receive has is found at the receiver and
+ * reported to the sender at its next call; with the wait at 0 the CTS lets this send refuse it.
  */
 static bool recv_expects_eager(const struct mk_rdv_req *req, bool small)
 {

@@ -441,6 +441,33 @@ static unsigned long long check_c(const struct prob *p, const void *c, char *d, 
 	return check_c_as(p, c, 0, d, len);
 }
 
+/*
+ * One call of p captured on stream s into a CUDA graph, replayed `n` times into C, NaN-poisoned
+ * before each, each result checked: the elements outside tolerance over all replays (d: the
+ * first). The op's path record is the captured call's.
+ */
+static unsigned long long graph_replays(const struct prob *p, void *c, cudaStream_t s, int n,
+					char *d, size_t len)
+{
+	unsigned long long bad = 0;
+	cudaGraphExec_t ge;
+	cudaGraph_t gr;
+
+	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	NK(run_op(p, c, NULL, s));
+	CK(cudaStreamEndCapture(s, &gr));
+	CK(cudaGraphInstantiate(&ge, gr, 0));
+	for (int i = 0; i < n; i++) {
+		CK(cudaMemsetAsync(c, 0xff, p->out * 2, s));
+		CK(cudaGraphLaunch(ge, s));
+		CK(cudaStreamSynchronize(s));
+		bad += check_c(p, c, d, len);
+	}
+	cudaGraphExecDestroy(ge);
+	cudaGraphDestroy(gr);
+	return bad;
+}
+
 /* Elements of aGathered that differ from the concatenated shards. */
 static unsigned long long check_gathered(const struct prob *p, const void *g, char *d, size_t len)
 {
@@ -579,10 +606,8 @@ static void check_pipeline(void)
 {
 	const int r = g_nranks;
 	char what[600], d[300] = "";
-	unsigned long long bad = 0;
-	cudaGraphExec_t ge;
+	unsigned long long bad;
 	cudaStream_t s;
-	cudaGraph_t gr;
 	struct prob p;
 	int pieces;
 	void *c;
@@ -599,28 +624,16 @@ static void check_pipeline(void)
 
 	/* captured (the side stream made by the calls above) and replayed */
 	case_begin("pipelined graph", 240);
-	set_env("MKERNEL_AG_GEMM_PIPELINE", "1");
 	set_path(PATH_UNFUSED);
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	prob_open(&p, 768 * r, 640, 384, 1);
 	CK(cudaMalloc(&c, p.out * 2));
-	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-	NK(run_op(&p, c, NULL, s));
-	CK(cudaStreamEndCapture(s, &gr));
+	bad = graph_replays(&p, c, s, 3, d, sizeof(d));
 	pieces = mk_sp_last_pipe_pieces(g_comm, g_op);
-	CK(cudaGraphInstantiate(&ge, gr, 0));
-	for (int i = 0; i < 3; i++) {
-		CK(cudaMemsetAsync(c, 0xff, p.out * 2, s));
-		CK(cudaGraphLaunch(ge, s));
-		CK(cudaStreamSynchronize(s));
-		bad += check_c(&p, c, d, sizeof(d));
-	}
 	snprintf(what, sizeof(what),
 		 "%s pipelined CUDA graph, 3 replays: %d pieces (want %d), %llu bad, %s, %.2f s",
 		 op_name(), pieces, pipe_want(768 * r), bad, d, case_end());
 	expect(bad == 0 && pieces == pipe_want(768 * r), what);
-	cudaGraphExecDestroy(ge);
-	cudaGraphDestroy(gr);
 	cudaFree(c);
 	prob_close(&p);
 	CK(cudaStreamDestroy(s));
@@ -773,10 +786,8 @@ static void check_graph(void)
 {
 	const int n0 = g_op == OP_RS ? 1024 : 768, n1 = g_op == OP_RS ? 768 : 512;
 	char why[256] = "", d[300] = "", what[900];
-	unsigned long long bad = 0;
-	cudaGraphExec_t ge;
+	unsigned long long bad;
 	cudaStream_t s;
-	cudaGraph_t gr;
 	struct prob p;
 	int took, want;
 	void *c;
@@ -788,49 +799,26 @@ static void check_graph(void)
 	CK(cudaMalloc(&c, p.out * 2));
 	NK(run_op(&p, c, NULL, s)); /* sets the shape up, outside capture */
 	CK(cudaStreamSynchronize(s));
-	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-	NK(run_op(&p, c, NULL, s));
-	CK(cudaStreamEndCapture(s, &gr));
+	bad = graph_replays(&p, c, s, 3, d, sizeof(d));
 	took = mk_sp_last_path(g_comm, g_op, why, sizeof(why));
-	CK(cudaGraphInstantiate(&ge, gr, 0));
-	for (int i = 0; i < 3; i++) {
-		CK(cudaMemsetAsync(c, 0xff, p.out * 2, s));
-		CK(cudaGraphLaunch(ge, s));
-		CK(cudaStreamSynchronize(s));
-		bad += check_c(&p, c, d, sizeof(d));
-	}
 	snprintf(what, sizeof(what), "%s CUDA graph, 3 replays: path %s (%s), %llu bad, %s",
 		 op_name(), path_name(took), why, bad, d);
 	expect(bad == 0 && took == PATH_FUSED, what);
-	cudaGraphExecDestroy(ge);
-	cudaGraphDestroy(gr);
 	cudaFree(c);
 	prob_close(&p);
 
 	prob_open(&p, 1280, n1, 128, 1);
 	CK(cudaMalloc(&c, p.out * 2));
-	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-	NK(run_op(&p, c, NULL, s));
-	CK(cudaStreamEndCapture(s, &gr));
+	bad = graph_replays(&p, c, s, 2, d, sizeof(d));
 	took = mk_sp_last_path(g_comm, g_op, why, sizeof(why));
 	/* one all-gather rank alone runs the engine as is: nothing to set up */
 	want = g_op == OP_AG && g_nranks == 1 ? PATH_FUSED : PATH_UNFUSED;
-	CK(cudaGraphInstantiate(&ge, gr, 0));
-	bad = 0;
-	for (int i = 0; i < 2; i++) {
-		CK(cudaMemsetAsync(c, 0xff, p.out * 2, s));
-		CK(cudaGraphLaunch(ge, s));
-		CK(cudaStreamSynchronize(s));
-		bad += check_c(&p, c, d, sizeof(d));
-	}
 	snprintf(what, sizeof(what),
 		 "%s new shape captured first, 2 replays: path %s (%s), %llu bad, %s, %.2f s",
 		 op_name(), path_name(took), why, bad, d, case_end());
 	expect(bad == 0 && took == want &&
 		       (want == PATH_FUSED || strstr(why, "capture") != NULL),
 	       what);
-	cudaGraphExecDestroy(ge);
-	cudaGraphDestroy(gr);
 	cudaStreamDestroy(s);
 	cudaFree(c);
 	prob_close(&p);
