@@ -42,7 +42,7 @@
 #define MK_OFI_CTRL_MAGIC   0x4c54434du /* "MCTL" */
 #define MK_OFI_WIRE_VERSION 2
 #define MK_OFI_CQ_BATCH_MAX 64 /* completions read per fi_cq_read at most */
-#define MK_OFI_STASH	    8  /* events held back during connection setup */
+#define MK_OFI_STASH	    64 /* events held back: setup, and injected writes' completions */
 /*
  * CQ data of a "quiet" write: one without an immediate that still asks for remote CQ data so
  * that shm takes its command queue instead of a system call (ofi_init.c, quiet_max). The length
@@ -81,6 +81,7 @@ MK_PARAM_DECLARE_INT(ofi_tx_depth);	   /* MKERNEL_OFI_TX_DEPTH */
 MK_PARAM_DECLARE_INT(ofi_speed_mbps);	   /* MKERNEL_OFI_SPEED_MBPS */
 MK_PARAM_DECLARE_INT(ofi_progress_thread); /* MKERNEL_OFI_PROGRESS_THREAD */
 MK_PARAM_DECLARE_INT(ofi_lanes);	   /* MKERNEL_OFI_LANES */
+MK_PARAM_DECLARE_INT(ofi_inject);	   /* MKERNEL_OFI_INJECT */
 
 /* ---- devices (ofi_init.c) ---- */
 
@@ -91,6 +92,7 @@ struct mk_ofi_dev {
 	uint64_t key_limit; /* app-chosen keys must stay below this */
 	bool len_in_data;   /* remote-write length travels in cq data bits 32..63 */
 	size_t quiet_max;   /* writes without an immediate up to this size go quiet (0: none) */
+	size_t inject_max;  /* host writes up to this size go as injects (0: none) */
 	/* lock guards refs, fabric and domain; data ops never take it. */
 	pthread_mutex_t lock;
 	int refs; /* endpoints + registrations using the domain */
@@ -240,6 +242,7 @@ struct mk_ofi_conn {
 	uint64_t tx_not_before_ns; /* resend pace after a failed setup send */
 	bool len_in_data;
 	size_t quiet_max;	       /* the device's: such writes carry MK_OFI_QUIET_DATA */
+	size_t inject_max;	       /* the device's: writes from host memory injected */
 	bool virt_addr;		       /* FI_MR_VIRT_ADDR: remote addresses are VAs */
 	bool blocked;		       /* the last post was refused with -FI_EAGAIN */
 	uint64_t refused_idle_ns;      /* posts refused with nothing in flight since then (0: no) */
@@ -271,7 +274,10 @@ struct mk_ofi_conn {
 	struct fid_mr *ctrl_mr; /* only where the provider wants FI_MR_LOCAL */
 	uint64_t ctrl_key;	/* its app key, 0 with FI_MR_PROV_KEY */
 	void *ctrl_desc;
-	/* data events read while setup was still pending; poll() hands them out first */
+	/*
+	 * Events poll() hands out before reading the CQ: data events read while setup was still
+	 * pending, and the completions of injected writes (made at post, ofi_data.c).
+	 */
 	struct mk_event stash[MK_OFI_STASH];
 	int nstash;
 	struct mk_ofi_op *free_ops;
@@ -314,6 +320,7 @@ struct mk_bmr {
 	struct mk_ofi_dev *dev;
 	struct fid_mr *mr;
 	void *desc; /* fi_mr_desc: passed on every op (FI_MR_LOCAL needs it) */
+	bool host;  /* host memory: the provider may copy from it at post (inject) */
 	uint64_t base;
 	uint64_t app_key; /* the key we chose, 0 with FI_MR_PROV_KEY */
 };
@@ -382,6 +389,9 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn);
  */
 ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, struct fid_ep *ep, bool write,
 			   const struct fi_msg_rma *msg, uint64_t flags, uint64_t now);
+/* An inject write (fi_inject_write[data]: no completion); msg as for a write, one iov. */
+ssize_t mk_ofi_guarded_inject(struct mk_ofi_conn *conn, struct fid_ep *ep,
+			      const struct fi_msg_rma *msg, uint64_t flags, uint64_t now);
 ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fid_cq *cq,
 			       struct fi_cq_data_entry *ent, size_t count, uint64_t now);
 /* A connection starts (stops) watching a shm peer: the watchdog runs while any does. */

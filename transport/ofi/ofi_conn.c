@@ -233,6 +233,7 @@ static int ofi_conn_create(int dev, int nlanes, struct mk_ofi_conn **out)
 	conn->base.dev = dev;
 	conn->len_in_data = d->len_in_data;
 	conn->quiet_max = d->quiet_max;
+	conn->inject_max = d->inject_max;
 	conn->virt_addr = (d->mr_mode & FI_MR_VIRT_ADDR) != 0;
 	conn->cq_batch = (int)mk_param_ofi_cq_read_count();
 	if (conn->cq_batch < 1 || conn->cq_batch > MK_OFI_CQ_BATCH_MAX)

@@ -79,6 +79,37 @@ static int ofi_refused(struct mk_ofi_conn *conn)
 	return conn->err ? conn->err : -EAGAIN;
 }
 
+/* One op's message: the local buffer, the peer's range on a lane, the CQ data. */
+struct ofi_rma_msg {
+	struct iovec iov;
+	void *desc;
+	struct fi_rma_iov rma;
+	struct fi_msg_rma msg;
+};
+
+static void ofi_rma_msg_fill(struct ofi_rma_msg *m, const struct mk_ofi_conn *conn, int lane,
+			     void *buf, size_t len, const struct mk_bmr *mr, uint64_t raddr,
+			     const struct mk_rkey *rkey, uint64_t data)
+{
+	m->iov = (struct iovec){ .iov_base = buf, .iov_len = len };
+	m->desc = mr != NULL ? mr->desc : NULL;
+	m->rma = (struct fi_rma_iov){
+		/* without FI_MR_VIRT_ADDR the provider addresses by offset into the region */
+		.addr = conn->virt_addr ? raddr : raddr - rkey->base,
+		.len = len,
+		.key = rkey->key,
+	};
+	m->msg = (struct fi_msg_rma){
+		.msg_iov = &m->iov,
+		.desc = &m->desc,
+		.iov_count = 1,
+		.addr = conn->lanes[lane].peer,
+		.rma_iov = &m->rma,
+		.rma_iov_count = 1,
+		.data = data,
+	};
+}
+
 /*
  * Posts one RMA op (taken from the pool by the caller, NULL when it was empty) on a lane; on any
  * failure the op goes back to the pool. now: the caller's one clock reading for the whole post
@@ -90,29 +121,14 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, struct mk_ofi_op *op
 			void *ctx, uint64_t now)
 {
 	struct fid_ep *ep = conn->lanes[lane].ep;
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	void *desc = mr != NULL ? mr->desc : NULL;
-	struct fi_rma_iov rma = {
-		/* without FI_MR_VIRT_ADDR the provider addresses by offset into the region */
-		.addr = conn->virt_addr ? raddr : raddr - rkey->base,
-		.len = len,
-		.key = rkey->key,
-	};
-	struct fi_msg_rma msg = {
-		.msg_iov = &iov,
-		.desc = &desc,
-		.iov_count = 1,
-		.addr = conn->lanes[lane].peer,
-		.rma_iov = &rma,
-		.rma_iov_count = 1,
-		.data = data,
-	};
+	struct ofi_rma_msg m;
 	ssize_t rc;
 
 	if (op == NULL)
 		return -EAGAIN;
-	msg.context = &op->ctx;
-	rc = mk_ofi_guarded_rma(conn, ep, kind != MK_OFI_OP_READ, &msg, flags, now);
+	ofi_rma_msg_fill(&m, conn, lane, buf, len, mr, raddr, rkey, data);
+	m.msg.context = &op->ctx;
+	rc = mk_ofi_guarded_rma(conn, ep, kind != MK_OFI_OP_READ, &m.msg, flags, now);
 	if (mk_unlikely(rc)) {
 		ofi_op_put(conn, op);
 		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
@@ -176,6 +192,41 @@ static int ofi_write_split(struct mk_ofi_conn *conn, int lane, const char *src, 
 	return 0;
 }
 
+/*
+ * A write small enough to inject, from host memory: the provider copies it at the post and
+ * reports nothing, so its completion event is made here and waits in the stash for the next
+ * poll (the source is free once the call returns, which is all MK_EV_WRITE_DONE promises). A
+ * failure after the post breaks the connection, which the next post or poll reports.
+ */
+static int ofi_inject(struct mk_ofi_conn *conn, int lane, const void *src, size_t len, uint64_t dst,
+		      const struct mk_rkey *rkey, uint64_t data, bool has_imm, void *ctx,
+		      uint64_t now)
+{
+	struct ofi_rma_msg m;
+	ssize_t rc;
+
+	ofi_rma_msg_fill(&m, conn, lane, (void *)src, len, NULL, dst, rkey, data);
+	rc = mk_ofi_guarded_inject(conn, conn->lanes[lane].ep, &m.msg,
+				   has_imm ? FI_REMOTE_CQ_DATA : 0, now);
+	if (mk_unlikely(rc))
+		return rc == -FI_EAGAIN ? ofi_refused(conn) : mk_ofi_errno(rc);
+	conn->blocked = false;
+	conn->refused_idle_ns = 0;
+	conn->last_post_ns = now;
+	conn->stash[conn->nstash++] = (struct mk_event){
+		.type = MK_EV_WRITE_DONE,
+		.ctx = ctx,
+		.len = len,
+	};
+	return 0;
+}
+
+static bool ofi_can_inject(const struct mk_ofi_conn *conn, size_t len, const struct mk_bmr *mr)
+{
+	return conn->inject_max != 0 && len <= conn->inject_max && mr != NULL && mr->host &&
+	       conn->nstash < MK_OFI_STASH;
+}
+
 int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struct mk_bmr *src_mr,
 		 uint64_t dst, const struct mk_rkey *rkey, bool has_imm, uint32_t imm, void *ctx)
 {
@@ -194,6 +245,8 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 		/* the whole write's length, also when it goes in two parts below */
 		data |= (uint64_t)len << 32;
 	}
+	if (ofi_can_inject(conn, len, src_mr))
+		return ofi_inject(conn, lane, src, len, dst, rkey, data, has_imm, ctx, now);
 	if (has_imm && conn->quiet_max != 0 && len > conn->quiet_max && len <= 2 * conn->quiet_max)
 		return ofi_write_split(conn, lane, src, len, src_mr, dst, rkey, data, ctx, now);
 	return ofi_post_rma(conn, lane, ofi_op_get(conn), MK_OFI_OP_WRITE, (void *)src, len, src_mr,

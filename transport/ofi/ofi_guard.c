@@ -161,8 +161,9 @@ static int guard_escaped(struct mk_ofi_conn *conn, struct ofi_guard *g)
 	return -ECONNRESET;
 }
 
-/* The three calls that can meet a lock a peer holds: post a write, post a read, read the CQ. */
-enum guard_call { GUARD_WRITE, GUARD_READ, GUARD_CQ };
+/* The calls that can meet a lock a peer holds: post a write (or inject one), a read, read the CQ.
+ */
+enum guard_call { GUARD_WRITE, GUARD_INJECT, GUARD_READ, GUARD_CQ };
 
 /* The provider objects of one call: every lane has its own endpoint and CQ. */
 struct guard_args {
@@ -179,6 +180,15 @@ static ssize_t guard_call(enum guard_call call, const struct guard_args *a)
 	switch (call) {
 	case GUARD_WRITE:
 		return fi_writemsg(a->ep, a->msg, a->flags);
+	case GUARD_INJECT:
+		if (a->flags & FI_REMOTE_CQ_DATA)
+			return fi_inject_writedata(a->ep, a->msg->msg_iov[0].iov_base,
+						   a->msg->msg_iov[0].iov_len, a->msg->data,
+						   a->msg->addr, a->msg->rma_iov[0].addr,
+						   a->msg->rma_iov[0].key);
+		return fi_inject_write(a->ep, a->msg->msg_iov[0].iov_base,
+				       a->msg->msg_iov[0].iov_len, a->msg->addr,
+				       a->msg->rma_iov[0].addr, a->msg->rma_iov[0].key);
 	case GUARD_READ:
 		return fi_readmsg(a->ep, a->msg, a->flags);
 	default:
@@ -215,6 +225,14 @@ ssize_t mk_ofi_guarded_rma(struct mk_ofi_conn *conn, struct fid_ep *ep, bool wri
 	const struct guard_args a = { .ep = ep, .msg = msg, .flags = flags };
 
 	return guarded(conn, write ? GUARD_WRITE : GUARD_READ, &a, now);
+}
+
+ssize_t mk_ofi_guarded_inject(struct mk_ofi_conn *conn, struct fid_ep *ep,
+			      const struct fi_msg_rma *msg, uint64_t flags, uint64_t now)
+{
+	const struct guard_args a = { .ep = ep, .msg = msg, .flags = flags };
+
+	return guarded(conn, GUARD_INJECT, &a, now);
 }
 
 ssize_t mk_ofi_guarded_cq_read(struct mk_ofi_conn *conn, struct fid_cq *cq,

@@ -294,6 +294,18 @@ static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, boo
 	d->quiet_max = strcmp(prov, "shm") == 0 && d->len_in_data && d->info->tx_attr != NULL
 			       ? d->info->tx_attr->inject_size
 			       : 0;
+	/*
+	 * An inject write leaves nothing to read back: on shm no CQ entry, on tcp;ofi_rxm no
+	 * wakeup of the provider's poll set (a write and a read of its signal socket); the small
+	 * messages of the eager path and the control words pay that on every message. Only shm
+	 * by default: rxm on 1.17 crashes (SIGSEGV inside fi_inject_writedata) when the peer's
+	 * process died, where the same write through fi_writemsg returns an error completion.
+	 */
+	d->inject_max = d->info->tx_attr != NULL &&
+					(mk_param_ofi_inject() >= 2 ||
+					 (mk_param_ofi_inject() == 1 && strcmp(prov, "shm") == 0))
+				? d->info->tx_attr->inject_size
+				: 0;
 	d->next_key = 1;
 	pthread_mutex_init(&d->lock, NULL);
 	ofi_fill_props(d, hmem);

@@ -206,6 +206,7 @@ int mk_ofi_reg_mr(int dev, void *addr, size_t len, const struct mk_mr_attr *attr
 	}
 	b->dev = d;
 	b->desc = fi_mr_desc(b->mr);
+	b->host = attr == NULL || attr->type == MK_PTR_HOST;
 	b->base = (uint64_t)(uintptr_t)addr;
 	rkey->base = b->base;
 	rkey->key = fi_mr_key(b->mr);

@@ -24,3 +24,8 @@ MK_PARAM_INT(ofi_lanes, "ofi", "MKERNEL_OFI_LANES", 1,
 	     "endpoints (lanes) one connection stripes over, each with its own CQ; messages above "
 	     "MKERNEL_STRIPE_MIN are split across them (1..16; the accepting side follows the "
 	     "connecting side)")
+MK_PARAM_INT(ofi_inject, "ofi", "MKERNEL_OFI_INJECT", 1,
+	     "writes from host memory up to the provider's inject size as fi_inject_write, their "
+	     "completion made at the post instead of read from the CQ: 1 on shm (4 KiB), 2 on "
+	     "every provider (tcp;ofi_rxm 64 B; libfabric 1.17's rxm crashes injecting to a dead "
+	     "peer), 0 off")

@@ -334,10 +334,40 @@ static ssize_t m_rmamsg(struct fid_ep *e, const struct fi_msg_rma *msg, uint64_t
 	return 0;
 }
 
+static ssize_t m_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data,
+			    fi_addr_t dest, uint64_t addr, uint64_t key)
+{
+	struct mock_ep *ep = e->fid.context;
+
+	(void)buf;
+	(void)dest;
+	(void)key;
+	if (mock.write_rc)
+		return mock.write_rc;
+	ep->ninjects++;
+	ep->inject_len = len;
+	ep->inject_data = data;
+	ep->inject_has_data = true;
+	ep->inject_raddr = addr;
+	return 0;
+}
+
+static ssize_t m_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest,
+			uint64_t addr, uint64_t key)
+{
+	struct mock_ep *ep = e->fid.context;
+	ssize_t rc = m_injectdata(e, buf, len, 0, dest, addr, key);
+
+	ep->inject_has_data = false;
+	return rc;
+}
+
 static struct fi_ops_rma m_rma_ops = {
 	.size = sizeof(struct fi_ops_rma),
 	.readmsg = m_rmamsg,
 	.writemsg = m_rmamsg,
+	.inject = m_inject,
+	.injectdata = m_injectdata,
 };
 
 static int m_cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq **out, void *ctx)

@@ -38,6 +38,12 @@ struct mock_ep {
 	struct fi_rma_iov last_rma_iov;
 	uint64_t last_flags;
 	int nwrites;
+	/* the last fi_inject_write[data]: no completion follows it */
+	int ninjects;
+	size_t inject_len;
+	uint64_t inject_data;
+	bool inject_has_data;
+	uint64_t inject_raddr;
 	/* the write/read before the last one */
 	struct iovec prev_iov;
 	struct fi_rma_iov prev_rma_iov;

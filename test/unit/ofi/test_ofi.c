@@ -1043,6 +1043,113 @@ static void test_tcp_writes_never_quiet(void **state)
 	close_pair(&p);
 }
 
+/* Injects made by one write of len from registered host memory on a fresh pair. */
+static int injects_of_one_write(const char *prov, uint64_t mr_mode, size_t inject, size_t len)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_rkey own;
+	struct mk_bmr *mr;
+	struct pair p;
+	int n;
+
+	open_pair_inject(&p, prov, mr_mode, 8, inject);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mr, &own), 0);
+	assert_int_equal(tp->write(p.c, 0, region, len, mr, 0, &rk, true, 1, NULL), 0);
+	n = p.cb->ninjects;
+	assert_int_equal(tp->dereg_mr(0, mr), 0);
+	close_pair(&p);
+	return n;
+}
+
+/*
+ * A write from registered host memory up to the inject size goes as fi_inject_write[data]
+ * (MKERNEL_OFI_INJECT; shm by default, every provider with 2): nothing comes back from the
+ * provider, and its completion is ready at the next poll with the caller's ctx. GPU memory, larger
+ * writes, writes without a registration, and writes past the stash's room go through the CQ as
+ * before; MKERNEL_OFI_INJECT=0 turns it off.
+ */
+static void test_inject_small_host_writes(void **state)
+{
+	struct mk_rkey rk = { .base = 0x10000, .key = 42 };
+	struct mk_rkey own;
+	struct mk_event ev[4];
+	struct mk_bmr *mr;
+	struct pair p;
+	int ctx, n, w, got;
+
+	/* tcp;ofi_rxm only when asked for every provider (2): not by default */
+	assert_int_equal(injects_of_one_write("tcp;ofi_rxm", 0, 64, 8), 0);
+	set_env("MKERNEL_OFI_INJECT", "2");
+	open_pair_inject(&p, "tcp;ofi_rxm", 0, 8, 64);
+	assert_int_equal(tp->reg_mr(0, region, 4096, NULL, &mr, &own), 0);
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, region, 64, mr, 0x10040, &rk, true, 7, &ctx), 0);
+	assert_int_equal(p.cb->ninjects, 1);
+	assert_int_equal(p.cb->nwrites, n);
+	assert_int_equal(p.cb->inject_len, 64);
+	assert_true(p.cb->inject_has_data);
+	assert_int_equal(p.cb->inject_data, (64ull << 32) | 7);
+	assert_int_equal(p.cb->inject_raddr, 0x40);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	assert_int_equal(ev[0].status, 0);
+	assert_int_equal(ev[0].len, 64);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0); /* one event, not two */
+	/* without an immediate: fi_inject_write */
+	assert_int_equal(tp->write(p.c, 0, region, 8, mr, 0x10000, &rk, false, 0, &ctx), 0);
+	assert_int_equal(p.cb->ninjects, 2);
+	assert_false(p.cb->inject_has_data);
+	poll_one(p.c, MK_EV_WRITE_DONE);
+	/* past the inject size: through the CQ */
+	assert_int_equal(tp->write(p.c, 0, region, 65, mr, 0x10000, &rk, true, 1, &ctx), 0);
+	assert_int_equal(p.cb->nwrites, n + 1);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	poll_one(p.c, MK_EV_WRITE_DONE);
+	/* GPU memory never: the provider would copy from a device pointer at the post */
+	mr->host = false;
+	assert_int_equal(tp->write(p.c, 0, region, 8, mr, 0x10000, &rk, true, 1, &ctx), 0);
+	assert_int_equal(p.cb->nwrites, n + 2);
+	mr->host = true;
+	/* nor without a registration */
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0x10000, &rk, true, 1, &ctx), 0);
+	assert_int_equal(p.cb->nwrites, n + 3);
+	mock_cq_push(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, 0, 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 2);
+	/* the stash holds MK_OFI_STASH completions; the next write waits for the CQ */
+	w = p.cb->ninjects;
+	for (int i = 0; i < MK_OFI_STASH; i++)
+		assert_int_equal(tp->write(p.c, 0, region, 8, mr, 0x10000, &rk, true, 1, &ctx), 0);
+	assert_int_equal(p.cb->ninjects, w + MK_OFI_STASH);
+	assert_int_equal(tp->write(p.c, 0, region, 8, mr, 0x10000, &rk, true, 1, &ctx), 0);
+	assert_int_equal(p.cb->ninjects, w + MK_OFI_STASH);
+	assert_int_equal(p.cb->nwrites, n + 4);
+	got = 0;
+	for (int k; (k = tp->poll(p.c, ev, 4)) > 0;)
+		got += k;
+	assert_int_equal(got, MK_OFI_STASH);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	poll_one(p.c, MK_EV_WRITE_DONE);
+	/* a refused inject is -EAGAIN and leaves no event */
+	mock.write_rc = -FI_EAGAIN;
+	assert_int_equal(tp->write(p.c, 0, region, 8, mr, 0x10000, &rk, true, 1, &ctx), -EAGAIN);
+	mock.write_rc = 0;
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	assert_int_equal(tp->dereg_mr(0, mr), 0);
+	close_pair(&p);
+
+	/* shm by default; 0 turns it off there too */
+	unsetenv("MKERNEL_OFI_INJECT");
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	assert_int_equal(injects_of_one_write("shm", FI_MR_VIRT_ADDR, 4096, 4096), 1);
+	set_env("MKERNEL_OFI_INJECT", "0");
+	assert_int_equal(injects_of_one_write("shm", FI_MR_VIRT_ADDR, 4096, 8), 0);
+	unsetenv("MKERNEL_OFI_INJECT");
+	unsetenv("MKERNEL_OFI_PROVIDER");
+	mk_param_reset_all();
+}
+
 static void test_write_virt_addr_and_4_byte_cq_data(void **state)
 {
 	struct mk_rkey rk = { .base = 0x10000, .key = 42 };
@@ -1435,6 +1542,7 @@ int main(void)
 		T(test_shm_split_write_lead_error),
 		T(test_shm_split_write_needs_two_slots),
 		T(test_tcp_writes_never_quiet),
+		T(test_inject_small_host_writes),
 		T(test_poll_imm_and_local_completion),
 		T(test_poll_error_entry_is_error_event),
 		T(test_write_eagain_returns_slot),
