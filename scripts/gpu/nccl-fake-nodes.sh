@@ -75,8 +75,9 @@ run_job() {
 		pids+=($!)
 	done
 	[ "$dry" = 1 ] && return 0
-	local rc=0
-	for p in "${pids[@]}"; do wait "$p" || rc=1; done
+	# pid, not p: the caller's loop over providers is named p, and bash functions share it
+	local rc=0 pid
+	for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
 	# NCCL's INFO lines go to stdout too: keep only our JSON records
 	grep -h '^{' "$out/$label-$mode-rank0.out"
 	return $rc
