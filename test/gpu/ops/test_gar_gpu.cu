@@ -59,6 +59,7 @@ extern "C" {
 }
 
 #include "rank_check.h"
+#include "split_bench.h"
 
 static int g_nranks;
 
@@ -601,7 +602,7 @@ static void bench_trace(mkComm_t comm, const struct problem *p)
  * the shared GPU hits all of them alike. The controller's state stays with the shape while
  * static calls run in between. Goal: adaptive within 5 % of the best static split.
  */
-#define SPLIT_CONFIGS 6 /* 4 static counts, the policy's split, adaptive */
+#define SPLIT_CONFIGS MK_SPLIT_CONFIGS
 
 static void split_config(int i, int share, int *c)
 {
@@ -619,43 +620,11 @@ static void split_config(int i, int share, int *c)
 	set_env("MKERNEL_SM_POLICY", i == 4 ? "static" : "adaptive");
 }
 
-/* Median of the rounds r of t[0..rounds) with r % 2 == parity. */
-static float half_median(const float *t, int rounds, int parity)
-{
-	float h[16];
-	int n = 0;
-
-	for (int r = parity; r < rounds; r += 2)
-		h[n++] = t[r];
-	qsort(h, (size_t)n, sizeof(float), cmp_f);
-	return h[n / 2];
-}
-
-/*
- * The best of four noisy static splits, picked and timed on the same rounds, is biased low:
- * the minimum of four medians wins on its noise too. Held out: pick the best static split on
- * the even rounds and time it (and adaptive) on the odd ones, then the other way round; the
- * mean of the two ratios.
- */
-static float heldout_ratio(float t[][16], int rounds)
-{
-	float sum = 0.0f;
-
-	for (int pick = 0; pick < 2; pick++) {
-		int best = 0;
-
-		for (int i = 1; i < 4; i++)
-			if (half_median(t[i], rounds, pick) < half_median(t[best], rounds, pick))
-				best = i;
-		sum += half_median(t[best], rounds, !pick) / half_median(t[5], rounds, !pick);
-	}
-	return sum / 2.0f;
-}
-
 static void bench_splits(mkComm_t comm, const struct problem *p)
 {
-	const int share = comm->sms / (comm->gpu_share > 0 ? comm->gpu_share : 1), rounds = 12;
-	float t[SPLIT_CONFIGS][16], med[SPLIT_CONFIGS], best = 1e30f, heldout;
+	const int share = comm->sms / (comm->gpu_share > 0 ? comm->gpu_share : 1),
+		  rounds = MK_SPLIT_ROUNDS;
+	float t[SPLIT_CONFIGS][16], med[SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS], best = 1e30f;
 	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 
 	split_config(5, share, &c);
@@ -671,7 +640,7 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 	if (mk_gar_split_now(comm, now) != 0)
 		expect(0, "adaptive split readable");
 	set_env("MKERNEL_SM_POLICY", "static");
-	heldout = heldout_ratio(t, rounds);
+	split_half_medians(t, rounds, hm);
 	if (g_rank == 0)
 		printf("{\"bench\":\"gemm_allreduce_splits\",\"m\":%d,\"nnodes\":%d,\"nlocal\":%d,"
 		       "\"rounds\":%d,\"static\":{",
@@ -695,7 +664,7 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 		       "\"best_static_over_adaptive\":%.3f,"
 		       "\"heldout_best_static_over_adaptive\":%.3f,\"emulated\":true}\n",
 		       med[4], best, best_c, med[5], now[0], now[1], now[2], now[3], best / med[5],
-		       heldout);
+		       split_heldout_ratio(hm));
 }
 
 static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The adaptive controller against static splits, as test-gar-gpu and test-seqpar-gpu time it:
+ * MK_SPLIT_CONFIGS configurations (four static counts, the policy's split, adaptive last) in
+ * interleaved rounds. The best of four noisy static splits, picked and timed on the same rounds,
+ * is biased low: the minimum of four medians wins on its noise too. Held out, the best static
+ * split is picked on the even rounds and timed (with adaptive) on the odd ones, then the other
+ * way round, and the two ratios averaged.
+ */
+#ifndef MK_TEST_GPU_SPLIT_BENCH_H
+#define MK_TEST_GPU_SPLIT_BENCH_H
+
+#include <stdlib.h>
+
+#include "rank_check.h"
+
+#define MK_SPLIT_CONFIGS 6 /* 4 static counts, the policy's split, adaptive */
+#define MK_SPLIT_ROUNDS	 12 /* even: half of them pick, the other half time */
+
+/* hm[parity][config]: the median of each configuration over the rounds of that parity. */
+static void split_half_medians(float t[][16], int rounds, float hm[2][MK_SPLIT_CONFIGS])
+{
+	for (int parity = 0; parity < 2; parity++) {
+		for (int i = 0; i < MK_SPLIT_CONFIGS; i++) {
+			float h[16];
+			int n = 0;
+
+			for (int r = parity; r < rounds; r += 2)
+				h[n++] = t[i][r];
+			qsort(h, (size_t)n, sizeof(float), cmp_f);
+			hm[parity][i] = h[n / 2];
+		}
+	}
+}
+
+/* Held-out best static time over adaptive time (>= 1: adaptive as fast as the best). */
+static float split_heldout_ratio(float hm[2][MK_SPLIT_CONFIGS])
+{
+	float sum = 0.0f;
+
+	for (int pick = 0; pick < 2; pick++) {
+		int best = 0;
+
+		for (int i = 1; i < 4; i++)
+			if (hm[pick][i] < hm[pick][best])
+				best = i;
+		sum += hm[!pick][best] / hm[!pick][MK_SPLIT_CONFIGS - 1];
+	}
+	return sum / 2.0f;
+}
+
+#endif
