@@ -7,7 +7,8 @@ usage: scripts/plot.py <jsonl> [<jsonl> ...] --out DIR
 Recognised records (one plot per kind found):
   mkernel-netbench / rawbench-ofi bandwidth  -> netbench-bw-w<window>.png (GB/s vs size, plugin
                                                  and raw ceiling)
-  nccl-fake-nodes all_reduce                 -> nccl-busbw.png (busbw vs size per configuration)
+  nccl-fake-nodes all_reduce, all_gather     -> nccl-busbw.png (busbw vs size per configuration,
+                                                medians over rounds)
   mkernel-gemm-bench                         -> gemm-ratio.png (engine / cuBLAS per shape)
   mkernel-gemm-bench grid (mkgemm)            -> gemm-grid.png (cuBLAS / mkGemm per cell vs M,
                                                  one panel per B layout, marker = path taken)
@@ -29,6 +30,7 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 
 import matplotlib
@@ -78,22 +80,27 @@ def plot_netbench(rows, out):
 
 
 def plot_nccl(rows, out):
-    ar = [r for r in rows if r.get("tool") == "nccl-fake-nodes" and r.get("op") == "all_reduce"]
-    if not ar:
+    recs = [r for r in rows if r.get("tool") == "nccl-fake-nodes" and "busbw_gbps" in r]
+    if not recs:
         return []
-    series = collections.defaultdict(list)
-    for r in ar:
-        series[r["config"]].append((r["bytes"], r["busbw_gbps"]))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for key, pts in sorted(series.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=key)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("all_reduce size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title("stock NCCL, 2 fake nodes on one GPU (emulated)")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    ops = sorted({r["op"] for r in recs})
+    fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 4), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        # several rounds per point: the median, as the script's summary takes it
+        pts = collections.defaultdict(list)
+        for r in recs:
+            if r["op"] == op:
+                pts[(r["config"], r["bytes"])].append(r["busbw_gbps"])
+        for config in sorted({k[0] for k in pts}):
+            xs = sorted(b for c, b in pts if c == config)
+            ax.plot(xs, [statistics.median(pts[(config, b)]) for b in xs], marker="o",
+                    label=config)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"{op} size (bytes)")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_title(f"stock NCCL {op}, 2 fake nodes on one GPU (emulated)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
     path = os.path.join(out, "nccl-busbw.png")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
