@@ -144,22 +144,22 @@ int mk_agg_unfused(struct mk_comm *c, const struct mk_sp_args *x, cudaStream_t s
 		const int pieces = mk_agg_pipe_pieces(ms);
 		void *stage = NULL;
 
-		if (cudaMallocAsync(&stage, bytes, stream) != cudaSuccess)
+		if (mk_sp_scratch_alloc(st, &stage, bytes, stream) != 0)
 			return -ENOMEM;
 		rc = agg_pipe_run(c, st, x, stage, pieces, stream);
-		if (cudaFreeAsync(stage, stream) != cudaSuccess && rc == 0)
+		if (mk_sp_scratch_free(stage, stream) != 0 && rc == 0)
 			rc = -EIO;
 		if (rc == 0)
 			st->pipe_pieces = pieces;
 		return rc;
 	}
-	if (all == NULL && cudaMallocAsync(&all, bytes, stream) != cudaSuccess)
+	if (all == NULL && mk_sp_scratch_alloc(st, &all, bytes, stream) != 0)
 		return -ENOMEM;
 	if (ncclAllGather(x->a, all, (size_t)ms * x->k, x->type, c->nccl, stream) != ncclSuccess)
 		rc = -EIO;
 	if (rc == 0)
 		rc = mk_gemm_plain(all, x->b, x->c, x->m, x->n, x->k, x->b_layout, ct, stream);
-	if (x->gathered == NULL && cudaFreeAsync(all, stream) != cudaSuccess && rc == 0)
+	if (x->gathered == NULL && mk_sp_scratch_free(all, stream) != 0 && rc == 0)
 		rc = -EIO;
 	return rc;
 }

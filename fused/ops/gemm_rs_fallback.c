@@ -17,18 +17,21 @@ int mk_grs_unfused(struct mk_comm *c, const struct mk_sp_args *x, cudaStream_t s
 {
 	const cudaDataType_t ct = mk_sp_cuda_type(x->type);
 	const size_t esz = mk_sp_esz(x->type);
+	struct mk_sp_state *st;
 	void *tmp = NULL;
 	int rc;
 
 	if (c->nranks == 1)
 		return mk_gemm_plain(x->a, x->b, x->c, x->m, x->n, x->k, x->b_layout, ct, stream);
-	if (cudaMallocAsync(&tmp, (size_t)x->m * x->n * esz, stream) != cudaSuccess)
+	if (mk_sp_state_get(c, MK_SP_GRS, &st) != 0)
+		st = NULL;
+	if (mk_sp_scratch_alloc(st, &tmp, (size_t)x->m * x->n * esz, stream) != 0)
 		return -ENOMEM;
 	rc = mk_gemm_plain(x->a, x->b, tmp, x->m, x->n, x->k, x->b_layout, ct, stream);
 	if (rc == 0 && ncclReduceScatter(tmp, x->c, (size_t)(x->m / c->nranks) * x->n, x->type,
 					 ncclSum, c->nccl, stream) != ncclSuccess)
 		rc = -EIO;
-	if (cudaFreeAsync(tmp, stream) != cudaSuccess && rc == 0)
+	if (mk_sp_scratch_free(tmp, stream) != 0 && rc == 0)
 		rc = -EIO;
 	return rc;
 }

@@ -223,3 +223,14 @@ int mk_sp_last_pipe_pieces(struct mk_comm *c, int op)
 
 	return st != NULL ? st->pipe_pieces : -1;
 }
+
+int mk_sp_scratch_counts(struct mk_comm *c, int op, unsigned long counts[2])
+{
+	const struct mk_sp_state *st = mk_sp_state_of(c, op);
+
+	if (st == NULL)
+		return -1;
+	counts[0] = st->scratch_allocs[0];
+	counts[1] = st->scratch_allocs[1];
+	return 0;
+}

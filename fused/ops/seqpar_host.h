@@ -56,7 +56,22 @@ struct mk_sp_state {
 	cudaEvent_t pipe_ev[MK_SP_PIPE_EVENTS]; /* [0] fork and join, [1 + p] piece p in */
 	int pipe_nev;
 	int pipe_pieces; /* pieces the last unfused call was gathered in; 0: one collective */
+	/* the unfused paths' scratch (mk_sp_scratch_alloc), made at its first use */
+	cudaMemPool_t scratch_pool;
+	unsigned long scratch_allocs[2]; /* scratch taken from [0] the default pool, [1] ours */
 };
+
+/*
+ * Stream-ordered scratch for an unfused path (GEMM+RS's partial product, the all-gather's
+ * gathered A or staging). From the op's own pool, which keeps its memory between calls: the
+ * device's default pool releases it at every synchronisation (release threshold 0), so each
+ * call after one would map its scratch again. The pool is made at the first call outside graph
+ * capture; before it (or when st is NULL) the scratch comes from the default pool. Under capture
+ * the allocation becomes a node of the graph either way. 0 or -ENOMEM; free with
+ * mk_sp_scratch_free on the same stream.
+ */
+int mk_sp_scratch_alloc(struct mk_sp_state *st, void **p, size_t bytes, cudaStream_t stream);
+int mk_sp_scratch_free(void *p, cudaStream_t stream);
 
 /* "mkGemmReduceScatter" or "mkAllGatherGemm". */
 const char *mk_sp_name(int op);
@@ -158,6 +173,9 @@ ncclResult_t mk_sp_run(struct mk_comm *c, int op, const struct mk_sp_op_ops *ops
 int mk_sp_last_path(struct mk_comm *c, int op, char *why, size_t len);
 /* Pieces the op's last unfused call was pipelined in (0: one collective), -1 no state. */
 int mk_sp_last_pipe_pieces(struct mk_comm *c, int op);
+/* Scratch allocations of the op's unfused calls so far: [0] default pool, [1] the op's own
+ * (mk_sp_scratch_alloc). -1 without state. For tests: a call outside capture uses the op's. */
+int mk_sp_scratch_counts(struct mk_comm *c, int op, unsigned long counts[2]);
 
 /* Benchmarks: record per-CTA timestamps in later calls (on = 1), read the last call's
  * ([ctas][MK_SP_TRACE_WORDS]); the split the next call of the current shape starts from. */

@@ -14,6 +14,7 @@
 #define MK_LOG_PREFIX "mkernel"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,10 +66,64 @@ static void sp_state_free(struct mk_comm *c, void *state)
 		cudaEventDestroy(st->pipe_ev[i]);
 	if (st->pipe_stream != NULL)
 		cudaStreamDestroy(st->pipe_stream);
+	if (st->scratch_pool != NULL)
+		cudaMemPoolDestroy(st->scratch_pool); /* deferred while an allocation is out */
 	cudaFree(st->seen);
 	cudaFree(st->remote_d);
 	cudaFree(st->trace);
 	free(st);
+}
+
+/* The op's scratch pool on the current device, keeping what it holds; NULL where none. */
+static cudaMemPool_t sp_pool_make(void)
+{
+	struct cudaMemPoolProps props;
+	cudaMemPool_t pool = NULL;
+	uint64_t keep = UINT64_MAX;
+	int dev;
+
+	if (cudaGetDevice(&dev) != cudaSuccess)
+		return NULL;
+	memset(&props, 0, sizeof(props));
+	props.allocType = cudaMemAllocationTypePinned;
+	props.location.type = cudaMemLocationTypeDevice;
+	props.location.id = dev;
+	if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return NULL;
+	}
+	if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+		cudaMemPoolDestroy(pool);
+		return NULL;
+	}
+	return pool;
+}
+
+int mk_sp_scratch_alloc(struct mk_sp_state *st, void **p, size_t bytes, cudaStream_t stream)
+{
+	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+
+	*p = NULL;
+	if (st != NULL && st->scratch_pool == NULL &&
+	    cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+	    cap == cudaStreamCaptureStatusNone)
+		st->scratch_pool = sp_pool_make();
+	if (st != NULL && st->scratch_pool != NULL) {
+		if (cudaMallocFromPoolAsync(p, bytes, st->scratch_pool, stream) != cudaSuccess)
+			return -ENOMEM;
+		st->scratch_allocs[1]++;
+		return 0;
+	}
+	if (cudaMallocAsync(p, bytes, stream) != cudaSuccess)
+		return -ENOMEM;
+	if (st != NULL)
+		st->scratch_allocs[0]++;
+	return 0;
+}
+
+int mk_sp_scratch_free(void *p, cudaStream_t stream)
+{
+	return p == NULL || cudaFreeAsync(p, stream) == cudaSuccess ? 0 : -EIO;
 }
 
 /*

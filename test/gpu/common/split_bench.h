@@ -14,7 +14,7 @@
 
 #include "rank_check.h"
 
-#define MK_SPLIT_CONFIGS 6 /* 4 static counts, the policy's split, adaptive */
+#define MK_SPLIT_CONFIGS 6  /* 4 static counts, the policy's split, adaptive */
 #define MK_SPLIT_ROUNDS	 12 /* even: half of them pick, the other half time */
 
 /* hm[parity][config]: the median of each configuration over the rounds of that parity. */

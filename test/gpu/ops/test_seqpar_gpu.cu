@@ -584,6 +584,34 @@ static void check_case(const char *label, int m, int n, int k, int b_nk, int pat
 }
 
 /*
+ * The unfused paths take their scratch from the op's own pool, which keeps it between calls
+ * (mk_sp_scratch_alloc): every call outside capture on several ranks must, none from the
+ * default pool, which gives its memory back at each synchronisation.
+ */
+static unsigned long g_scratch_before[2];
+
+static void scratch_mark(void)
+{
+	if (mk_sp_scratch_counts(g_comm, g_op, g_scratch_before) != 0)
+		g_scratch_before[0] = g_scratch_before[1] = 0;
+}
+
+static void scratch_expect(const char *what)
+{
+	unsigned long now[2] = { 0, 0 };
+	char line[300];
+	int rc;
+
+	if (g_nranks == 1)
+		return; /* one rank: the GEMM goes straight into C, no scratch */
+	rc = mk_sp_scratch_counts(g_comm, g_op, now);
+	snprintf(line, sizeof(line), "%s %s: scratch from the op's pool %lu, default pool %lu",
+		 op_name(), what, rc == 0 ? now[1] - g_scratch_before[1] : 0,
+		 rc == 0 ? now[0] - g_scratch_before[0] : 0);
+	expect(rc == 0 && now[1] > g_scratch_before[1] && now[0] == g_scratch_before[0], line);
+}
+
+/*
  * The all-gather's unfused pipeline (MKERNEL_AG_GEMM_PIPELINE): forced on, the unfused path must
  * gather in mk_agg_pipe_pieces(M / nranks) pieces (0 alone: nothing to gather) and be right with
  * and without aGathered, also when captured in a CUDA graph and replayed; forced off, it must run
@@ -640,7 +668,9 @@ static void check_pipeline(void)
 	CK(cudaStreamDestroy(s));
 
 	set_env("MKERNEL_AG_GEMM_PIPELINE", "0");
+	scratch_mark();
 	check_case("unfused one collective", 1000 * r, 1000, 520, 1, PATH_UNFUSED, 1, 0, "FUSED=0");
+	scratch_expect("unfused one collective");
 	pieces = mk_sp_last_pipe_pieces(g_comm, g_op);
 	snprintf(what, sizeof(what), "%s knob 0: %d pieces (want 0)", op_name(), pieces);
 	expect(pieces == 0, what);
@@ -1290,8 +1320,11 @@ static void tests(int quick, int big, int bottom)
 	}
 	set_env("MKERNEL_SM_POLICY", "static");
 	/* the unfused path: forced, chosen by the cost model, for K % 8, for fp16 */
+	scratch_mark();
 	check_case("unfused forced", 1000 * r, ag ? 1000 : 3000, ag ? 520 : 192, 1, PATH_UNFUSED,
 		   1, ag, "FUSED=0");
+	if (!ag)
+		scratch_expect("unfused forced"); /* the all-gather's writes aGathered here */
 	check_case("default (cost model)", 256 * r, 256, 64, 1, PATH_AUTO, 1, 0, NULL);
 	check_case("default (cost model)", 4096, ag ? 4096 / r : 4096, ag ? 4096 : 256, 1,
 		   PATH_AUTO, 1, 0, NULL);
