@@ -1043,6 +1043,16 @@ static void test_tcp_writes_never_quiet(void **state)
 	close_pair(&p);
 }
 
+/* Finalise the backend and start it again on a fresh mock, for a test that opens several pairs. */
+static void backend_restart(void)
+{
+	tp->fini();
+	assert_int_equal(mock.ep_live, 0);
+	assert_int_equal(mock.mr_live, 0);
+	mock_reset();
+	mk_ofi_lib_override(&mock_lib);
+}
+
 /* Injects made by one write of len from registered host memory on a fresh pair. */
 static int injects_of_one_write(const char *prov, uint64_t mr_mode, size_t inject, size_t len)
 {
@@ -1058,6 +1068,7 @@ static int injects_of_one_write(const char *prov, uint64_t mr_mode, size_t injec
 	n = p.cb->ninjects;
 	assert_int_equal(tp->dereg_mr(0, mr), 0);
 	close_pair(&p);
+	backend_restart();
 	return n;
 }
 
@@ -1138,6 +1149,7 @@ static void test_inject_small_host_writes(void **state)
 	assert_int_equal(tp->poll(p.c, ev, 4), 0);
 	assert_int_equal(tp->dereg_mr(0, mr), 0);
 	close_pair(&p);
+	backend_restart();
 
 	/* shm by default; 0 turns it off there too */
 	unsetenv("MKERNEL_OFI_INJECT");
