@@ -161,8 +161,7 @@ static int guard_escaped(struct mk_ofi_conn *conn, struct ofi_guard *g)
 	return -ECONNRESET;
 }
 
-/* The calls that can meet a lock a peer holds: post a write (or inject one), a read, read the CQ.
- */
+/* The calls that can meet a lock a peer holds: post a write (or inject one), a read; read a CQ. */
 enum guard_call { GUARD_WRITE, GUARD_INJECT, GUARD_READ, GUARD_CQ };
 
 /* The provider objects of one call: every lane has its own endpoint and CQ. */

@@ -261,9 +261,11 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 
 static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, bool hmem)
 {
+	const long long inject = mk_param_ofi_inject(); /* MKERNEL_OFI_INJECT: 1 shm, 2 all */
 	const char *prov;
 	const char *domain;
 	size_t key_size;
+	bool shm;
 
 	d->info = mk_ofi.lib->dupinfo(info);
 	if (d->info == NULL)
@@ -271,6 +273,7 @@ static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, boo
 	d->info->next = NULL;
 	prov = info->fabric_attr->prov_name;
 	domain = info->domain_attr->name;
+	shm = strcmp(prov, "shm") == 0;
 	if (lo)
 		ofi_refine(&d->info, prov, domain, true, false);
 	if (hmem)
@@ -291,7 +294,7 @@ static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, boo
 	 * target's command queue up to its inject size, and lands at the target's next poll,
 	 * which drops the entry (MK_OFI_QUIET_DATA). Needs the length bits to tell it apart.
 	 */
-	d->quiet_max = strcmp(prov, "shm") == 0 && d->len_in_data && d->info->tx_attr != NULL
+	d->quiet_max = shm && d->len_in_data && d->info->tx_attr != NULL
 			       ? d->info->tx_attr->inject_size
 			       : 0;
 	/*
@@ -301,9 +304,7 @@ static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, boo
 	 * by default: rxm on 1.17 crashes (SIGSEGV inside fi_inject_writedata) when the peer's
 	 * process died, where the same write through fi_writemsg returns an error completion.
 	 */
-	d->inject_max = d->info->tx_attr != NULL &&
-					(mk_param_ofi_inject() >= 2 ||
-					 (mk_param_ofi_inject() == 1 && strcmp(prov, "shm") == 0))
+	d->inject_max = d->info->tx_attr != NULL && (inject >= 2 || (inject == 1 && shm))
 				? d->info->tx_attr->inject_size
 				: 0;
 	d->next_key = 1;

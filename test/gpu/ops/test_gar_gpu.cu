@@ -602,8 +602,6 @@ static void bench_trace(mkComm_t comm, const struct problem *p)
  * the shared GPU hits all of them alike. The controller's state stays with the shape while
  * static calls run in between. Goal: adaptive within 5 % of the best static split.
  */
-#define SPLIT_CONFIGS MK_SPLIT_CONFIGS
-
 static void split_config(int i, int share, int *c)
 {
 	char split[64];
@@ -624,14 +622,14 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 {
 	const int share = comm->sms / (comm->gpu_share > 0 ? comm->gpu_share : 1),
 		  rounds = MK_SPLIT_ROUNDS;
-	float t[SPLIT_CONFIGS][16], med[SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS], best = 1e30f;
+	float t[MK_SPLIT_CONFIGS][16], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS], best = 1e30f;
 	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 
 	split_config(5, share, &c);
 	(void)time_fused(comm, p, 20, 1);
 	for (int r = 0; r < rounds; r++) {
-		for (int j = 0; j < SPLIT_CONFIGS; j++) {
-			const int i = (j + r) % SPLIT_CONFIGS; /* each round starts one later */
+		for (int j = 0; j < MK_SPLIT_CONFIGS; j++) {
+			const int i = (j + r) % MK_SPLIT_CONFIGS; /* each round starts one later */
 
 			split_config(i, share, &c);
 			t[i][r] = time_fused(comm, p, 0, 1);
@@ -645,7 +643,7 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 		printf("{\"bench\":\"gemm_allreduce_splits\",\"m\":%d,\"nnodes\":%d,\"nlocal\":%d,"
 		       "\"rounds\":%d,\"static\":{",
 		       p->m, comm->topo.nnodes, comm->topo.nlocal, rounds);
-	for (int i = 0; i < SPLIT_CONFIGS; i++) {
+	for (int i = 0; i < MK_SPLIT_CONFIGS; i++) {
 		qsort(t[i], rounds, sizeof(float), cmp_f);
 		med[i] = t[i][rounds / 2];
 		split_config(i, share, &c);
@@ -667,13 +665,21 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 		       split_heldout_ratio(hm));
 }
 
+/*
+ * The largest M = N of the benchmarks: the paper's shapes reach 32768, run there alone (several
+ * ranks on one GPU would need 4 GiB partials each and minutes of NCCL over loopback for the
+ * baseline).
+ */
+static int bench_top(int quick)
+{
+	return quick ? 4096 : g_nranks == 1 ? 32768 : 16384;
+}
+
 static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int quick)
 {
 	const int reps = 20, warm = 5;
 
-	/* The paper's shapes reach 32768: run there alone (several ranks on one GPU would need
-	 * 4 GiB partials each and minutes of NCCL over loopback for the baseline). */
-	const int top = quick ? 4096 : g_nranks == 1 ? 32768 : 16384;
+	const int top = bench_top(quick);
 
 	for (int s = 2048; s <= top; s *= 2) {
 		struct problem p;
@@ -741,7 +747,7 @@ static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int qu
 /* --splits: the splits benchmark of --bench alone, on the same shapes. */
 static void bench_splits_only(mkComm_t comm, ncclComm_t nccl, int quick)
 {
-	const int top = quick ? 4096 : g_nranks == 1 ? 32768 : 16384;
+	const int top = bench_top(quick);
 
 	for (int s = 2048; s <= top; s *= 2) {
 		struct problem p;

@@ -1090,7 +1090,6 @@ static void bench_trace(struct bench *x)
  * rounds, medians, and held out (split_bench.h); goal: adaptive within 5 % of the best static
  * split.
  */
-#define SPLITS MK_SPLIT_CONFIGS
 
 static void split_config(int i, int *c)
 {
@@ -1111,15 +1110,15 @@ static void split_config(int i, int *c)
 static void bench_splits(struct bench *x)
 {
 	const int rounds = MK_SPLIT_ROUNDS;
-	float t[SPLITS][16], med[SPLITS], hm[2][MK_SPLIT_CONFIGS], best = 1e30f;
+	float t[MK_SPLIT_CONFIGS][16], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS], best = 1e30f;
 	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 
 	split_config(5, &c);
 	for (int i = 0; i < 20; i++)
 		(void)time_step(x, ST_FUSED);
 	for (int r = 0; r < rounds; r++) {
-		for (int j = 0; j < SPLITS; j++) {
-			const int i = (j + r) % SPLITS; /* each round starts one later */
+		for (int j = 0; j < MK_SPLIT_CONFIGS; j++) {
+			const int i = (j + r) % MK_SPLIT_CONFIGS; /* each round starts one later */
 
 			split_config(i, &c);
 			t[i][r] = time_step(x, ST_FUSED);
@@ -1129,11 +1128,11 @@ static void bench_splits(struct bench *x)
 	if (mk_sp_split_now(g_comm, g_op, now) != 0)
 		expect(0, "adaptive split readable");
 	split_half_medians(t, rounds, hm); /* before median() sorts the rounds */
-	max_over_ranks(hm[0], SPLITS);
-	max_over_ranks(hm[1], SPLITS);
-	for (int i = 0; i < SPLITS; i++)
+	max_over_ranks(hm[0], MK_SPLIT_CONFIGS);
+	max_over_ranks(hm[1], MK_SPLIT_CONFIGS);
+	for (int i = 0; i < MK_SPLIT_CONFIGS; i++)
 		med[i] = median(t[i], rounds);
-	max_over_ranks(med, SPLITS);
+	max_over_ranks(med, MK_SPLIT_CONFIGS);
 	if (g_rank == 0)
 		printf("{\"bench\":\"%s_splits\",\"m\":%d,\"n\":%d,\"k\":%d,\"nnodes\":%d,\"nlocal\":%d,"
 		       "\"rounds\":%d,\"static\":{",
