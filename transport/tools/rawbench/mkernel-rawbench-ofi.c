@@ -13,15 +13,18 @@
  * rendezvous limits; shm copies through its region below a size and with CMA above), so the
  * record names the winner ("method") and keeps both medians.
  *
- *   server: mkernel-rawbench-ofi --provider P [--iface IF] --server PORT
+ *   server: mkernel-rawbench-ofi --provider P [--iface IF] --server PORT   (shm: no --iface)
  *   client: mkernel-rawbench-ofi --provider P [--iface IF] --client HOST:PORT --mode bw|lat
  *           [--method best|tagged|write] --sizes 4096,65536 --window W --iters N --warmup N
- *           --reps R
+ *           --reps R [--endpoints 1|2]
  *
  * bw:  the client keeps W messages in flight, N per rep; the server keeps W receives posted
  *      (tagged) or counts the writes' remote completions (write); the clock stops at the
  *      server's 0-byte acknowledgement.
  * lat: ping-pong; one-way latency = half the round trip, averaged over N per rep.
+ * --endpoints 2: each side sends from one endpoint and receives on another (each with its own
+ *      CQ and AV), as NCCL's separate send and receive comms do; not a ceiling, a measure of
+ *      what one endpoint per direction costs (on tcp, one socket per direction).
  * Statistics are over reps. GB/s = 1e9 bytes/s. Exit 77: the provider is absent here.
  */
 #include <arpa/inet.h>
@@ -56,6 +59,8 @@
 #define TAG_ACK	   2
 #define SLOT_CAP   (256u << 20) /* above window x size, all slots share one buffer */
 #define MR_KEY	   0x6d6b	/* our choice where the provider lets the application pick */
+#define TX	   0
+#define RX	   1
 
 enum method {
 	METHOD_TAGGED = 0,
@@ -72,6 +77,7 @@ struct config {
 	uint32_t nsizes;
 	uint64_t sizes[MAX_SIZES];
 	uint32_t window, iters, warmup, reps;
+	uint32_t endpoints; /* 1, or 2: one to send from, one to receive on */
 };
 
 /* Where the peer may write: its buffer's address (or 0 where RMA takes offsets) and key. */
@@ -84,12 +90,15 @@ struct bench {
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	struct fid_ep *ep;
-	struct fid_cq *cq;
-	struct fid_av *av;
+	/* [TX] sends and writes go out from, [RX] receives and remote writes land on; one
+	 * endpoint in both slots unless --endpoints 2 */
+	struct fid_ep *ep[2];
+	struct fid_cq *cq[2];
+	struct fid_av *av[2];
+	int nep;
 	struct fid_mr *mr;
 	void *desc;
-	fi_addr_t peer;
+	fi_addr_t peer[2]; /* [TX]: the peer's receiving endpoint; [RX]: its sending one */
 	uint8_t *buf;
 	size_t slot;				/* bytes between slots; 0: all share */
 	struct fi_context2 ctx[MAX_WINDOW + 1]; /* last one: the ack */
@@ -182,11 +191,23 @@ static int tcp_connect(const char *hostport)
 	return fd;
 }
 
-static void fabric_open(struct bench *b, const char *prov, const char *iface)
+static void ep_open(struct bench *b, int i)
 {
-	struct fi_info *hints = fi_allocinfo();
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .size = 4 * MAX_WINDOW };
 	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 1 };
+	int rc;
+
+	if ((rc = fi_cq_open(b->domain, &cq_attr, &b->cq[i], NULL)) ||
+	    (rc = fi_av_open(b->domain, &av_attr, &b->av[i], NULL)) ||
+	    (rc = fi_endpoint(b->domain, b->info, &b->ep[i], NULL)) ||
+	    (rc = fi_ep_bind(b->ep[i], &b->cq[i]->fid, FI_TRANSMIT | FI_RECV)) ||
+	    (rc = fi_ep_bind(b->ep[i], &b->av[i]->fid, 0)) || (rc = fi_enable(b->ep[i])))
+		die("opening the endpoint", rc);
+}
+
+static void fabric_open(struct bench *b, const char *prov, const char *iface, int nep)
+{
+	struct fi_info *hints = fi_allocinfo();
 	bool lo = iface != NULL && strcmp(iface, "lo") == 0;
 	int rc;
 
@@ -210,33 +231,47 @@ static void fabric_open(struct bench *b, const char *prov, const char *iface)
 	if (rc)
 		die("fi_getinfo", rc);
 	if ((rc = fi_fabric(b->info->fabric_attr, &b->fabric, NULL)) ||
-	    (rc = fi_domain(b->fabric, b->info, &b->domain, NULL)) ||
-	    (rc = fi_cq_open(b->domain, &cq_attr, &b->cq, NULL)) ||
-	    (rc = fi_av_open(b->domain, &av_attr, &b->av, NULL)) ||
-	    (rc = fi_endpoint(b->domain, b->info, &b->ep, NULL)) ||
-	    (rc = fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV)) ||
-	    (rc = fi_ep_bind(b->ep, &b->av->fid, 0)) || (rc = fi_enable(b->ep)))
-		die("opening the endpoint", rc);
+	    (rc = fi_domain(b->fabric, b->info, &b->domain, NULL)))
+		die("opening the domain", rc);
+	b->nep = nep;
+	for (int i = 0; i < nep; i++)
+		ep_open(b, i);
+	if (nep == 1) {
+		b->ep[RX] = b->ep[TX];
+		b->cq[RX] = b->cq[TX];
+		b->av[RX] = b->av[TX];
+	}
 }
 
+/* Both sides send TX's name, then RX's; each slot's AV takes the peer's opposite endpoint. */
 static void exchange_addrs(struct bench *b)
 {
-	uint8_t mine[64], theirs[64];
-	size_t len = sizeof(mine);
+	uint8_t mine[64], theirs[2][64];
 	uint32_t n, tl;
-	int rc = fi_getname(&b->ep->fid, mine, &len);
 
-	if (rc)
-		die("fi_getname", rc);
-	n = (uint32_t)len;
-	xsend(b->sock, &n, sizeof(n));
-	xsend(b->sock, mine, len);
-	xrecv(b->sock, &tl, sizeof(tl));
-	if (tl > sizeof(theirs))
-		die("peer address too long", -FI_EINVAL);
-	xrecv(b->sock, theirs, tl);
-	if (fi_av_insert(b->av, theirs, 1, &b->peer, 0, NULL) != 1)
-		die("fi_av_insert", -FI_EINVAL);
+	for (int i = 0; i < 2; i++) {
+		size_t len = sizeof(mine);
+		int rc = fi_getname(&b->ep[i]->fid, mine, &len);
+
+		if (rc)
+			die("fi_getname", rc);
+		n = (uint32_t)len;
+		xsend(b->sock, &n, sizeof(n));
+		xsend(b->sock, mine, len);
+		xrecv(b->sock, &tl, sizeof(tl));
+		if (tl > sizeof(theirs[i]))
+			die("peer address too long", -FI_EINVAL);
+		xrecv(b->sock, theirs[i], tl);
+	}
+	for (int i = 0; i < b->nep; i++) {
+		/* TX writes to the peer's RX; RX names the peer's TX as the source of receives */
+		const uint8_t *addr = theirs[i == TX ? RX : TX];
+
+		if (fi_av_insert(b->av[i], addr, 1, &b->peer[i], 0, NULL) != 1)
+			die("fi_av_insert", -FI_EINVAL);
+	}
+	if (b->nep == 1)
+		b->peer[RX] = b->peer[TX];
 }
 
 /*
@@ -289,17 +324,17 @@ static bool yield_when_idle;
  * One CQ read. Local completions go to idx (their slot; MAX_WINDOW = the ack); the peer's
  * writes that landed here are counted in b->remote_writes. Returns the local ones written.
  */
-static int cq_poll(struct bench *b, int *idx, int max)
+static int cq_poll_one(struct bench *b, struct fid_cq *cq, int *idx, int max)
 {
 	struct fi_cq_data_entry ent[16];
 	struct fi_cq_err_entry err = { 0 };
-	ssize_t n = fi_cq_read(b->cq, ent, 16);
+	ssize_t n = fi_cq_read(cq, ent, 16);
 	int k = 0;
 
 	if (n == -FI_EAGAIN)
 		return 0;
 	if (n == -FI_EAVAIL) {
-		fi_cq_readerr(b->cq, &err, 0);
+		fi_cq_readerr(cq, &err, 0);
 		die("completion error", -err.err);
 	}
 	if (n < 0)
@@ -314,6 +349,16 @@ static int cq_poll(struct bench *b, int *idx, int max)
 			die("more local completions than operations", -FI_EOVERFLOW);
 		idx[k++] = (int)((struct fi_context2 *)ent[i].op_context - b->ctx);
 	}
+	return k;
+}
+
+/* One read of each CQ (two with --endpoints 2, as a caller of two comms polls both). */
+static int cq_poll(struct bench *b, int *idx, int max)
+{
+	int k = cq_poll_one(b, b->cq[TX], idx, max);
+
+	if (b->nep == 2)
+		k += cq_poll_one(b, b->cq[RX], idx + k, max - k);
 	return k;
 }
 
@@ -348,12 +393,13 @@ static void post(struct bench *b, bool send, void *buf, size_t len, uint64_t tag
 
 	for (;;) {
 		if (send)
-			rc = fi_tsend(b->ep, buf, len, b->desc, b->peer, tag, &b->ctx[ctx]);
+			rc = fi_tsend(b->ep[TX], buf, len, b->desc, b->peer[TX], tag, &b->ctx[ctx]);
 		else
-			rc = fi_trecv(b->ep, buf, len, b->desc, b->peer, tag, 0, &b->ctx[ctx]);
+			rc = fi_trecv(b->ep[RX], buf, len, b->desc, b->peer[RX], tag, 0,
+				      &b->ctx[ctx]);
 		if (rc != -FI_EAGAIN)
 			break;
-		fi_cq_read(b->cq, NULL, 0); /* progress, then try again */
+		fi_cq_read(b->cq[send ? TX : RX], NULL, 0); /* progress, then try again */
 	}
 	if (rc)
 		die(send ? "fi_tsend" : "fi_trecv", rc);
@@ -366,11 +412,11 @@ static void post_write(struct bench *b, uint32_t i, size_t len, int ctx)
 	ssize_t rc;
 
 	for (;;) {
-		rc = fi_writedata(b->ep, slot(b, i), len, b->desc, i, b->peer, raddr, b->rem.key,
-				  &b->ctx[ctx]);
+		rc = fi_writedata(b->ep[TX], slot(b, i), len, b->desc, i, b->peer[TX], raddr,
+				  b->rem.key, &b->ctx[ctx]);
 		if (rc != -FI_EAGAIN)
 			break;
-		fi_cq_read(b->cq, NULL, 0);
+		fi_cq_read(b->cq[TX], NULL, 0);
 	}
 	if (rc)
 		die("fi_writedata", rc);
@@ -552,10 +598,10 @@ static void report(struct bench *b, const struct config *c, size_t size, double 
 	}
 	printf("{\"tool\":\"rawbench-ofi\",\"provider\":\"%s\",\"mode\":\"%s\",\"size\":%zu,"
 	       "\"window\":%u,\"iters\":%u,\"reps\":%u,\"method\":\"%s\",\"%s_median\":%.4f,"
-	       "\"%s_p10\":%.4f,\"%s_p90\":%.4f%s,\"host\":\"%s\"}\n",
+	       "\"%s_p10\":%.4f,\"%s_p90\":%.4f%s,\"endpoints\":%u,\"host\":\"%s\"}\n",
 	       b->info->fabric_attr->prov_name, c->mode, size, bw ? c->window : 1, c->iters,
 	       c->reps, method_names[best], key, med[best], key, pct(v[best], c->reps, 0.1), key,
-	       pct(v[best], c->reps, 0.9), each, host);
+	       pct(v[best], c->reps, 0.9), each, c->endpoints, host);
 	fflush(stdout);
 }
 
@@ -615,7 +661,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: mkernel-rawbench-ofi --provider P [--iface IF] (--server PORT | "
 			"--client HOST:PORT) --mode bw|lat [--method best|tagged|write] --sizes "
-			"4096,65536 --window W --iters N --warmup N --reps R\n");
+			"4096,65536 --window W --iters N --warmup N --reps R [--endpoints 1|2]\n");
 	exit(2);
 }
 
@@ -633,6 +679,7 @@ int main(int argc, char **argv)
 		{ "iters", required_argument, NULL, 'n' },
 		{ "warmup", required_argument, NULL, 'u' },
 		{ "reps", required_argument, NULL, 'r' },
+		{ "endpoints", required_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct config c = { .mode = "bw",
@@ -640,7 +687,8 @@ int main(int argc, char **argv)
 			    .window = 64,
 			    .iters = 1000,
 			    .warmup = 100,
-			    .reps = 5 };
+			    .reps = 5,
+			    .endpoints = 1 };
 	const char *prov = NULL, *iface = NULL, *server = NULL, *client = NULL;
 	struct bench b = { 0 };
 	int o;
@@ -681,32 +729,38 @@ int main(int argc, char **argv)
 		case 'r':
 			c.reps = (uint32_t)atoi(optarg);
 			break;
+		case 'e':
+			c.endpoints = (uint32_t)atoi(optarg);
+			break;
 		default:
 			usage();
 		}
 	}
 	if (prov == NULL || (server == NULL) == (client == NULL) || c.nsizes == 0 || c.window < 1 ||
-	    c.window > MAX_WINDOW || c.iters < 1 || c.reps < 1 || c.reps > MAX_REPS ||
+	    c.window > MAX_WINDOW || c.endpoints < 1 || c.endpoints > 2 || c.iters < 1 ||
+	    c.reps < 1 || c.reps > MAX_REPS ||
 	    (strcmp(c.mode, "bw") != 0 && strcmp(c.mode, "lat") != 0) ||
 	    (strcmp(c.method, "best") != 0 && strcmp(c.method, "tagged") != 0 &&
 	     strcmp(c.method, "write") != 0))
 		usage();
 	if (strcmp(c.mode, "lat") == 0)
 		c.window = 2; /* ping and pong slots */
-	fabric_open(&b, prov, iface);
 	b.sock = server != NULL ? tcp_serve(atoi(server)) : tcp_connect(client);
 	if (client != NULL)
 		xsend(b.sock, &c, sizeof(c));
 	else
 		xrecv(b.sock, &c, sizeof(c));
+	fabric_open(&b, prov, iface, (int)c.endpoints);
 	exchange_addrs(&b);
 	buffers_open(&b, &c);
 	run(&b, &c, client != NULL);
 	barrier(&b); /* nobody tears down while the other still has traffic in flight */
 	fi_close(&b.mr->fid);
-	fi_close(&b.ep->fid);
-	fi_close(&b.av->fid);
-	fi_close(&b.cq->fid);
+	for (int i = 0; i < b.nep; i++) {
+		fi_close(&b.ep[i]->fid);
+		fi_close(&b.av[i]->fid);
+		fi_close(&b.cq[i]->fid);
+	}
 	fi_close(&b.domain->fid);
 	fi_close(&b.fabric->fid);
 	fi_freeinfo(b.info);
