@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs mkernel-rawbench-ofi briefly on tcp;ofi_rxm over lo in both modes and checks that the
 # client printed one JSON record per size with a positive figure, measured with both methods
-# (tagged send/recv and RMA write), the better one named and reported. Exit 77: provider
-# absent.
+# (tagged send/recv and RMA write), the better one named and reported; then again with
+# --endpoints 2 (one endpoint to send from, one to receive on), whose records must say so. Exit
+# 77: provider absent.
 set -uo pipefail
 bench=$1
 prov='tcp;ofi_rxm'
@@ -11,7 +12,7 @@ dir=$(mktemp -d)
 trap 'kill "$srv" 2>/dev/null; rm -rf "$dir"' EXIT
 
 run_mode() {
-    mode=$1 key=$2
+    mode=$1 key=$2 eps=$3
     # the backgrounded server truncates its output file only once it has started: the old
     # server's "listening" line must not be there for the loop below to read its dead port
     rm -f "$dir/srv"
@@ -32,9 +33,9 @@ run_mode() {
     done
     [ -n "$port" ] || { echo "server never listened"; exit 1; }
     timeout 60 "$bench" --provider "$prov" --iface lo --client "127.0.0.1:$port" --mode "$mode" \
-        --sizes 4096,65536 --window 8 --iters 200 --warmup 20 --reps 3 >"$dir/out" || {
-        echo "client failed in $mode mode"; exit 1; }
-    wait "$srv" || { echo "server failed in $mode mode"; exit 1; }
+        --sizes 4096,65536 --window 8 --iters 200 --warmup 20 --reps 3 --endpoints "$eps" >"$dir/out" || {
+        echo "client failed in $mode mode, $eps endpoints"; exit 1; }
+    wait "$srv" || { echo "server failed in $mode mode, $eps endpoints"; exit 1; }
     cat "$dir/out"
     n=$(grep -c "\"tool\":\"rawbench-ofi\",\"provider\":\"$prov\",\"mode\":\"$mode\"" "$dir/out")
     [ "$n" -eq 2 ] || { echo "expected 2 $mode records, got $n"; exit 1; }
@@ -43,9 +44,9 @@ run_mode() {
         echo "non-positive $key"; exit 1
     fi
     # both methods ran, and the reported figure is the better of the two
-    python3 - "$dir/out" "$key" <<'PY' || exit 1
+    python3 - "$dir/out" "$key" "$eps" <<'PY' || exit 1
 import json, sys
-key = sys.argv[2]
+key, eps = sys.argv[2], int(sys.argv[3])
 for line in open(sys.argv[1]):
     if not line.startswith("{"):
         continue
@@ -55,9 +56,12 @@ for line in open(sys.argv[1]):
     best = max(t, w) if key == "gbps" else min(t, w)
     assert r["method"] == ("tagged" if best == t else "write"), r
     assert r[f"{key}_median"] == best, r
+    assert r["endpoints"] == eps, r
 PY
 }
 
-run_mode bw gbps
-run_mode lat lat_us
-echo "ok - rawbench bw and lat on $prov"
+for eps in 1 2; do
+    run_mode bw gbps "$eps"
+    run_mode lat lat_us "$eps"
+done
+echo "ok - rawbench bw and lat on $prov, one and two endpoints"
