@@ -22,6 +22,18 @@ fail() {
 }
 
 [ -f "$build/build.ninja" ] || fail "$build is not a meson build directory"
+# Meson before 1.3 passes nvcc no dependency flags, so ninja knows no header of a CUDA object
+# (`ninja -t deps` lists none) and a changed header (the adaptive controller's, say) would ship
+# stale kernels. Objects older than the newest header of the tree are compiled again.
+newest=$(git -C "$root" ls-files -z '*.h' '*.cuh' | (cd "$root" && xargs -0 stat -c %Y) | sort -n | tail -1)
+stale=0
+while IFS= read -r -d '' o; do
+	if [ "$(stat -c %Y "$o")" -lt "${newest:-0}" ]; then
+		rm -f "$o"
+		stale=$((stale + 1))
+	fi
+done < <(find "$build" -name '*.cu.o' -print0)
+[ "$stale" = 0 ] || step "$stale CUDA objects older than the newest header: compiled again"
 ninja -C "$build" >/dev/null || fail "ninja -C $build"
 version=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 name=mkernel-$version

@@ -82,30 +82,55 @@ int mk_gar_split_plan(const int policy_sms[MK_GAR_ROLES], const int policy_min[M
  */
 int mk_gar_split_room(const struct mk_gar_split *sp);
 
+/*
+ * The search's constants. WARM: calls at the starting count before the first probe, so that the
+ * run-to-run spread is known before any probe is judged against it. PROBE_MAX: calls a probe
+ * may take before it is given up. SIGMAS: how many spreads of the probe's mean it must beat the
+ * best by (the spread of one call being the mean absolute deviation at the best count; that of
+ * a mean of n calls, the spread over sqrt(n)).
+ */
+#define MK_GAR_WARM	 8
+#define MK_GAR_PROBE_MAX 16
+#define MK_GAR_SIGMAS	 2
+
 /* The adaptive controller's state per shape (device memory; zero = nothing measured yet). */
 struct mk_gar_ctl {
 	unsigned long long best_t; /* duration of a call with best_c communication CTAs, ns */
 	unsigned long long noise;  /* run-to-run spread at best_c: mean |t - best_t|, ns */
-	unsigned long long pend_t; /* a probe that looked faster: its first duration */
+	unsigned long long pend_t; /* the probe's durations so far, summed */
 	int best_c;		   /* the best count found so far */
 	int step;		   /* distance of the next probe from best_c; 0 = settled */
 	int up;			   /* 0: the next probe is below best_c, 1: above */
-	int pend_c; /* that probe's count + 1, measured again before it counts; 0: none */
+	int pend_c;		   /* the probe's count + 1 while it is being measured; 0: none */
+	int pend_n;		   /* calls measured at the probe */
+	int warm;		   /* calls measured at the starting count (up to MK_GAR_WARM) */
 };
 
-/* t beats the best by more than the noise: 1 %, or twice the spread seen at the best count. */
-MK_GAR_HD int mk_gar_faster(const struct mk_gar_ctl *s, unsigned long long t)
+/*
+ * The probe's mean beats the best: by 0.5 % at least, and by MK_GAR_SIGMAS spreads of a mean of
+ * pend_n calls; squared, so that the device needs no square root.
+ */
+MK_GAR_HD int mk_gar_faster(const struct mk_gar_ctl *s)
 {
-	unsigned long long margin = s->best_t / 100;
+	const double gain = (double)s->best_t - (double)s->pend_t / s->pend_n,
+		     bar = (double)MK_GAR_SIGMAS * (double)s->noise;
 
-	if (2 * s->noise > margin)
-		margin = 2 * s->noise;
-	return t + margin < s->best_t;
+	return gain * 200.0 > (double)s->best_t && gain * gain * s->pend_n > bar * bar;
+}
+
+/* The probe will not win: its mean is not below the best by even one spread of that mean. */
+MK_GAR_HD int mk_gar_hopeless(const struct mk_gar_ctl *s)
+{
+	const double gain = (double)s->best_t - (double)s->pend_t / s->pend_n,
+		     noise = (double)s->noise;
+
+	return gain <= 0.0 && gain * gain * s->pend_n >= noise * noise;
 }
 
 /* A probe that did not win: try the other side, then halve the step. */
 MK_GAR_HD void mk_gar_lost(struct mk_gar_ctl *s)
 {
+	s->pend_c = 0;
 	if (!s->up) {
 		s->up = 1;
 	} else {
@@ -114,51 +139,74 @@ MK_GAR_HD void mk_gar_lost(struct mk_gar_ctl *s)
 	}
 }
 
+/* One more call at the best count: its time and spread, as running means while warming up. */
+MK_GAR_HD void mk_gar_at_best(struct mk_gar_ctl *s, unsigned long long t)
+{
+	const unsigned long long dev = t > s->best_t ? t - s->best_t : s->best_t - t;
+
+	if (s->warm < MK_GAR_WARM) {
+		s->warm++;
+		s->noise = (s->noise * (unsigned long long)(s->warm - 1) + dev) /
+			   (unsigned long long)s->warm;
+		s->best_t = (s->best_t * (unsigned long long)s->warm + t) /
+			    (unsigned long long)(s->warm + 1);
+		return;
+	}
+	s->noise = (3 * s->noise + dev) / 4;
+	s->best_t = (3 * s->best_t + t) / 4;
+}
+
 /*
  * The controller's search over the number of communication CTAs, fed with each call's
- * duration `t` (ns, 0 = not measured) at `cur` CTAs. The first measured call's count is the
- * best so far (the static split, calibrated where measured); probes go `step` below it, then
- * above. A probe faster than the best by more than the noise (mk_gar_faster) is measured once
- * more, and becomes the best only if that call is faster too (the slower of the two counts):
- * one lucky call cannot move the split. The search then goes on that way with the same step;
- * two lost probes halve the step, and a step of 0 settles. Calls at the best count refresh its
- * time and the spread (run-to-run noise). Returns the count for the next call, within [lo, hi].
+ * duration `t` (ns) at `cur` CTAs. The first measured call's count is the best so far (the
+ * static split, calibrated where measured); it runs MK_GAR_WARM more times, which gives its
+ * time and the run-to-run spread. Then probes go `step` below it, then above. A probe whose
+ * first call is slower than the best by twice the spread is lost at once; otherwise it runs
+ * again, up to MK_GAR_PROBE_MAX calls, and becomes the best once the mean of its calls beats
+ * the best by MK_GAR_SIGMAS spreads of that mean (a 4 % better count under 5 % noise is found;
+ * one lucky call cannot move the split), or is lost once that mean is not even one spread in
+ * its favour. After a lost probe one call runs at the best count, so that its time follows a
+ * drifting GPU. The search goes on the winning way with the same step; two lost probes halve
+ * the step, and a step of 0 settles. Returns the count for the next call.
  */
-MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
+MK_GAR_HD int mk_gar_climb_next(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
 {
-	if (t == 0)
-		return cur;
 	if (s->pend_c != 0 && cur != s->pend_c - 1)
-		s->pend_c = 0; /* the confirming call did not run at the probe: forget it */
+		s->pend_c = 0; /* the call ran elsewhere: forget the probe */
 	if (s->best_t == 0) {
 		s->best_t = t;
 		s->best_c = cur;
 		s->noise = 0;
+		s->warm = 0;
 		s->step = cur / 2 > (hi - lo) / 8 ? cur / 2 : (hi - lo) / 8;
 		s->step = s->step > 0 ? s->step : 1;
 		s->up = 0;
 	} else if (s->pend_c != 0) {
-		const unsigned long long worse = t > s->pend_t ? t : s->pend_t;
-
-		s->pend_c = 0;
-		if (mk_gar_faster(s, worse)) {
-			s->best_t = (s->pend_t + t) / 2;
+		s->pend_t += t;
+		s->pend_n++;
+		if (mk_gar_faster(s)) {
+			s->best_t = s->pend_t / (unsigned long long)s->pend_n;
 			s->best_c = cur;
-		} else {
+			s->pend_c = 0;
+		} else if (s->pend_n >= MK_GAR_PROBE_MAX || mk_gar_hopeless(s)) {
 			mk_gar_lost(s);
+			return s->best_c;
+		} else {
+			return cur; /* measure it again */
 		}
 	} else if (cur == s->best_c) {
-		const unsigned long long dev = t > s->best_t ? t - s->best_t : s->best_t - t;
-
-		s->noise = (3 * s->noise + dev) / 4;
-		s->best_t = (3 * s->best_t + t) / 4;
-	} else if (mk_gar_faster(s, t)) {
-		s->pend_c = cur + 1;
+		mk_gar_at_best(s, t);
+	} else if (t <= s->best_t + 2 * s->noise) {
+		s->pend_c = cur + 1; /* not clearly slower: measure it again */
 		s->pend_t = t;
-		return cur; /* measure it again */
+		s->pend_n = 1;
+		return cur;
 	} else {
 		mk_gar_lost(s);
+		return s->best_c;
 	}
+	if (s->warm < MK_GAR_WARM)
+		return s->best_c;
 	while (s->step > 0) {
 		const int next = s->best_c + (s->up ? s->step : -s->step);
 
@@ -166,7 +214,15 @@ MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, 
 			return next;
 		mk_gar_lost(s); /* no room on this side */
 	}
-	return s->best_c < lo ? lo : s->best_c > hi ? hi : s->best_c;
+	return s->best_c;
+}
+
+/* The search's next count (unchanged for an unmeasured call), kept within [lo, hi]. */
+MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
+{
+	const int next = t == 0 ? cur : mk_gar_climb_next(s, cur, t, lo, hi);
+
+	return next < lo ? lo : next > hi ? hi : next;
 }
 
 /*

@@ -17,6 +17,25 @@
 #define MK_SPLIT_CONFIGS 6  /* 4 static counts, the policy's split, adaptive */
 #define MK_SPLIT_ROUNDS	 12 /* even: half of them pick, the other half time */
 
+/*
+ * The controller's calls before the rounds: its search measures a probe up to 16 times and
+ * settles within about 150 calls under 5 % noise (test_gar_plan.c), so as many calls as fit in
+ * MK_SPLIT_WARM_MS, between MK_SPLIT_WARM_MIN and MK_SPLIT_WARM_MAX. call_ms must be the same
+ * on every rank (the maximum over ranks): every rank makes the same number of calls.
+ */
+#define MK_SPLIT_WARM_MS  3000.0f
+#define MK_SPLIT_WARM_MIN 20
+#define MK_SPLIT_WARM_MAX 160
+
+static int split_warm_calls(float call_ms)
+{
+	const float n = call_ms > 0.0f ? MK_SPLIT_WARM_MS / call_ms : (float)MK_SPLIT_WARM_MAX;
+
+	return n < MK_SPLIT_WARM_MIN   ? MK_SPLIT_WARM_MIN
+	       : n > MK_SPLIT_WARM_MAX ? MK_SPLIT_WARM_MAX
+				       : (int)n;
+}
+
 /* hm[parity][config]: the median of each configuration over the rounds of that parity. */
 static void split_half_medians(float t[][16], int rounds, float hm[2][MK_SPLIT_CONFIGS])
 {

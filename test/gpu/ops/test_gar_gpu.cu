@@ -596,8 +596,9 @@ static void bench_trace(mkComm_t comm, const struct problem *p)
 
 /*
  * Static splits (communication CTAs per used role: share / 32 .. share / 4, through
- * MKERNEL_ROLE_SPLIT), the policy engine's static split and the adaptive controller (after 20
- * calls of warm-up: its search settles within 20 calls), measured in interleaved rounds (one
+ * MKERNEL_ROLE_SPLIT), the policy engine's static split and the adaptive controller (after a
+ * warm-up of split_warm_calls(): 3 s of calls, 20 to 160, enough for its search to settle),
+ * measured in interleaved rounds (one
  * call of each per round, each round starting one later, 12 rounds, medians) so that drift of
  * the shared GPU hits all of them alike. The controller's state stays with the shape while
  * static calls run in between. Goal: adaptive within 5 % of the best static split.
@@ -618,7 +619,7 @@ static void split_config(int i, int share, int *c)
 	set_env("MKERNEL_SM_POLICY", i == 4 ? "static" : "adaptive");
 }
 
-static void bench_splits(mkComm_t comm, const struct problem *p)
+static void bench_splits(mkComm_t comm, ncclComm_t nccl, const struct problem *p)
 {
 	const int share = comm->sms / (comm->gpu_share > 0 ? comm->gpu_share : 1),
 		  rounds = MK_SPLIT_ROUNDS;
@@ -626,7 +627,17 @@ static void bench_splits(mkComm_t comm, const struct problem *p)
 	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 
 	split_config(5, share, &c);
-	(void)time_fused(comm, p, 20, 1);
+	{
+		/* the slowest rank's call sets how many calls the controller gets to settle */
+		float ms = time_fused(comm, p, 2, 3), *d;
+
+		CK(cudaMalloc((void **)&d, sizeof(float)));
+		CK(cudaMemcpy(d, &ms, sizeof(float), cudaMemcpyHostToDevice));
+		NK(ncclAllReduce(d, d, 1, ncclFloat32, ncclMax, nccl, 0));
+		CK(cudaMemcpy(&ms, d, sizeof(float), cudaMemcpyDeviceToHost));
+		CK(cudaFree(d));
+		(void)time_fused(comm, p, split_warm_calls(ms), 1);
+	}
 	for (int r = 0; r < rounds; r++) {
 		for (int j = 0; j < MK_SPLIT_CONFIGS; j++) {
 			const int i = (j + r) % MK_SPLIT_CONFIGS; /* each round starts one later */
@@ -726,7 +737,7 @@ static void bench(mkComm_t comm, ncclComm_t nccl, int nnodes, int nlocal, int qu
 		bad = problem_bad(&p, &max_err);
 		expect(bad == 0, "benchmark result within tolerance");
 		bench_trace(comm, &p);
-		bench_splits(comm, &p);
+		bench_splits(comm, nccl, &p);
 		qsort(tf, reps, sizeof(float), cmp_f);
 		qsort(tu, reps, sizeof(float), cmp_f);
 		qsort(tg, reps, sizeof(float), cmp_f);
@@ -753,7 +764,7 @@ static void bench_splits_only(mkComm_t comm, ncclComm_t nccl, int quick)
 		struct problem p;
 
 		problem_open(&p, nccl, s, s, s / 16, 1, (uint32_t)s);
-		bench_splits(comm, &p);
+		bench_splits(comm, nccl, &p);
 		problem_close(&p);
 	}
 	set_env("MKERNEL_SM_POLICY", "static");
