@@ -1086,7 +1086,7 @@ static void bench_trace(struct bench *x)
 
 /*
  * Static splits (communication CTAs per role: share / 32 .. share / 4, MKERNEL_ROLE_SPLIT), the
- * policy's static split and the adaptive controller (20 calls to settle first), interleaved
+ * policy's static split and the adaptive controller (split_warm_calls() to settle first), interleaved
  * rounds, medians, and held out (split_bench.h); goal: adaptive within 5 % of the best static
  * split.
  */
