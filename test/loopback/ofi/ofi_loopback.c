@@ -33,14 +33,19 @@
 #define TIMEOUT_MS 5000 /* MKERNEL_TIMEOUT here: short failure cases, yet room for rxm setup */
 #define WATCHDOG_S 100
 
-/* Immediates: kind in the top byte, argument below. */
-#define IMM_DATA   0x01000000u /* data write with immediate: size index */
-#define IMM_MARK   0x02000000u /* 0-byte marker after a write without immediate */
-#define IMM_ACK	   0x03000000u /* A -> B: checked, go on */
-#define IMM_RREADY 0x04000000u /* B -> A: buffer holds the read pattern */
-#define IMM_BYE	   0x05000000u
-#define IMM_MANY   0x06000000u
-#define IMM_STRIPE 0x07000000u /* one segment of a message striped over the lanes: lane */
+/*
+ * Immediates: kind in bits 14..16, argument below. Bits 18..30 stay clear: with
+ * MKERNEL_OFI_SHARED_EP=1 they are the backend's (as for the rendezvous core's immediates).
+ */
+#define IMM_DATA   0x04000u /* data write with immediate: size index */
+#define IMM_MARK   0x08000u /* 0-byte marker after a write without immediate */
+#define IMM_ACK	   0x0c000u /* A -> B: checked, go on */
+#define IMM_RREADY 0x10000u /* B -> A: buffer holds the read pattern */
+#define IMM_BYE	   0x14000u
+#define IMM_MANY   0x18000u
+#define IMM_STRIPE 0x1c000u /* one segment of a message striped over the lanes: lane */
+#define IMM_KIND   0x1c000u
+#define IMM_ARG	   0x03fffu
 
 extern const struct mk_transport_ops mk_ofi_ops;
 static const struct mk_transport_ops *tp = &mk_ofi_ops;
@@ -482,10 +487,10 @@ static void a_phase_stripe(struct peer *p1, struct region *r)
 		size_t len;
 		uint32_t v = wait_imm(p1, &len);
 
-		expect((v & 0xff000000u) == IMM_STRIPE && (v & 0xffffu) < (uint32_t)n,
+		expect((v & IMM_KIND) == IMM_STRIPE && (v & IMM_ARG) < (uint32_t)n,
 		       "striped segment imm 0x%x", v);
-		expect(!(seen & (1u << (v & 0xffffu))), "segment %u reported twice", v & 0xffffu);
-		seen |= 1u << (v & 0xffffu);
+		expect(!(seen & (1u << (v & IMM_ARG))), "segment %u reported twice", v & IMM_ARG);
+		seen |= 1u << (v & IMM_ARG);
 		expect(len == seg, "segment of %zu reported %zu", seg, len);
 	}
 	check(r->buf, seg * (size_t)n, 55, "striped write");
@@ -507,6 +512,27 @@ static void a_phase_read(struct peer *p1, struct region *r)
 	/* one lane for both: B expects them in this order */
 	post_write_on(p1, 0, r, 2u << 20, 4096, true, IMM_DATA | 77u);
 	post_write_on(p1, 0, r, 0, 0, true, IMM_BYE);
+}
+
+/* The backend's count of shared endpoints (transport/ofi/ofi_sep.c). */
+int mk_ofi_sep_count(int *conns);
+
+/*
+ * With MKERNEL_OFI_SHARED_EP=1 every connection of this process must sit on one endpoint per
+ * lane: a silent fall back to an endpoint per connection fails here.
+ */
+static void shared_check(int min_conns, int nlanes)
+{
+	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
+	int conns, eps;
+
+	if (on == NULL || strcmp(on, "1") != 0)
+		return;
+	eps = mk_ofi_sep_count(&conns);
+	expect(eps == nlanes && conns >= min_conns,
+	       "%d shared endpoints for %d lanes, %d connections on them (want %d or more)", eps,
+	       nlanes, conns, min_conns);
+	printf("ok - %d connections share %d endpoint%s\n", conns, eps, eps > 1 ? "s" : "");
 }
 
 static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], struct region *r)
@@ -556,6 +582,7 @@ static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], st
 		check(r->buf + 64 * (size_t)i, 64, (unsigned int)i, "many");
 	}
 	printf("ok - %d connections at once\n", NMANY);
+	shared_check(NMANY + 2, many[0].c->nlanes);
 	xwrite(wfd, &len, sizeof(len));
 	for (int i = 0; i < NMANY; i++)
 		expect(tp->close(many[i].c) == 0, "close many %d", i);
