@@ -54,11 +54,11 @@
  * target connection's number in bits 18..30, which the rendezvous core leaves to backends
  * (MK_RDV_IMM_BACKEND_MASK); the target routes by it and clears it. Numbers 1..8191, 0 unused.
  */
-#define MK_OFI_NUM_SHIFT 18
-#define MK_OFI_NUM_BITS	 13
-#define MK_OFI_NUMS	 (1u << MK_OFI_NUM_BITS)
+#define MK_OFI_NUM_SHIFT    18
+#define MK_OFI_NUM_BITS	    13
+#define MK_OFI_NUMS	    (1u << MK_OFI_NUM_BITS)
 #define MK_OFI_IMM_NUM_MASK ((MK_OFI_NUMS - 1u) << MK_OFI_NUM_SHIFT)
-#define MK_OFI_SEP_RX	 4 /* setup receives a shared endpoint keeps posted */
+#define MK_OFI_SEP_RX	    4 /* setup receives a shared endpoint keeps posted */
 
 /* ---- library table (ofi_lib.c) ---- */
 
@@ -110,7 +110,7 @@ struct mk_ofi_dev {
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct mk_ofi_sep *sep; /* MKERNEL_OFI_SHARED_EP: open shared endpoints (ofi_sep.c) */
-	uint64_t next_key; /* atomic: app-chosen MR keys, unique per domain */
+	uint64_t next_key;	/* atomic: app-chosen MR keys, unique per domain */
 	/*
 	 * Released app keys, reused oldest first and only once next_key has run past key_limit
 	 * (a stale remote key then reaches a new region only after every other key was used).
@@ -394,7 +394,7 @@ struct mk_ofi_sep {
 	struct fid_mr *rx_mr;			/* FI_MR_LOCAL providers only */
 	uint64_t rx_key;
 	void *rx_desc;
-	unsigned next_num;			 /* numbers are handed out round robin */
+	unsigned next_num;			/* numbers are handed out round robin */
 	struct mk_ofi_conn *conns[MK_OFI_NUMS]; /* number -> connection, open or parked */
 };
 

@@ -417,8 +417,8 @@ static int ofi_post_recv(struct mk_ofi_conn *conn)
 		conn->rx_posted = true;
 		return 0;
 	}
-	rc = fi_recv(conn->lanes[0].ep, &conn->ctrl_rx, sizeof(conn->ctrl_rx),
-			     conn->ctrl_desc, FI_ADDR_UNSPEC, &conn->rx_ctx);
+	rc = fi_recv(conn->lanes[0].ep, &conn->ctrl_rx, sizeof(conn->ctrl_rx), conn->ctrl_desc,
+		     FI_ADDR_UNSPEC, &conn->rx_ctx);
 
 	if (rc == 0)
 		conn->rx_posted = true;

@@ -515,8 +515,8 @@ static bool ofi_sep_drain(struct mk_ofi_conn *conn, struct ofi_sink *s, int nlan
 			ofi_entry_failed(conn, s, q.ent.op_context, q.ent.flags, q.status);
 	}
 	for (int k = 0; k < nlanes && conn->q_len == 0; k++)
-		heard |= ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes], s,
-					now);
+		heard |=
+			ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes], s, now);
 	mk_ofi_sep_take_inbox(conn); /* a setup message this read dispatched */
 	pthread_mutex_unlock(&sep->lock);
 	return heard;

@@ -44,8 +44,8 @@ bool mk_ofi_sep_wanted(const struct mk_ofi_dev *d)
 		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
 			MK_INFO(MK_SUBSYS_NET,
 				"ofi: %s: MKERNEL_OFI_SHARED_EP=1 does not apply to shm: a peer "
-				"killed inside the provider could leave a lock every user of a shared "
-				"endpoint would spin on; one endpoint per connection",
+				"killed inside the provider could leave a lock every user of a "
+				"shared endpoint would spin on; one endpoint per connection",
 				d->props.name);
 		return false;
 	}
@@ -398,8 +398,8 @@ static void sep_push(struct mk_ofi_conn *c, const struct fi_cq_data_entry *ent, 
 		c->q_head = 0;
 		c->q_cap = cap;
 	}
-	c->q[(c->q_head + c->q_len) % c->q_cap] = (struct mk_ofi_qent){ .ent = *ent,
-									.status = status };
+	c->q[(c->q_head + c->q_len) % c->q_cap] =
+		(struct mk_ofi_qent){ .ent = *ent, .status = status };
 	c->q_len++;
 }
 
@@ -414,15 +414,16 @@ struct mk_ofi_conn *mk_ofi_sep_route(struct mk_ofi_conn *conn, struct fi_cq_data
 	if (ent->flags & FI_REMOTE_WRITE || ent->op_context == NULL) {
 		unsigned n = (unsigned)(ent->data >> MK_OFI_NUM_SHIFT) & (MK_OFI_NUMS - 1);
 
+		/* someone's write failed here: the poller says so, as without sharing */
 		if (status != 0)
-			return conn; /* someone's write failed here: the poller says so, as before */
+			return conn;
 		if (conn->quiet_max != 0 && ent->data == MK_OFI_QUIET_DATA)
 			return NULL; /* a quiet write landed: nobody asked for an event */
 		to = sep->conns[n];
 		ent->data &= ~(uint64_t)MK_OFI_IMM_NUM_MASK;
 		if (to == NULL || to->closed) {
-			MK_WARN_RATELIMITED("ofi: %s dropped a remote write for connection %u, which "
-					    "is closed (or never was)",
+			MK_WARN_RATELIMITED("ofi: %s dropped a remote write for connection %u: "
+					    "closed, or never was",
 					    sep->dev->props.name, n);
 			return NULL;
 		}

@@ -1561,8 +1561,8 @@ static void test_shared_two_connections_one_endpoint(void **state)
 
 	open_two_shared(&p, &q);
 	/* one peer address inserted once, whatever the number of connections to it */
-	assert_int_equal(((struct mock_av *)mk_ofi_conn_of(p.c)->lanes[0].av->fid.context)->inserted,
-			 1);
+	assert_int_equal(
+		((struct mock_av *)mk_ofi_conn_of(p.c)->lanes[0].av->fid.context)->inserted, 1);
 	close_two_shared(&p, &q);
 }
 
