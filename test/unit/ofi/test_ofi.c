@@ -1641,7 +1641,7 @@ static void test_shared_event_for_b_read_by_a_reaches_b(void **state)
 	for (int i = 0; i < 39; i++)
 		mock_cq_push(mock.eps[0], ctxs[i], FI_RMA | FI_WRITE, 0, 0);
 	for (int i = 0; i < 8; i++)
-		assert_int_equal(tp->poll(p.c, ev, 4), 0); /* all q.c's: queued there */
+		assert_int_equal(tp->poll(p.c, ev, 4), 0); /* all the other pair's: queued there */
 	mock_cq_push_err(mock.eps[0], ctxs[39], FI_RMA | FI_WRITE, FI_EIO);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0);
 	for (int i = 0; i < 40; i += 4) {
