@@ -514,6 +514,13 @@ static void a_phase_read(struct peer *p1, struct region *r)
 	post_write_on(p1, 0, r, 0, 0, true, IMM_BYE);
 }
 
+static bool shared_on(void)
+{
+	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
+
+	return on != NULL && strcmp(on, "1") == 0;
+}
+
 /* The backend's count of shared endpoints (transport/ofi/ofi_sep.c). */
 int mk_ofi_sep_count(int *conns);
 
@@ -523,10 +530,9 @@ int mk_ofi_sep_count(int *conns);
  */
 static void shared_check(int min_conns, int nlanes)
 {
-	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
 	int conns, eps;
 
-	if (on == NULL || strcmp(on, "1") != 0)
+	if (!shared_on())
 		return;
 	eps = mk_ofi_sep_count(&conns);
 	expect(eps == nlanes && conns >= min_conns,
@@ -589,11 +595,54 @@ static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], st
 	(void)rfd;
 }
 
+/* A connected to itself: with sharing on, on the same endpoint as its connection to C. */
+static void self_pair(const struct region *r, struct peer *sc, struct peer *sa)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct blob b = { .rkey = r->rkey };
+	struct mk_listener *l;
+	struct mk_conn *c = NULL, *a = NULL;
+	uint64_t end = now_ms() + 20000;
+	int up = 0;
+
+	expect(tp->listen(0, handle, &l) == 0, "listen for A itself");
+	expect(tp->connect(0, handle, &b, sizeof(b), &c) == 0, "connect to A itself");
+	while (up != 1 || a == NULL) {
+		if (a == NULL)
+			try_accept(l, r, &a);
+		up = tp->connected(c);
+		expect(up >= 0, "connected to A itself: %s", mk_strerror(up));
+		expect(now_ms() < end, "A's connection to itself not up after 20 s");
+	}
+	tp->close_listen(l);
+	peer_init(sc, c);
+	peer_init(sa, a);
+}
+
+/* A write with an immediate over A's connection to itself completes and lands. */
+static void self_write(struct region *r, struct peer *sc, struct peer *sa)
+{
+	uint64_t end = now_ms() + 20000;
+
+	post_write_on(sc, 0, r, 3u << 20, 64, true, IMM_DATA | 5u);
+	while (sc->done < sc->posted || sa->ih == sa->it) {
+		pump(sc);
+		pump(sa);
+		expect(sc->failed == 0 && sc->broken == 0 && sa->broken == 0,
+		       "A's connection to itself failed: %s",
+		       mk_strerror(sc->failed	? sc->last_status
+				   : sc->broken ? sc->broken
+						: sa->broken));
+		expect(now_ms() < end, "A's write to itself not through after 20 s");
+	}
+	expect(wait_imm(sa, NULL) == (IMM_DATA | 5u), "A's immediate to itself");
+}
+
 static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 {
 	uint8_t handle[MK_TP_HANDLE_MAX];
 	struct mk_listener *l;
-	struct peer p;
+	struct peer p, sc, sa;
 	int spins, posted = 0;
 	uint64_t killed_at = 0, end;
 	char ch;
@@ -602,6 +651,8 @@ static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 	xwrite(wfd, handle, sizeof(handle));
 	peer_init(&p, accept_loop(l, r, &spins));
 	tp->close_listen(l);
+	if (shared_on())
+		self_pair(r, &sc, &sa);
 	xread(rfd, &ch, 1);
 	end = now_ms() + 30000;
 	while (p.failed == 0 && p.broken == 0) {
@@ -633,6 +684,12 @@ static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 	       mk_strerror(p.failed ? p.last_status : p.broken),
 	       (unsigned long long)(now_ms() - killed_at));
 	tp->close(p.c);
+	if (shared_on()) {
+		/* the dead peer broke its own connection only, not the endpoint's others */
+		self_write(r, &sc, &sa);
+		expect(tp->close(sc.c) == 0 && tp->close(sa.c) == 0, "close A's self connection");
+		printf("ok - a connection to another peer on the shared endpoint survived\n");
+	}
 }
 
 static void a_phase_stale(struct region *r)
