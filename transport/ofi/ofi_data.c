@@ -386,7 +386,8 @@ static void ofi_entry_failed(struct mk_ofi_conn *conn, struct ofi_sink *s, void 
 	ofi_op_done(conn, s, container_of(op_context, struct mk_ofi_op, ctx), status);
 }
 
-static void ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct ofi_sink *s)
+/* Reads one error entry; false when it was not this connection's (a shared CQ routed it on). */
+static bool ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct ofi_sink *s)
 {
 	struct fi_cq_err_entry err = { 0 };
 	char buf[128];
@@ -394,7 +395,7 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct of
 	int status;
 
 	if (rc != 1)
-		return;
+		return true; /* as without sharing: an error entry counts as heard */
 	/* shm on 1.17 reports some errors already negated */
 	status = err.err > 0 ? -err.err : err.err < 0 ? err.err : -EIO;
 	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
@@ -405,9 +406,10 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct of
 		struct fi_cq_data_entry e = { .op_context = err.op_context, .flags = err.flags };
 
 		if (mk_ofi_sep_route(conn, &e, status) == NULL)
-			return;
+			return false;
 	}
 	ofi_entry_failed(conn, s, err.op_context, err.flags, status);
+	return true;
 }
 
 /*
@@ -470,13 +472,8 @@ static bool ofi_lane_drain(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, s
 		}
 		return mine;
 	}
-	if (got == -FI_EAVAIL) {
-		int before = conn->posted;
-
-		ofi_entry_err(conn, lane->cq, s);
-		/* on a shared CQ, heard only when it was ours */
-		return conn->sep == NULL || conn->posted != before || conn->err != 0;
-	}
+	if (got == -FI_EAVAIL)
+		return ofi_entry_err(conn, lane->cq, s);
 	if (got != -FI_EAGAIN) {
 		MK_WARN_ONCE("ofi: %s fi_cq_read failed: %s", conn->dev->props.name,
 			     mk_ofi.lib->strerror((int)-got));
