@@ -49,6 +49,16 @@
  * field is all ones, which no write with an immediate carries (those stay below UINT32_MAX).
  */
 #define MK_OFI_QUIET_DATA   UINT64_MAX
+/*
+ * Shared endpoints (MKERNEL_OFI_SHARED_EP, ofi_sep.c): a remote write's immediate carries the
+ * target connection's number in bits 18..30, which the rendezvous core leaves to backends
+ * (MK_RDV_IMM_BACKEND_MASK); the target routes by it and clears it. Numbers 1..8191, 0 unused.
+ */
+#define MK_OFI_NUM_SHIFT    18
+#define MK_OFI_NUM_BITS	    13
+#define MK_OFI_NUMS	    (1u << MK_OFI_NUM_BITS)
+#define MK_OFI_IMM_NUM_MASK ((MK_OFI_NUMS - 1u) << MK_OFI_NUM_SHIFT)
+#define MK_OFI_SEP_RX	    4 /* setup receives a shared endpoint keeps posted */
 
 /* ---- library table (ofi_lib.c) ---- */
 
@@ -82,6 +92,7 @@ MK_PARAM_DECLARE_INT(ofi_speed_mbps);	   /* MKERNEL_OFI_SPEED_MBPS */
 MK_PARAM_DECLARE_INT(ofi_progress_thread); /* MKERNEL_OFI_PROGRESS_THREAD */
 MK_PARAM_DECLARE_INT(ofi_lanes);	   /* MKERNEL_OFI_LANES */
 MK_PARAM_DECLARE_INT(ofi_inject);	   /* MKERNEL_OFI_INJECT */
+MK_PARAM_DECLARE_INT(ofi_shared_ep);	   /* MKERNEL_OFI_SHARED_EP */
 
 /* ---- devices (ofi_init.c) ---- */
 
@@ -98,7 +109,8 @@ struct mk_ofi_dev {
 	int refs; /* endpoints + registrations using the domain */
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	uint64_t next_key; /* atomic: app-chosen MR keys, unique per domain */
+	struct mk_ofi_sep *sep; /* MKERNEL_OFI_SHARED_EP: open shared endpoints (ofi_sep.c) */
+	uint64_t next_key;	/* atomic: app-chosen MR keys, unique per domain */
 	/*
 	 * Released app keys, reused oldest first and only once next_key has run past key_limit
 	 * (a stale remote key then reaches a new region only after every other key was used).
@@ -175,6 +187,12 @@ struct mk_ofi_ctrl {
 	uint8_t nlanes;
 	uint8_t lane_addrlen[MK_TP_MAX_LANES]; /* [i] for lane i; 0 unused */
 	uint8_t lane_addr[MK_TP_MAX_LANES][MK_OFI_ADDR_MAX];
+	/*
+	 * The sender's connection number on its shared endpoints, 0 without: the receiver then
+	 * puts it in every immediate it writes to the sender (MK_OFI_IMM_NUM_MASK). It sits in
+	 * what was the struct's tail padding (zeroed), so without sharing the message is the same.
+	 */
+	uint16_t num;
 };
 
 enum mk_ofi_op_kind {
@@ -182,6 +200,7 @@ enum mk_ofi_op_kind {
 	MK_OFI_OP_WRITE,
 	MK_OFI_OP_READ,
 	MK_OFI_OP_LEAD, /* leading part of a split write (mk_ofi_write): no event of its own */
+	MK_OFI_OP_CTRL, /* a setup message sent on a shared endpoint (the connection's ctrl_op) */
 };
 
 /* One posted write/read; the provider owns ctx until the completion is read. */
@@ -195,6 +214,7 @@ struct mk_ofi_op {
 	int status;    /* first error among the parts */
 	struct mk_ofi_op *whole; /* MK_OFI_OP_LEAD: the caller's op it belongs to, or NULL */
 	struct mk_ofi_op *next_free;
+	struct mk_ofi_conn *conn; /* owner: a shared CQ routes local completions by it */
 };
 
 /*
@@ -203,6 +223,7 @@ struct mk_ofi_op {
  * provider connections (sockets on tcp) at once.
  */
 struct mk_ofi_conn;
+struct mk_ofi_sep;
 
 struct mk_ofi_lane {
 	struct mk_ofi_conn *conn; /* the connection it belongs to */
@@ -261,6 +282,23 @@ struct mk_ofi_conn {
 	bool guarded; /* counted by the shm watchdog (mk_ofi_guard_watch) */
 	int cq_batch; /* MKERNEL_OFI_CQ_READ_COUNT, clamped */
 	/*
+	 * MKERNEL_OFI_SHARED_EP: the lanes' ep, cq and av belong to the device's shared
+	 * endpoints (sep); NULL when the connection owns them. Under sep->lock: want_kind,
+	 * inbox*, q*, closed, posted and tx_posted of a closed connection.
+	 */
+	struct mk_ofi_sep *sep;
+	unsigned num;	   /* ours on sep: the peer puts it in its immediates */
+	unsigned peer_num; /* the peer's, put in ours; 0: the peer routes nothing */
+	int posted;	   /* ops the provider holds (completion not read yet) */
+	bool closed;	   /* closed with ops in flight: parked on sep until they complete */
+	uint8_t want_kind; /* setup message awaited (enum mk_ofi_ctrl_kind), 0: none */
+	bool inbox_full;   /* inbox holds a setup message for this connection */
+	bool q_lost;	   /* the routed queue could not grow: the connection is broken */
+	struct mk_ofi_ctrl inbox;
+	struct mk_ofi_qent *q; /* entries read by another connection's poll, oldest first */
+	int q_head, q_len, q_cap;
+	struct mk_ofi_op ctrl_op; /* context of setup sends on sep */
+	/*
 	 * MKERNEL_OFI_PROGRESS_THREAD: a thread per lane that only drives the provider's progress
 	 * (fi_cq_read of zero entries; the domain is FI_THREAD_SAFE), so socket copies run beside
 	 * the caller's thread and writes land while nobody polls. Completions stay with poll().
@@ -284,6 +322,12 @@ struct mk_ofi_conn {
 	int nops;
 	struct mk_ofi_lane lanes[MK_TP_MAX_LANES];
 	struct mk_ofi_op ops[]; /* MKERNEL_OFI_TX_DEPTH slots, shared by the lanes */
+};
+
+/* A completion read from a shared CQ for another connection, kept until its owner polls. */
+struct mk_ofi_qent {
+	struct fi_cq_data_entry ent;
+	int status; /* 0, or the error of an error entry */
 };
 
 static inline struct mk_ofi_conn *mk_ofi_conn_of(struct mk_conn *c)
@@ -313,6 +357,82 @@ int mk_ofi_close(struct mk_conn *c);
 void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed);
 /* Keep an established connection's receive for stray messages posted (ofi_conn.c). */
 void mk_ofi_stray_rearm(struct mk_ofi_conn *conn);
+
+/* ---- shared endpoints (ofi_sep.c) ---- */
+
+/* One lane index's endpoint, shared by every connection of the device. */
+struct mk_ofi_sep_lane {
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	uint8_t addr[MK_OFI_ADDR_MAX];
+	size_t addrlen;
+	/* peers inserted into av: each address once (address -> fi_addr) */
+	struct mk_ofi_sep_peer *peers;
+	size_t npeers, peers_cap;
+};
+
+struct mk_ofi_sep_rx {
+	struct fi_context2 ctx;
+	bool posted;
+	struct mk_ofi_ctrl msg;
+};
+
+/*
+ * The device's shared endpoints, one per lane index, opened as connections need them and
+ * closed with the last connection. lock serialises CQ reads, the connection table, the AV map
+ * and everything a poller hands to another connection. Lock order: the registry, then lock,
+ * then the device's lock.
+ */
+struct mk_ofi_sep {
+	struct mk_ofi_dev *dev;
+	int refs; /* open connections (not parked ones), under the registry lock */
+	pthread_mutex_t lock;
+	int nlanes; /* lanes[0..nlanes) open */
+	struct mk_ofi_sep_lane lanes[MK_TP_MAX_LANES];
+	struct mk_ofi_sep_rx rx[MK_OFI_SEP_RX]; /* setup receives on lane 0 */
+	struct fid_mr *rx_mr;			/* FI_MR_LOCAL providers only */
+	uint64_t rx_key;
+	void *rx_desc;
+	unsigned next_num;			/* numbers are handed out round robin */
+	struct mk_ofi_conn *conns[MK_OFI_NUMS]; /* number -> connection, open or parked */
+};
+
+/*
+ * True when a connection on d shares endpoints: MKERNEL_OFI_SHARED_EP=1 and not shm (a peer
+ * killed inside shm can leave a lock taken that every user of the endpoint would spin on).
+ */
+bool mk_ofi_sep_wanted(const struct mk_ofi_dev *d);
+/* Joins conn to its device's shared endpoints (opened on first use) and numbers it. */
+int mk_ofi_sep_attach(struct mk_ofi_conn *conn);
+/* Lane i of conn on the shared endpoint of lane index i (opened on first use). */
+int mk_ofi_sep_lane(struct mk_ofi_conn *conn, int i);
+/* fi_addr of a peer address on lane i, inserted once per shared endpoint. */
+int mk_ofi_sep_av_insert(struct mk_ofi_conn *conn, int i, const void *addr, size_t len,
+			 fi_addr_t *out);
+/* The connection awaits a setup message of kind (0: none any more) for its nonce. */
+void mk_ofi_sep_expect(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind);
+/*
+ * Detaches conn: freed now, or parked while the provider still holds its ops (freed when their
+ * completions are read or the endpoints close). The caller must not touch conn again.
+ */
+void mk_ofi_sep_detach(struct mk_ofi_conn *conn);
+/* Frees what a connection owns besides its lanes (ctrl_mr, dev reference, memory). */
+void mk_ofi_conn_release(struct mk_ofi_conn *conn);
+/*
+ * Under sep->lock, from a CQ read by conn's poll: where an entry read on lane goes. Returns the
+ * connection whose it is when that is conn (the caller handles it), else NULL: it was a setup
+ * message (dispatched), an entry for another connection (queued), a parked connection's (its
+ * accounting done) or nobody's (dropped). A remote write's number bits are cleared in ent.
+ */
+struct mk_ofi_conn *mk_ofi_sep_route(struct mk_ofi_conn *conn, struct fi_cq_data_entry *ent,
+				     int status);
+/* Under sep->lock: moves a setup message from the inbox to ctrl_rx when that is free. */
+void mk_ofi_sep_take_inbox(struct mk_ofi_conn *conn);
+/* Under sep->lock: reposts setup receives that could not be posted before. */
+void mk_ofi_sep_rearm(struct mk_ofi_sep *sep);
+/* Shared endpoints open now across devices, and connections on them (tests, logs). */
+int mk_ofi_sep_count(int *conns);
 
 /* ---- registrations (ofi_mr.c) ---- */
 

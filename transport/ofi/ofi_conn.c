@@ -163,10 +163,14 @@ static int ofi_lanes_add(struct mk_ofi_conn *conn, int n)
 	int rc;
 
 	while (conn->nlanes < n) {
-		rc = mk_ofi_shm_room(d); /* on shm every endpoint is a region in /dev/shm */
-		if (rc)
-			return rc;
-		rc = ofi_lane_open(conn, &conn->lanes[conn->nlanes]);
+		if (conn->sep != NULL) {
+			rc = mk_ofi_sep_lane(conn, conn->nlanes);
+		} else {
+			rc = mk_ofi_shm_room(d); /* on shm every endpoint is a region in /dev/shm */
+			if (rc)
+				return rc;
+			rc = ofi_lane_open(conn, &conn->lanes[conn->nlanes]);
+		}
 		if (rc) {
 			MK_WARN("ofi: opening endpoint %d of a connection on %s failed: %s",
 				conn->nlanes, d->props.name, mk_ofi.lib->strerror(-rc));
@@ -208,6 +212,15 @@ static int ofi_conn_create(int dev, int nlanes, struct mk_ofi_conn **out)
 	if (rc) {
 		free(conn);
 		return rc;
+	}
+	for (int i = 0; i < conn->nops; i++)
+		conn->ops[i].conn = conn;
+	conn->ctrl_op.conn = conn;
+	conn->ctrl_op.kind = MK_OFI_OP_CTRL;
+	if (mk_ofi_sep_wanted(d)) {
+		rc = mk_ofi_sep_attach(conn);
+		if (rc)
+			goto undo_conn;
 	}
 	rc = ofi_lanes_add(conn, nlanes);
 	if (rc)
@@ -307,6 +320,11 @@ static int ofi_conn_close_all(struct mk_ofi_conn *conn)
 		}
 	}
 	mk_ofi_peer_unwatch(conn);
+	if (conn->sep != NULL) {
+		/* the endpoints are the device's; conn may outlive this call (parked) */
+		mk_ofi_sep_detach(conn);
+		return 0;
+	}
 	if (conn->wedged) {
 		/*
 		 * A dead peer holds a lock these objects would take to close (any lane's: the
@@ -337,6 +355,15 @@ static int ofi_conn_close_all(struct mk_ofi_conn *conn)
 	mk_ofi_dev_put(conn->dev);
 	free(conn);
 	return rc;
+}
+
+void mk_ofi_conn_release(struct mk_ofi_conn *conn)
+{
+	if (conn->ctrl_mr != NULL && fi_close(&conn->ctrl_mr->fid) == 0)
+		mk_ofi_key_put(conn->dev, conn->ctrl_key);
+	mk_ofi_dev_put(conn->dev);
+	free(conn->q);
+	free(conn);
 }
 
 /*
@@ -383,8 +410,15 @@ static int ofi_conn_destroy(struct mk_ofi_conn *conn)
 
 static int ofi_post_recv(struct mk_ofi_conn *conn)
 {
-	ssize_t rc = fi_recv(conn->lanes[0].ep, &conn->ctrl_rx, sizeof(conn->ctrl_rx),
-			     conn->ctrl_desc, FI_ADDR_UNSPEC, &conn->rx_ctx);
+	ssize_t rc;
+
+	if (conn->sep != NULL) {
+		/* the shared endpoint keeps receives posted and hands over what is ours */
+		conn->rx_posted = true;
+		return 0;
+	}
+	rc = fi_recv(conn->lanes[0].ep, &conn->ctrl_rx, sizeof(conn->ctrl_rx), conn->ctrl_desc,
+		     FI_ADDR_UNSPEC, &conn->rx_ctx);
 
 	if (rc == 0)
 		conn->rx_posted = true;
@@ -398,8 +432,9 @@ static int ofi_send_ctrl(struct mk_ofi_conn *conn)
 
 	if (!conn->tx_due || conn->tx_posted || mk_now_ns() < conn->tx_not_before_ns)
 		return 0;
+	/* on a shared endpoint the completion finds its connection through the op */
 	rc = fi_send(conn->lanes[0].ep, &conn->ctrl_tx, sizeof(conn->ctrl_tx), conn->ctrl_desc,
-		     conn->lanes[0].peer, &conn->tx_ctx);
+		     conn->lanes[0].peer, conn->sep != NULL ? &conn->ctrl_op.ctx : &conn->tx_ctx);
 	if (rc == -FI_EAGAIN)
 		return 0;
 	if (rc)
@@ -522,6 +557,7 @@ static void ofi_fill_ctrl(struct mk_ofi_conn *conn, enum mk_ofi_ctrl_kind kind, 
 		memcpy(m->addr, conn->lanes[0].addr, conn->lanes[0].addrlen);
 	}
 	m->nlanes = (uint8_t)conn->nlanes;
+	m->num = (uint16_t)conn->num;
 	for (int i = 1; i < conn->nlanes; i++) {
 		m->lane_addrlen[i] = (uint8_t)conn->lanes[i].addrlen;
 		memcpy(m->lane_addr[i], conn->lanes[i].addr, conn->lanes[i].addrlen);
@@ -533,7 +569,11 @@ static int ofi_insert_peer(struct mk_ofi_conn *conn, int i, const void *addr, si
 {
 	struct mk_ofi_lane *lane = &conn->lanes[i];
 	/* each lane's address names its own shm region: every one must still exist */
-	int n = mk_ofi_shm_peer_present(conn, addr, len);
+	int n;
+
+	if (conn->sep != NULL)
+		return mk_ofi_sep_av_insert(conn, i, addr, len, &lane->peer);
+	n = mk_ofi_shm_peer_present(conn, addr, len);
 
 	if (n)
 		return n;
@@ -577,6 +617,8 @@ int mk_ofi_listen(int dev, void *handle, struct mk_listener **out)
 		goto undo_alloc;
 	l->pending->state = MK_OFI_LISTENING;
 	l->pending->nonce = ofi_nonce();
+	if (l->pending->sep != NULL)
+		mk_ofi_sep_expect(l->pending, MK_OFI_CTRL_CONNECT);
 	rc = ofi_post_recv(l->pending);
 	if (rc)
 		goto undo_conn;
@@ -620,6 +662,8 @@ int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_le
 	conn->state = MK_OFI_CONNECTING;
 	conn->nonce = h.nonce;
 	conn->deadline_ns = mk_now_ns() + conn->timeout_ns;
+	if (conn->sep != NULL)
+		mk_ofi_sep_expect(conn, MK_OFI_CTRL_REPLY);
 	rc = ofi_post_recv(conn);
 	if (rc)
 		goto undo_conn;
@@ -653,7 +697,10 @@ int mk_ofi_connected(struct mk_conn *c)
 			return rc;
 		c->peer_blob_len = conn->ctrl_rx.bloblen;
 		memcpy(c->peer_blob, conn->ctrl_rx.blob, c->peer_blob_len);
+		conn->peer_num = conn->ctrl_rx.num;
 		conn->rx_full = false;
+		if (conn->sep != NULL)
+			mk_ofi_sep_expect(conn, 0);
 		conn->state = MK_OFI_READY;
 		mk_ofi_stray_rearm(conn);
 		mk_ofi_progress_start(conn);
@@ -694,7 +741,10 @@ int mk_ofi_accept(struct mk_listener *lst, const void *blob, size_t blob_len, st
 			return rc;
 		conn->base.peer_blob_len = conn->ctrl_rx.bloblen;
 		memcpy(conn->base.peer_blob, conn->ctrl_rx.blob, conn->base.peer_blob_len);
+		conn->peer_num = conn->ctrl_rx.num;
 		conn->rx_full = false;
+		if (conn->sep != NULL)
+			mk_ofi_sep_expect(conn, 0); /* a listener accepts one connection */
 		ofi_fill_ctrl(conn, MK_OFI_CTRL_REPLY, blob, blob_len);
 	}
 	rc = ofi_send_ctrl(conn);

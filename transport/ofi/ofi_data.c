@@ -6,6 +6,7 @@
  * lane's CQ, starting with a different one each call. Nothing here allocates or blocks; op
  * contexts come from a fixed per-connection pool and a full pool or queue is -EAGAIN.
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "mk/log.h"
@@ -140,6 +141,7 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, struct mk_ofi_op *op
 	op->user = ctx;
 	op->len = len;
 	conn->inflight++;
+	conn->posted++;
 	return 0;
 }
 
@@ -236,6 +238,12 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 
 	if (rc)
 		return rc;
+	if (conn->peer_num != 0 && has_imm) {
+		/* the peer shares its endpoint: bits 18..30 name the connection there */
+		if (mk_unlikely(imm & MK_OFI_IMM_NUM_MASK))
+			return -EINVAL;
+		data |= (uint64_t)conn->peer_num << MK_OFI_NUM_SHIFT;
+	}
 	if (!has_imm && conn->quiet_max != 0 && len <= conn->quiet_max) {
 		has_imm = true;
 		data = MK_OFI_QUIET_DATA;
@@ -343,28 +351,27 @@ static void ofi_entry(struct mk_ofi_conn *conn, struct ofi_sink *s,
 		mk_ofi_ctrl_complete(conn, ent->op_context, false);
 		return;
 	}
+	if (ent->op_context == &conn->ctrl_op.ctx) { /* a setup send on a shared endpoint */
+		mk_ofi_ctrl_complete(conn, &conn->tx_ctx, false);
+		return;
+	}
+	conn->posted--;
 	ofi_op_done(conn, s, container_of(ent->op_context, struct mk_ofi_op, ctx), 0);
 }
 
-static void ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct ofi_sink *s)
+/* An error entry of this connection's (err.op_context, err.flags), already logged. */
+static void ofi_entry_failed(struct mk_ofi_conn *conn, struct ofi_sink *s, void *op_context,
+			     uint64_t flags, int status)
 {
-	struct fi_cq_err_entry err = { 0 };
-	char buf[128];
-	ssize_t rc = fi_cq_readerr(cq, &err, 0);
-	int status;
-
-	if (rc != 1)
-		return;
-	/* shm on 1.17 reports some errors already negated */
-	status = err.err > 0 ? -err.err : err.err < 0 ? err.err : -EIO;
-	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
-		     mk_ofi.lib->strerror(err.err),
-		     fi_cq_strerror(cq, err.prov_errno, err.err_data, buf, sizeof(buf)));
-	if (err.op_context == &conn->tx_ctx || err.op_context == &conn->rx_ctx) {
-		mk_ofi_ctrl_complete(conn, err.op_context, true);
+	if (op_context == &conn->tx_ctx || op_context == &conn->rx_ctx) {
+		mk_ofi_ctrl_complete(conn, op_context, true);
 		return;
 	}
-	if (err.op_context == NULL || (err.flags & FI_REMOTE_WRITE)) {
+	if (op_context == &conn->ctrl_op.ctx) {
+		mk_ofi_ctrl_complete(conn, &conn->tx_ctx, true);
+		return;
+	}
+	if (op_context == NULL || (flags & FI_REMOTE_WRITE)) {
 		/*
 		 * A failure at this end of someone's write (a stranger's guessed key, say): no op
 		 * of ours to fail. The writer learns from its own completion; our peer's failures
@@ -372,10 +379,37 @@ static void ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct of
 		 */
 		MK_WARN_RATELIMITED("ofi: %s: a remote write into this endpoint failed (%s); "
 				    "nothing of ours was affected",
-				    conn->dev->props.name, mk_ofi.lib->strerror(err.err));
+				    conn->dev->props.name, mk_ofi.lib->strerror(-status));
 		return;
 	}
-	ofi_op_done(conn, s, container_of(err.op_context, struct mk_ofi_op, ctx), status);
+	conn->posted--;
+	ofi_op_done(conn, s, container_of(op_context, struct mk_ofi_op, ctx), status);
+}
+
+/* Reads one error entry; false when it was not this connection's (a shared CQ routed it on). */
+static bool ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct ofi_sink *s)
+{
+	struct fi_cq_err_entry err = { 0 };
+	char buf[128];
+	ssize_t rc = fi_cq_readerr(cq, &err, 0);
+	int status;
+
+	if (rc != 1)
+		return true; /* as without sharing: an error entry counts as heard */
+	/* shm on 1.17 reports some errors already negated */
+	status = err.err > 0 ? -err.err : err.err < 0 ? err.err : -EIO;
+	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
+		     mk_ofi.lib->strerror(err.err),
+		     fi_cq_strerror(cq, err.prov_errno, err.err_data, buf, sizeof(buf)));
+	if (conn->sep != NULL) {
+		/* a shared CQ: the entry may be another connection's (ofi_sep.c routes it) */
+		struct fi_cq_data_entry e = { .op_context = err.op_context, .flags = err.flags };
+
+		if (mk_ofi_sep_route(conn, &e, status) == NULL)
+			return false;
+	}
+	ofi_entry_failed(conn, s, err.op_context, err.flags, status);
+	return true;
 }
 
 /*
@@ -426,21 +460,63 @@ static bool ofi_lane_drain(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, s
 		return false;
 	got = mk_ofi_guarded_cq_read(conn, lane->cq, ent, (size_t)want, now);
 	if (got > 0) {
+		bool mine = conn->sep == NULL;
+
 		conn->last_cq_ns = now;
-		for (ssize_t i = 0; i < got; i++)
+		for (ssize_t i = 0; i < got; i++) {
+			/* a shared CQ holds every connection's: only ours are handled here */
+			if (conn->sep != NULL && mk_ofi_sep_route(conn, &ent[i], 0) == NULL)
+				continue;
+			mine = true;
 			ofi_entry(conn, s, &ent[i]);
-		return true;
+		}
+		return mine;
 	}
-	if (got == -FI_EAVAIL) {
-		ofi_entry_err(conn, lane->cq, s);
-		return true;
-	}
+	if (got == -FI_EAVAIL)
+		return ofi_entry_err(conn, lane->cq, s);
 	if (got != -FI_EAGAIN) {
 		MK_WARN_ONCE("ofi: %s fi_cq_read failed: %s", conn->dev->props.name,
 			     mk_ofi.lib->strerror((int)-got));
 		conn->err = mk_ofi_errno(got);
 	}
 	return false;
+}
+
+/*
+ * A connection on shared endpoints: under the endpoints' lock, first what other pollers kept for
+ * it (oldest first), then, once that is all out, the lanes' CQs, handing other connections'
+ * entries on (ofi_sep.c). True when something of this connection's was handled.
+ */
+static bool ofi_sep_drain(struct mk_ofi_conn *conn, struct ofi_sink *s, int nlanes, uint64_t now)
+{
+	struct mk_ofi_sep *sep = conn->sep;
+	bool heard = false;
+
+	pthread_mutex_lock(&sep->lock);
+	mk_ofi_sep_take_inbox(conn);
+	mk_ofi_sep_rearm(sep);
+	if (mk_unlikely(conn->q_lost) && conn->err == 0) {
+		MK_WARN("ofi: %s: out of memory keeping a connection's completions: it is broken",
+			conn->dev->props.name);
+		conn->err = -ENOMEM;
+	}
+	while (conn->q_len > 0 && ofi_room(conn, s) > 0) {
+		struct mk_ofi_qent q = conn->q[conn->q_head];
+
+		conn->q_head = (conn->q_head + 1) % conn->q_cap;
+		conn->q_len--;
+		heard = true;
+		if (q.status == 0)
+			ofi_entry(conn, s, &q.ent);
+		else
+			ofi_entry_failed(conn, s, q.ent.op_context, q.ent.flags, q.status);
+	}
+	for (int k = 0; k < nlanes && conn->q_len == 0; k++)
+		heard |=
+			ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes], s, now);
+	mk_ofi_sep_take_inbox(conn); /* a setup message this read dispatched */
+	pthread_mutex_unlock(&sep->lock);
+	return heard;
 }
 
 int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
@@ -471,7 +547,9 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	 * costs system calls on the socket providers, so setup polls lane 0 alone.
 	 */
 	nlanes = conn->state == MK_OFI_READY ? conn->nlanes : 1;
-	for (int k = 0; k < nlanes && !conn->wedged; k++)
+	if (conn->sep != NULL)
+		heard = ofi_sep_drain(conn, &s, nlanes, now);
+	for (int k = 0; k < nlanes && !conn->wedged && conn->sep == NULL; k++)
 		heard |= ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes], &s,
 					now);
 	if (++conn->poll_first >= nlanes)

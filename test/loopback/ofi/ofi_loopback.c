@@ -33,14 +33,19 @@
 #define TIMEOUT_MS 5000 /* MKERNEL_TIMEOUT here: short failure cases, yet room for rxm setup */
 #define WATCHDOG_S 100
 
-/* Immediates: kind in the top byte, argument below. */
-#define IMM_DATA   0x01000000u /* data write with immediate: size index */
-#define IMM_MARK   0x02000000u /* 0-byte marker after a write without immediate */
-#define IMM_ACK	   0x03000000u /* A -> B: checked, go on */
-#define IMM_RREADY 0x04000000u /* B -> A: buffer holds the read pattern */
-#define IMM_BYE	   0x05000000u
-#define IMM_MANY   0x06000000u
-#define IMM_STRIPE 0x07000000u /* one segment of a message striped over the lanes: lane */
+/*
+ * Immediates: kind in bits 14..16, argument below. Bits 18..30 stay clear: with
+ * MKERNEL_OFI_SHARED_EP=1 they are the backend's (as for the rendezvous core's immediates).
+ */
+#define IMM_DATA   0x04000u /* data write with immediate: size index */
+#define IMM_MARK   0x08000u /* 0-byte marker after a write without immediate */
+#define IMM_ACK	   0x0c000u /* A -> B: checked, go on */
+#define IMM_RREADY 0x10000u /* B -> A: buffer holds the read pattern */
+#define IMM_BYE	   0x14000u
+#define IMM_MANY   0x18000u
+#define IMM_STRIPE 0x1c000u /* one segment of a message striped over the lanes: lane */
+#define IMM_KIND   0x1c000u
+#define IMM_ARG	   0x03fffu
 
 extern const struct mk_transport_ops mk_ofi_ops;
 static const struct mk_transport_ops *tp = &mk_ofi_ops;
@@ -482,10 +487,10 @@ static void a_phase_stripe(struct peer *p1, struct region *r)
 		size_t len;
 		uint32_t v = wait_imm(p1, &len);
 
-		expect((v & 0xff000000u) == IMM_STRIPE && (v & 0xffffu) < (uint32_t)n,
+		expect((v & IMM_KIND) == IMM_STRIPE && (v & IMM_ARG) < (uint32_t)n,
 		       "striped segment imm 0x%x", v);
-		expect(!(seen & (1u << (v & 0xffffu))), "segment %u reported twice", v & 0xffffu);
-		seen |= 1u << (v & 0xffffu);
+		expect(!(seen & (1u << (v & IMM_ARG))), "segment %u reported twice", v & IMM_ARG);
+		seen |= 1u << (v & IMM_ARG);
 		expect(len == seg, "segment of %zu reported %zu", seg, len);
 	}
 	check(r->buf, seg * (size_t)n, 55, "striped write");
@@ -507,6 +512,33 @@ static void a_phase_read(struct peer *p1, struct region *r)
 	/* one lane for both: B expects them in this order */
 	post_write_on(p1, 0, r, 2u << 20, 4096, true, IMM_DATA | 77u);
 	post_write_on(p1, 0, r, 0, 0, true, IMM_BYE);
+}
+
+static bool shared_on(void)
+{
+	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
+
+	return on != NULL && strcmp(on, "1") == 0;
+}
+
+/* The backend's count of shared endpoints (transport/ofi/ofi_sep.c). */
+int mk_ofi_sep_count(int *conns);
+
+/*
+ * With MKERNEL_OFI_SHARED_EP=1 every connection of this process must sit on one endpoint per
+ * lane: a silent fall back to an endpoint per connection fails here.
+ */
+static void shared_check(int min_conns, int nlanes)
+{
+	int conns, eps;
+
+	if (!shared_on())
+		return;
+	eps = mk_ofi_sep_count(&conns);
+	expect(eps == nlanes && conns >= min_conns,
+	       "%d shared endpoints for %d lanes, %d connections on them (want %d or more)", eps,
+	       nlanes, conns, min_conns);
+	printf("ok - %d connections share %d endpoint%s\n", conns, eps, eps > 1 ? "s" : "");
 }
 
 static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], struct region *r)
@@ -556,17 +588,61 @@ static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], st
 		check(r->buf + 64 * (size_t)i, 64, (unsigned int)i, "many");
 	}
 	printf("ok - %d connections at once\n", NMANY);
+	shared_check(NMANY + 2, many[0].c->nlanes);
 	xwrite(wfd, &len, sizeof(len));
 	for (int i = 0; i < NMANY; i++)
 		expect(tp->close(many[i].c) == 0, "close many %d", i);
 	(void)rfd;
 }
 
+/* A connected to itself: with sharing on, on the same endpoint as its connection to C. */
+static void self_pair(const struct region *r, struct peer *sc, struct peer *sa)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct blob b = { .rkey = r->rkey };
+	struct mk_listener *l;
+	struct mk_conn *c = NULL, *a = NULL;
+	uint64_t end = now_ms() + 20000;
+	int up = 0;
+
+	expect(tp->listen(0, handle, &l) == 0, "listen for A itself");
+	expect(tp->connect(0, handle, &b, sizeof(b), &c) == 0, "connect to A itself");
+	while (up != 1 || a == NULL) {
+		if (a == NULL)
+			try_accept(l, r, &a);
+		up = tp->connected(c);
+		expect(up >= 0, "connected to A itself: %s", mk_strerror(up));
+		expect(now_ms() < end, "A's connection to itself not up after 20 s");
+	}
+	tp->close_listen(l);
+	peer_init(sc, c);
+	peer_init(sa, a);
+}
+
+/* A write with an immediate over A's connection to itself completes and lands. */
+static void self_write(struct region *r, struct peer *sc, struct peer *sa)
+{
+	uint64_t end = now_ms() + 20000;
+
+	post_write_on(sc, 0, r, 3u << 20, 64, true, IMM_DATA | 5u);
+	while (sc->done < sc->posted || sa->ih == sa->it) {
+		pump(sc);
+		pump(sa);
+		expect(sc->failed == 0 && sc->broken == 0 && sa->broken == 0,
+		       "A's connection to itself failed: %s",
+		       mk_strerror(sc->failed	? sc->last_status
+				   : sc->broken ? sc->broken
+						: sa->broken));
+		expect(now_ms() < end, "A's write to itself not through after 20 s");
+	}
+	expect(wait_imm(sa, NULL) == (IMM_DATA | 5u), "A's immediate to itself");
+}
+
 static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 {
 	uint8_t handle[MK_TP_HANDLE_MAX];
 	struct mk_listener *l;
-	struct peer p;
+	struct peer p, sc, sa;
 	int spins, posted = 0;
 	uint64_t killed_at = 0, end;
 	char ch;
@@ -575,6 +651,8 @@ static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 	xwrite(wfd, handle, sizeof(handle));
 	peer_init(&p, accept_loop(l, r, &spins));
 	tp->close_listen(l);
+	if (shared_on())
+		self_pair(r, &sc, &sa);
 	xread(rfd, &ch, 1);
 	end = now_ms() + 30000;
 	while (p.failed == 0 && p.broken == 0) {
@@ -606,6 +684,12 @@ static void a_phase_kill(pid_t c_pid, int rfd, int wfd, struct region *r)
 	       mk_strerror(p.failed ? p.last_status : p.broken),
 	       (unsigned long long)(now_ms() - killed_at));
 	tp->close(p.c);
+	if (shared_on()) {
+		/* the dead peer broke its own connection only, not the endpoint's others */
+		self_write(r, &sc, &sa);
+		expect(tp->close(sc.c) == 0 && tp->close(sa.c) == 0, "close A's self connection");
+		printf("ok - a connection to another peer on the shared endpoint survived\n");
+	}
 }
 
 static void a_phase_stale(struct region *r)

@@ -31,6 +31,7 @@ static void clear_env(void)
 	unsetenv("MKERNEL_OFI_TX_DEPTH");
 	unsetenv("MKERNEL_OFI_LANES");
 	unsetenv("MKERNEL_TIMEOUT");
+	unsetenv("MKERNEL_OFI_SHARED_EP");
 	mk_param_reset_all();
 }
 
@@ -441,15 +442,23 @@ struct pair {
 	struct mock_ep *la, *cb;
 };
 
+static void open_pair_again(struct pair *p);
+
 /* A connected pair over a provider whose inject size is inject. */
 static void open_pair_inject(struct pair *p, const char *prov, uint64_t mr_mode, size_t cq_data,
 			     size_t inject)
 {
+	mock_info_add(prov, "eth0", mr_mode, cq_data)->tx_attr->inject_size = inject;
+	init_ok(1);
+	open_pair_again(p);
+}
+
+/* Another connected pair on the device already initialised. */
+static void open_pair_again(struct pair *p)
+{
 	uint8_t handle[MK_TP_HANDLE_MAX];
 	const char blob_c[] = "from-connector", blob_a[] = "from-acceptor";
 
-	mock_info_add(prov, "eth0", mr_mode, cq_data)->tx_attr->inject_size = inject;
-	init_ok(1);
 	assert_int_equal(tp->listen(0, handle, &p->l), 0);
 	p->la = mock.eps[mock.neps - 1];
 	assert_non_null(p->la->rx_buf);
@@ -1500,6 +1509,259 @@ static void test_event_during_setup_is_kept(void **state)
 	assert_int_equal(tp->close(c), 0);
 }
 
+/* ---- shared endpoints (MKERNEL_OFI_SHARED_EP=1) ---- */
+
+static unsigned conn_num(struct mk_conn *c)
+{
+	return mk_ofi_conn_of(c)->num;
+}
+
+/*
+ * Two connected pairs in one process with sharing on: four connections (two accepted, two
+ * connecting) on the device's one endpoint, which is mock.eps[0].
+ */
+static void open_two_shared(struct pair *p, struct pair *q)
+{
+	int conns;
+
+	set_env("MKERNEL_OFI_SHARED_EP", "1");
+	open_pair(p, "tcp;ofi_rxm", 0, 8);
+	open_pair_again(q);
+	assert_int_equal(mock.ep_live, 1);
+	assert_int_equal(mock.cq_live, 1);
+	assert_int_equal(mock.av_live, 1);
+	assert_int_equal(mk_ofi_sep_count(&conns), 1);
+	assert_int_equal(conns, 4);
+	/* each side learnt the other's number, and no two connections share one */
+	assert_int_equal(mk_ofi_conn_of(p->a)->peer_num, conn_num(p->c));
+	assert_int_equal(mk_ofi_conn_of(p->c)->peer_num, conn_num(p->a));
+	assert_int_equal(mk_ofi_conn_of(q->a)->peer_num, conn_num(q->c));
+	assert_int_not_equal(conn_num(p->a), conn_num(q->a));
+	assert_int_not_equal(conn_num(p->c), conn_num(q->c));
+}
+
+/* Closes one pair of several: nothing else is checked. */
+static void close_pair_only(struct pair *p)
+{
+	assert_int_equal(tp->close(p->a), 0);
+	assert_int_equal(tp->close(p->c), 0);
+}
+
+static void close_two_shared(struct pair *p, struct pair *q)
+{
+	close_pair_only(p);
+	assert_int_equal(mock.ep_live, 1); /* q still uses it */
+	close_pair(q);
+	assert_int_equal(mk_ofi_sep_count(NULL), 0);
+}
+
+static void test_shared_two_connections_one_endpoint(void **state)
+{
+	struct pair p, q;
+
+	open_two_shared(&p, &q);
+	/* one peer address inserted once, whatever the number of connections to it */
+	assert_int_equal(
+		((struct mock_av *)mk_ofi_conn_of(p.c)->lanes[0].av->fid.context)->inserted, 1);
+	close_two_shared(&p, &q);
+}
+
+static void test_shared_off_one_endpoint_per_connection(void **state)
+{
+	struct pair p, q;
+
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	open_pair_again(&q);
+	assert_int_equal(mock.ep_live, 4);
+	assert_int_equal(mk_ofi_sep_count(NULL), 0);
+	assert_int_equal(mk_ofi_conn_of(p.a)->peer_num, 0);
+	assert_int_equal(mk_ofi_conn_of(p.c)->peer_num, 0);
+	close_pair_only(&p);
+	assert_int_equal(mock.ep_live, 2);
+	close_pair(&q);
+}
+
+/*
+ * A write carries the target's number in immediate bits 18..30; the target's poll routes by it
+ * and hands the core the immediate without them, whichever connection's poll read it.
+ */
+static void test_shared_remote_write_routed_bits_cleared(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct pair p, q;
+	uint64_t data;
+
+	open_two_shared(&p, &q);
+	assert_int_equal(tp->write(q.c, 0, region, 64, NULL, 0, &rk, true, 0x2abcd, NULL), 0);
+	data = mock.eps[0]->last_rma.data;
+	assert_int_equal(data >> 32, 64);
+	assert_int_equal((data >> 18) & 0x1fff, conn_num(q.a));
+	assert_int_equal(data & 0x3ffff, 0x2abcd);
+	/* bits 18..30 of the caller's immediate are the backend's */
+	assert_int_equal(tp->write(q.c, 0, region, 64, NULL, 0, &rk, true, 1u << 20, NULL),
+			 -EINVAL);
+	mock_cq_push(mock.eps[0], NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, data);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0); /* read by p.a's poll, q.a's event */
+	ev[0] = poll_one(q.a, MK_EV_IMM);
+	assert_int_equal(ev[0].imm, 0x2abcd);
+	assert_int_equal(ev[0].len, 64);
+	/* one for the poller itself comes out at once */
+	mock_cq_push(mock.eps[0], NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0,
+		     (8ull << 32) | ((uint64_t)conn_num(p.a) << 18) | 3);
+	ev[0] = poll_one(p.a, MK_EV_IMM);
+	assert_int_equal(ev[0].imm, 3);
+	/* a number nobody holds: dropped */
+	mock_cq_push(mock.eps[0], NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0,
+		     (8ull << 32) | (4000ull << 18) | 3);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(tp->poll(p.a, ev, 4), 0);
+		assert_int_equal(tp->poll(q.a, ev, 4), 0);
+	}
+	close_two_shared(&p, &q);
+}
+
+/*
+ * Local completions (and error completions) of connection B read by A's poll reach B, in order,
+ * and none is lost when more arrive than A's poll could hand out.
+ */
+static void test_shared_event_for_b_read_by_a_reaches_b(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	void *ctxs[40];
+	int u[40];
+	struct pair p, q;
+
+	open_two_shared(&p, &q);
+	for (int i = 0; i < 40; i++) {
+		assert_int_equal(tp->write(q.c, 0, region, 8, NULL, 0, &rk, true, 1, &u[i]), 0);
+		ctxs[i] = mock.eps[0]->last_rma.context;
+	}
+	for (int i = 0; i < 39; i++)
+		mock_cq_push(mock.eps[0], ctxs[i], FI_RMA | FI_WRITE, 0, 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(tp->poll(p.c, ev, 4), 0); /* all the other pair's: queued there */
+	mock_cq_push_err(mock.eps[0], ctxs[39], FI_RMA | FI_WRITE, FI_EIO);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	for (int i = 0; i < 40; i += 4) {
+		int n = tp->poll(q.c, ev, 4);
+
+		assert_int_equal(n, 4);
+		for (int k = 0; k < 4; k++) {
+			assert_int_equal(ev[k].type, MK_EV_WRITE_DONE);
+			assert_ptr_equal(ev[k].ctx, &u[i + k]);
+			assert_int_equal(ev[k].status, i + k == 39 ? -EIO : 0);
+		}
+	}
+	assert_int_equal(tp->poll(q.c, ev, 4), 0);
+	assert_int_equal(mk_ofi_conn_of(q.c)->posted, 0);
+	close_two_shared(&p, &q);
+}
+
+/*
+ * A connection closed while the provider holds one of its ops stays allocated (parked) until
+ * that op's completion is read, by any poller; the late completion touches nothing freed (the
+ * sanitize build checks) and its number is not handed out meanwhile.
+ */
+static void test_shared_close_with_op_in_flight_parks(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	struct mk_ofi_sep *sep;
+	struct pair p, q, r;
+	unsigned num;
+	void *ctx;
+	int conns;
+
+	open_two_shared(&p, &q);
+	sep = mk_ofi_conn_of(q.c)->sep;
+	num = conn_num(q.c);
+	assert_int_equal(tp->write(q.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
+	ctx = mock.eps[0]->last_rma.context;
+	assert_int_equal(tp->close(q.c), 0);
+	assert_non_null(sep->conns[num]); /* parked, not freed */
+	assert_true(sep->conns[num]->closed);
+	assert_int_equal(mk_ofi_sep_count(&conns), 1);
+	assert_int_equal(conns, 3);
+	/* a write the peer still sends to it is dropped */
+	mock_cq_push(mock.eps[0], NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0,
+		     (8ull << 32) | ((uint64_t)num << 18) | 3);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0);
+	/* a new connection does not get the parked one's number */
+	open_pair_again(&r);
+	assert_int_not_equal(conn_num(r.a), num);
+	assert_int_not_equal(conn_num(r.c), num);
+	mock_cq_push(mock.eps[0], ctx, FI_RMA | FI_WRITE, 0, 0);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0);
+	assert_null(sep->conns[num]); /* its last op is back: freed */
+	assert_int_equal(tp->close(q.a), 0);
+	close_pair_only(&r);
+	/* parked until the endpoint closes: freed with it (the sanitize build finds a leak) */
+	assert_int_equal(tp->write(p.c, 0, region, 8, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(tp->close(p.c), 0);
+	assert_int_equal(mock.ep_live, 1);
+	assert_int_equal(tp->close(p.a), 0);
+	live_all_zero();
+}
+
+/*
+ * Setup on the shared endpoint: a request for a nonce no listener here holds is dropped and
+ * the endpoint receives again; the request for the right nonce then goes through. A process
+ * connecting to its own listener (every pair above) sees both kinds on one endpoint.
+ */
+static void test_shared_setup_foreign_nonce_dropped(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c, *a = NULL;
+	struct mk_ofi_ctrl *m;
+
+	set_env("MKERNEL_OFI_SHARED_EP", "1");
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	assert_int_equal(mock.ep_live, 1);
+	m = (struct mk_ofi_ctrl *)mock.eps[0]->tx_buf;
+	assert_int_equal(m->num, conn_num(c));
+	m->nonce ^= 1;
+	mock_deliver(mock.eps[0], mock.eps[0]);
+	mock.eps[0]->tx_len = 0;
+	mock.eps[0]->rx_buf = NULL;
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	assert_null(a);
+	assert_non_null(mock.eps[0]->rx_buf);	  /* received again */
+	assert_int_equal(mock.eps[0]->tx_len, 0); /* no reply */
+	m->nonce ^= 1;
+	mock.eps[0]->tx_len = sizeof(*m);
+	mock_deliver(mock.eps[0], mock.eps[0]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	assert_null(a);
+	assert_int_not_equal(mock.eps[0]->tx_len, 0); /* the reply */
+	mock_deliver(mock.eps[0], mock.eps[0]);
+	assert_int_equal(tp->accept(l, NULL, 0, &a), 0);
+	assert_non_null(a);
+	assert_int_equal(tp->connected(c), 1);
+	assert_int_equal(tp->close_listen(l), 0);
+	assert_int_equal(tp->close(a), 0);
+	assert_int_equal(tp->close(c), 0);
+	live_all_zero();
+}
+
+/* shm keeps one endpoint per connection with the knob on. */
+static void test_shared_not_on_shm(void **state)
+{
+	struct pair p;
+
+	set_env("MKERNEL_OFI_SHARED_EP", "1");
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	open_pair(&p, "shm", FI_MR_VIRT_ADDR, 8);
+	assert_int_equal(mock.ep_live, 2);
+	assert_int_equal(mk_ofi_sep_count(NULL), 0);
+	close_pair(&p);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1569,6 +1831,13 @@ int main(void)
 		T(test_shm_peer_that_closed_still_delivers),
 		T(test_write_before_connected_is_enotconn),
 		T(test_event_during_setup_is_kept),
+		T(test_shared_two_connections_one_endpoint),
+		T(test_shared_off_one_endpoint_per_connection),
+		T(test_shared_remote_write_routed_bits_cleared),
+		T(test_shared_event_for_b_read_by_a_reaches_b),
+		T(test_shared_close_with_op_in_flight_parks),
+		T(test_shared_setup_foreign_nonce_dropped),
+		T(test_shared_not_on_shm),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
