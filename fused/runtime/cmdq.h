@@ -105,10 +105,15 @@ MK_CMDQ_HD uint32_t mk_seq_dist(uint32_t a, uint32_t b)
 	return a - b;
 }
 
-/* Immediate data of a signal write: kind in the top 4 bits, signal index below. */
-#define MK_IMM_KIND_SHIFT  28
+/*
+ * Immediate data of a signal write: kind in bit 31, signal index in bits 0..17. Bits 18..30 are
+ * the transport backend's (MK_TP_IMM_BACKEND_MASK: the ofi backend's shared endpoints route by
+ * them), so the index has 18 bits (MK_COMM_SIGNALS is 8192).
+ */
+#define MK_IMM_KIND_SHIFT  31
 #define MK_IMM_KIND_SIGNAL 0x1u
-#define MK_IMM_INDEX_MASK  ((1u << MK_IMM_KIND_SHIFT) - 1)
+#define MK_IMM_INDEX_BITS  18
+#define MK_IMM_INDEX_MASK  ((1u << MK_IMM_INDEX_BITS) - 1)
 
 MK_CMDQ_HD uint32_t mk_imm_signal(uint32_t index)
 {

@@ -14,6 +14,11 @@
 #include "fused/runtime/proxy.h"
 #include "mk/err.h"
 #include "mk/log.h"
+#include "mk/transport.h"
+
+_Static_assert(((MK_IMM_KIND_SIGNAL << MK_IMM_KIND_SHIFT | MK_IMM_INDEX_MASK) &
+		MK_TP_IMM_BACKEND_MASK) == 0,
+	       "a signal's immediate reaches into the bits the transport leaves to backends");
 
 enum {
 	MK_CSTATE_FREE = 0,

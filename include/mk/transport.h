@@ -33,11 +33,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MK_TP_HANDLE_MAX 120 /* bytes a backend's listen handle may use (NCCL gives 128) */
-#define MK_TP_BLOB_MAX	 96  /* bytes each side hands the other during connection setup */
-#define MK_TP_MAX_LANES	 16  /* QPs / endpoints one connection may stripe over */
-#define MK_TP_NAME_MAX	 64
-#define MK_TP_MAX_FUSED	 4 /* physical devices one fused device may span (NCCL's limit) */
+#define MK_TP_HANDLE_MAX       120 /* bytes a backend's listen handle may use (NCCL gives 128) */
+#define MK_TP_BLOB_MAX	       96  /* bytes each side hands the other during connection setup */
+#define MK_TP_MAX_LANES	       16  /* QPs / endpoints one connection may stripe over */
+#define MK_TP_NAME_MAX	       64
+#define MK_TP_MAX_FUSED	       4 /* physical devices one fused device may span (NCCL's limit) */
+/*
+ * Bits 18..30 of a write's immediate belong to the backend: callers keep them zero, and the
+ * backend clears them before MK_EV_IMM reports the immediate (the ofi backend's shared endpoints
+ * name the target connection there, MKERNEL_OFI_SHARED_EP). Callers have bits 0..17 and 31.
+ */
+#define MK_TP_IMM_BACKEND_MASK 0x7ffc0000u
 
 /* Pointer kinds a device can register (values match NCCL's NCCL_PTR_*). */
 #define MK_PTR_HOST   0x1

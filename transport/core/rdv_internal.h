@@ -63,12 +63,8 @@ static inline uint32_t mk_rdv_imm_pack(uint32_t seq, unsigned idx, unsigned nseg
 	       ((trunc ? 1u : 0u) << 17);
 }
 
-/*
- * Immediate bits the core never sets: a backend may carry its own routing there and must clear
- * them before the event reaches the core (the ofi backend's shared endpoints put the target
- * connection's number in them, MKERNEL_OFI_SHARED_EP).
- */
-#define MK_RDV_IMM_BACKEND_MASK 0x7ffc0000u /* bits 18..30 */
+/* The core's immediates stay out of the bits the transport leaves to backends. */
+#define MK_RDV_IMM_BACKEND_MASK MK_TP_IMM_BACKEND_MASK
 _Static_assert(((MK_RDV_IMM_SEQ_MASK | (7u << 10) | (15u << 13) | (1u << 17)) &
 		MK_RDV_IMM_BACKEND_MASK) == 0,
 	       "a data segment's immediate reaches into the backend's bits");

@@ -58,7 +58,9 @@
 #define MK_OFI_NUM_BITS	    13
 #define MK_OFI_NUMS	    (1u << MK_OFI_NUM_BITS)
 #define MK_OFI_IMM_NUM_MASK ((MK_OFI_NUMS - 1u) << MK_OFI_NUM_SHIFT)
-#define MK_OFI_SEP_RX	    4 /* setup receives a shared endpoint keeps posted */
+_Static_assert(MK_OFI_IMM_NUM_MASK == MK_TP_IMM_BACKEND_MASK,
+	       "the connection number fills the bits the transport leaves to backends");
+#define MK_OFI_SEP_RX 4 /* setup receives a shared endpoint keeps posted */
 
 /* ---- library table (ofi_lib.c) ---- */
 

@@ -143,6 +143,26 @@ struct rank {
 	struct mk_proxy *proxy;
 };
 
+/* The ofi backend's count of shared endpoints (transport/ofi/ofi_sep.c). */
+int mk_ofi_sep_count(int *conns);
+
+/*
+ * MKERNEL_OFI_SHARED_EP=1: this rank's connections to every other rank sit on one endpoint, so
+ * the signal writes below travel with the backend's connection number in their immediates; an
+ * endpoint per connection (a silent fall back) fails here.
+ */
+static void shared_check(void)
+{
+	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
+	int conns = 0, eps;
+
+	if (on == NULL || strcmp(on, "1") != 0)
+		return;
+	eps = mk_ofi_sep_count(&conns);
+	expect(eps == 1 && conns == nranks - 1,
+	       "%d shared endpoints with %d connections (want 1 with %d)", eps, conns, nranks - 1);
+}
+
 /* Connect to every other rank as a comm does: listen for lower ranks, connect to higher. */
 static void setup(struct rank *r)
 {
@@ -195,6 +215,7 @@ static void setup(struct rank *r)
 		       "peer blob of %zu bytes", r->peers[p].conn->peer_blob_len);
 		memcpy(&r->peers[p].heap, r->peers[p].conn->peer_blob, sizeof(struct mk_rkey));
 	}
+	shared_check();
 }
 
 static void proxy_up(struct rank *r, int nthreads)
