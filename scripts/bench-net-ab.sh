@@ -17,14 +17,10 @@ build=$(cd "${1:?build dir}" && pwd)
 out=${2:?out.jsonl}
 env_a=${3:?setting A, e.g. MKERNEL_OFI_SHARED_EP=0}
 env_b=${4:?setting B, e.g. MKERNEL_OFI_SHARED_EP=1}
-here=$(cd "$(dirname "$0")/.." && pwd)
 netbench=$build/nccl_plugin/tools/mkernel-netbench
 [ -x "$netbench" ] || { echo "bench-net-ab: $netbench is not built"; exit 1; }
 prov=${PROVIDER:-tcp;ofi_rxm}
 sizes=${SIZES:-8,64,512,4K}
-rev=$(git -C "$here" rev-parse --short HEAD)
-dirty=$(git -C "$here" status --porcelain --untracked-files=no | grep -c . || true)
-[ "$dirty" = 0 ] || rev="$rev-dirty"
 export MKERNEL_OFI_IFACE=lo
 : >"$out"
 
@@ -38,7 +34,7 @@ side() { # A|B session
 		--reps "${REPS:-3}" --rounds 1 --warmup 1 --raw none --json "$t" >/dev/null 2>"$t.log"; then
 		echo "bench-net-ab: mkernel-netbench failed with $setting"; cat "$t.log"; exit 1
 	fi
-	grep '"path":"plugin"' "$t" | sed "s/}\$/,\"ab_side\":\"$1\",\"ab_setting\":\"$setting\",\"ab_session\":$2,\"git\":\"$rev\",\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\"}/" >>"$out"
+	grep '"path":"plugin"' "$t" | sed "s/}\$/,\"ab_side\":\"$1\",\"ab_setting\":\"$setting\",\"ab_session\":$2,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\"}/" >>"$out"
 	rm -f "$t" "$t.log"
 }
 

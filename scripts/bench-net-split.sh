@@ -27,9 +27,12 @@ dirty=$(git -C "$here" status --porcelain --untracked-files=no | grep -c . || tr
 export MKERNEL_OFI_IFACE=lo
 : >"$out"
 
-# tag LINE...: the records of one side of one session, with the run's fields
+# tag SIDE SESSION: the records of one side of one session, with the run's fields (the plugin's
+# records name their build's revision already; the raw tool's do not)
 tag() {
-	sed "s/}\$/,\"ab_side\":\"$1\",\"ab_session\":$2,\"git\":\"$rev\",\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\"}/"
+	local git=",\"git\":\"$rev\""
+	[ "$1" = plugin ] && git=""
+	sed "s/}\$/,\"ab_side\":\"$1\",\"ab_session\":$2$git,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\"}/"
 }
 
 raw_side() { # provider endpoints session
