@@ -729,6 +729,118 @@ static void a_phase_stale(struct region *r)
 	printf("ok - corrupted handle -> -EINVAL\n");
 }
 
+/*
+ * ---- threads mode: NTHREADS connections between A and D, each driven by its own thread on
+ * both sides at once (NCCL's proxy threads of several GPUs in one process share a device). With
+ * MKERNEL_OFI_SHARED_EP=1 all of a process's connections sit on one endpoint, so the threads
+ * poll one CQ and each reads completions of the others' connections that must reach them.
+ */
+#define NTHREADS      4
+#define THREAD_ROUNDS 400
+#define THREAD_SLICE  (BUF_SIZE / NTHREADS)
+
+static const size_t thread_sizes[] = { 8, 64, 4096, 65536 };
+
+struct pingpong {
+	struct peer p;
+	struct region *r;
+	int index;
+	bool first; /* A writes first, D answers */
+};
+
+/* Round k of thread i: a message of a size by k, seeded by who wrote it, checked on arrival. */
+static void *pingpong_main(void *arg)
+{
+	struct pingpong *t = arg;
+	const size_t off = (size_t)t->index * THREAD_SLICE;
+
+	for (unsigned int k = 0; k < THREAD_ROUNDS; k++) {
+		const size_t len = thread_sizes[k % MK_ARRAY_SIZE(thread_sizes)];
+		const unsigned int mine = k * 2 + (t->first ? 0u : 1u),
+				   theirs = k * 2 + (t->first ? 1u : 0u);
+		size_t got = 0;
+
+		if (!t->first) {
+			expect(wait_imm(&t->p, &got) == (IMM_DATA | (k & IMM_ARG)) && got == len,
+			       "thread %d round %u: wrong immediate or length %zu", t->index, k,
+			       got);
+			check(t->r->buf + off, len, theirs + 1000u * (unsigned int)t->index,
+			      "threads");
+		}
+		fill(t->r->buf + off, len, mine + 1000u * (unsigned int)t->index);
+		post_write_on(&t->p, 0, t->r, off, len, true, IMM_DATA | (k & IMM_ARG));
+		wait_all(&t->p);
+		if (t->first) {
+			expect(wait_imm(&t->p, &got) == (IMM_DATA | (k & IMM_ARG)) && got == len,
+			       "thread %d round %u: wrong immediate or length %zu", t->index, k,
+			       got);
+			check(t->r->buf + off, len, theirs + 1000u * (unsigned int)t->index,
+			      "threads");
+		}
+	}
+	return NULL;
+}
+
+static void pingpong_run(struct peer peers[NTHREADS], struct region *r, bool first)
+{
+	struct pingpong t[NTHREADS];
+	pthread_t th[NTHREADS];
+
+	for (int i = 0; i < NTHREADS; i++) {
+		t[i] = (struct pingpong){ .p = peers[i], .r = r, .index = i, .first = first };
+		expect(pthread_create(&th[i], NULL, pingpong_main, &t[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < NTHREADS; i++)
+		expect(pthread_join(th[i], NULL) == 0, "pthread_join");
+	for (int i = 0; i < NTHREADS; i++)
+		expect(tp->close(t[i].p.c) == 0, "close thread %d's connection", i);
+}
+
+/* D: connects to A's listeners, then answers every thread's messages. */
+static void run_d(int rfd, int wfd)
+{
+	uint8_t handles[NTHREADS][MK_TP_HANDLE_MAX];
+	struct peer peers[NTHREADS];
+	struct region r;
+	char ch;
+
+	region_init(&r);
+	xread(rfd, handles, sizeof(handles));
+	for (int i = 0; i < NTHREADS; i++)
+		peer_init(&peers[i], connect_to(handles[i], &r));
+	xwrite(wfd, "d", 1);
+	xread(rfd, &ch, 1);
+	pingpong_run(peers, &r, false);
+	xwrite(wfd, "d", 1);
+	tp->dereg_mr(0, r.mr);
+	free(r.buf);
+	tp->fini();
+}
+
+static void a_threads(int d_to, int d_from, struct region *r)
+{
+	uint8_t handles[NTHREADS][MK_TP_HANDLE_MAX];
+	struct mk_listener *l[NTHREADS];
+	struct peer peers[NTHREADS];
+	int spins;
+	char ch;
+
+	for (int i = 0; i < NTHREADS; i++)
+		expect(tp->listen(0, handles[i], &l[i]) == 0, "listen %d", i);
+	xwrite(d_to, handles, sizeof(handles));
+	for (int i = 0; i < NTHREADS; i++) {
+		peer_init(&peers[i], accept_loop(l[i], r, &spins));
+		tp->close_listen(l[i]);
+	}
+	xread(d_from, &ch, 1);
+	shared_check(NTHREADS, peers[0].c->nlanes);
+	xwrite(d_to, "a", 1);
+	pingpong_run(peers, r, true);
+	xread(d_from, &ch, 1);
+	printf("ok - %d threads, each with its own connection, %d round trips each\n", NTHREADS,
+	       THREAD_ROUNDS);
+}
+
 static pid_t spawn(void (*fn)(int, int), const char *name, int *to, int *from)
 {
 	int a[2], b[2];
@@ -777,8 +889,8 @@ int main(int argc, char **argv)
 
 	snprintf(mk_lb_who, sizeof(mk_lb_who), "A"); /* the parent; children name themselves */
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s PROVIDER\n", argv[0]);
+	if (argc != 2 && !(argc == 3 && strcmp(argv[2], "threads") == 0)) {
+		fprintf(stderr, "usage: %s PROVIDER [threads]\n", argv[0]);
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -810,6 +922,18 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	fails = 0;
+	if (argc == 3) {
+		b = spawn(run_d, "D", &b_to, &b_from);
+		alarm(WATCHDOG_S);
+		expect(tp->init() == 0 && tp->ndevs() > 0, "init");
+		region_init(&r);
+		a_threads(b_to, b_from, &r);
+		fails |= reap(b, "D");
+		expect(tp->dereg_mr(0, r.mr) == 0, "dereg");
+		free(r.buf);
+		tp->fini();
+		return fails;
+	}
 	b = spawn(run_b, "B", &b_to, &b_from);
 	c = spawn(run_c, "C", &c_to, &c_from);
 	alarm(WATCHDOG_S);
