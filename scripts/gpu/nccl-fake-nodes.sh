@@ -110,8 +110,9 @@ if [ -z "${SKIP_CHECK:-}" ]; then
 	done
 fi
 # Bandwidth configurations (CONFIGS selects a subset): the plugin over libfabric's tcp, net and
-# shm providers, tcp (or shm) striped over LANES endpoints, tcp with the eager path off or a
-# progress thread per endpoint, NCCL's own Socket transport, and NCCL with nothing forced
+# shm providers, tcp (or shm) striped over LANES endpoints, tcp with the eager path off, a
+# progress thread per endpoint or every comm of a process on one endpoint (mkernel-tcp-shared:
+# NCCL's channels then ride one TCP stream), NCCL's own Socket transport, and NCCL with nothing forced
 # (nccl-nvlink: on layout g its P2P transport over NVLink).
 configs=${CONFIGS:-mkernel-tcp mkernel-tcp-lanes mkernel-net mkernel-shm nccl-socket}
 tcp="MKERNEL_OFI_PROVIDER=tcp;ofi_rxm"
@@ -123,6 +124,7 @@ for ((round = 1; round <= ${ROUNDS:-2}; round++)); do
 		mkernel-tcp-lanes) env=("${plugin_env[@]}" "$tcp" "MKERNEL_OFI_LANES=${LANES:-4}") ;;
 		mkernel-tcp-eager0) env=("${plugin_env[@]}" "$tcp" MKERNEL_EAGER_BYTES=0) ;;
 		mkernel-tcp-pt) env=("${plugin_env[@]}" "$tcp" MKERNEL_OFI_PROGRESS_THREAD=1) ;;
+		mkernel-tcp-shared) env=("${plugin_env[@]}" "$tcp" MKERNEL_OFI_SHARED_EP=1) ;;
 		mkernel-net) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net) ;;
 		mkernel-shm) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm) ;;
 		mkernel-shm-lanes) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm \
