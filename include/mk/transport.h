@@ -67,6 +67,8 @@ struct mk_dev_props {
 	char provider[32];	    /* backend detail for logs: "tcp;ofi_rxm", "rxe", "mlx5" */
 	int nfused;		    /* fused device: how many physical devices it spans; 0 when
 				     * this is a physical device */
+	uint32_t eager_bytes;	    /* the eager size this device prefers where MKERNEL_EAGER_BYTES
+				     * is not set (0: the core's default) */
 	int fused[MK_TP_MAX_FUSED]; /* their indexes */
 };
 

@@ -135,6 +135,7 @@ static int fake_dev_props(int dev, struct mk_dev_props *p)
 	p->max_msg = (size_t)1 << 40;
 	strcpy(p->provider, "fake");
 	p->rma_lands_unpolled = !fake_tp_faults.needs_poll; /* memcpy at post time */
+	p->eager_bytes = fake_tp_faults.eager_bytes;
 	return 0;
 }
 

@@ -30,6 +30,7 @@ struct fake_tp_faults {
 	int reorder;  /* with land_on_poll: what waits lands newest first, as over several lanes */
 	int ptr_cuda; /* devices also register GPU memory (ptr_support has MK_PTR_CUDA) */
 	int poll_reads_clock; /* poll() reads the clock once and leaves it in polled_ns, as ofi */
+	unsigned eager_bytes; /* the devices' preferred eager size (props.eager_bytes), 0: none */
 };
 
 extern struct fake_tp_faults fake_tp_faults;

@@ -63,8 +63,14 @@ struct mk_rdv_eager_words {
 };
 _Static_assert(sizeof(struct mk_rdv_eager_words) == MK_RDV_CREDIT_BYTES, "eager words");
 
-/* Payload bytes per slot this side offers or uses: MKERNEL_EAGER_BYTES clamped; 0 = off. */
-uint32_t mk_rdv_eager_bytes(void);
+#define MK_RDV_EAGER_DEFAULT 8192u /* where neither MKERNEL_EAGER_BYTES nor the device says */
+
+/*
+ * Payload bytes per slot this side offers or uses: MKERNEL_EAGER_BYTES clamped, or where it is
+ * -1 (the default) the device's preference (props->eager_bytes), else MK_RDV_EAGER_DEFAULT;
+ * 0 = off.
+ */
+uint32_t mk_rdv_eager_bytes(const struct mk_dev_props *props);
 
 /* Bytes from one slot to the next for a payload of bytes (0 when off). */
 static inline size_t mk_rdv_eager_stride(uint32_t bytes)

@@ -10,9 +10,13 @@
 #include "mk/core_params.h"
 #include "rdv_internal.h"
 
-uint32_t mk_rdv_eager_bytes(void)
+uint32_t mk_rdv_eager_bytes(const struct mk_dev_props *props)
 {
 	int64_t v = mk_param_eager_bytes();
+
+	if (v < 0)
+		v = props != NULL && props->eager_bytes != 0 ? props->eager_bytes
+							     : MK_RDV_EAGER_DEFAULT;
 
 	return v <= 0 ? 0 : v > MK_RDV_EAGER_MAX ? MK_RDV_EAGER_MAX : (uint32_t)v;
 }

@@ -144,7 +144,7 @@ static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct 
 	 * buffer can be GPU memory.
 	 */
 	if (props.ptr_support == MK_PTR_HOST)
-		eager = mk_rdv_eager_bytes();
+		eager = mk_rdv_eager_bytes(&props);
 	bounce = MK_RDV_EAGER_SLOTS * mk_rdv_eager_stride(eager);
 	/*
 	 * CTS staging, eager bounce slots, the eager words, then the probe slot (peer writes)
@@ -264,7 +264,9 @@ static int rdv_send_start(const struct mk_transport_ops *ops, int dev, const voi
 			  struct mk_rdv_send **out)
 {
 	size_t ring = sizeof(struct mk_rdv_cts) * MK_RDV_CTS_GROUPS * MK_RDV_MAX_RECVS;
-	uint32_t eager = mk_rdv_eager_bytes();
+	struct mk_dev_props props;
+	uint32_t eager = ops->dev_props(dev, &props) == 0 ? mk_rdv_eager_bytes(&props)
+							  : mk_rdv_eager_bytes(NULL);
 	size_t staging = MK_RDV_EAGER_SLOTS * mk_rdv_eager_stride(eager);
 	struct mk_rdv_send *s = rdv_send_alloc();
 	struct mk_rdv_blob blob;

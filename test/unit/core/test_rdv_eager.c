@@ -239,6 +239,56 @@ static void test_eager_off_and_above_the_limit_wait_for_the_cts(void **state)
 	free(sbuf);
 }
 
+/*
+ * The eager size: MKERNEL_EAGER_BYTES when set (0 turns it off, above 65536 is clamped); unset
+ * (-1), the device's preference (props.eager_bytes, 65536 on tcp;ofi_rxm), else 8192. A comm
+ * takes it from its device: with a preference of 16384 a 12 KiB send goes eagerly, without one
+ * it waits for the clear-to-send.
+ */
+static void test_eager_bytes_from_env_device_or_default(void **state)
+{
+	struct mk_dev_props props = { .eager_bytes = 65536 };
+	char *sbuf = calloc(1, 12288);
+	struct mk_rdv_req *sreq = NULL;
+	struct mk_mr *smr;
+	struct pair p;
+
+	assert_int_equal(mk_rdv_eager_bytes(&props), 65536);
+	props.eager_bytes = 0;
+	assert_int_equal(mk_rdv_eager_bytes(&props), MK_RDV_EAGER_DEFAULT);
+	assert_int_equal(mk_rdv_eager_bytes(NULL), MK_RDV_EAGER_DEFAULT);
+	setenv("MKERNEL_EAGER_BYTES", "4096", 1);
+	mk_param_reset_all();
+	props.eager_bytes = 65536;
+	assert_int_equal(mk_rdv_eager_bytes(&props), 4096);
+	setenv("MKERNEL_EAGER_BYTES", "0", 1);
+	mk_param_reset_all();
+	assert_int_equal(mk_rdv_eager_bytes(&props), 0);
+	setenv("MKERNEL_EAGER_BYTES", "1000000", 1);
+	mk_param_reset_all();
+	assert_int_equal(mk_rdv_eager_bytes(&props), MK_RDV_EAGER_MAX);
+	unsetenv("MKERNEL_EAGER_BYTES");
+	mk_param_reset_all();
+
+	fake_tp_faults.eager_bytes = 16384;
+	pair_open(&p);
+	smr = reg(p.s, sbuf, 12288);
+	assert_int_equal(mk_rdv_isend(p.s, sbuf, 12288, 0, smr, &sreq), 0);
+	assert_non_null(sreq); /* eager: no receive needed */
+	assert_int_equal(send_of(&p)->eager.sent, 1);
+	mk_rdv_dereg(p.s, smr);
+	pair_close(&p);
+	fake_tp_faults.eager_bytes = 0;
+	pair_open(&p);
+	smr = reg(p.s, sbuf, 12288);
+	sreq = NULL;
+	assert_int_equal(mk_rdv_isend(p.s, sbuf, 12288, 0, smr, &sreq), 0);
+	assert_null(sreq); /* above 8192: waits for the receiver's clear-to-send */
+	mk_rdv_dereg(p.s, smr);
+	pair_close(&p);
+	free(sbuf);
+}
+
 /* A receiver whose device may hand it GPU memory offers no bounce slots (memcpy copies out). */
 static void test_eager_not_offered_where_receives_may_be_gpu_memory(void **state)
 {
@@ -1009,6 +1059,7 @@ int main(void)
 		cmocka_unit_test_setup(test_eager_message_larger_than_its_receive_fails_both,
 				       setup),
 		cmocka_unit_test_setup(test_eager_sequences_wrap, setup),
+		cmocka_unit_test_setup(test_eager_bytes_from_env_device_or_default, setup),
 		cmocka_unit_test_setup(test_eager_optional_receive_waits_for_its_data, setup),
 		cmocka_unit_test_setup(test_eager_ring_guard_waits_for_the_sender, setup),
 		cmocka_unit_test_setup(test_eager_receiver_drains_a_sender_that_left, setup),

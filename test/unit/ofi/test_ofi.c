@@ -218,7 +218,23 @@ static void test_props_filled(void **state)
 	assert_true(p.max_comms > 0);
 	/* length travels in 32 bits of CQ data; all ones marks a quiet write */
 	assert_int_equal(p.max_msg, UINT32_MAX - 1);
+	/* a clear-to-send is a socket round trip here: 64 KiB go eagerly unless told otherwise */
+	assert_int_equal(p.eager_bytes, 65536);
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
+}
+
+/* shm keeps the core's eager size: its extra copy costs more than a clear-to-send there. */
+static void test_props_shm_keeps_the_core_eager_size(void **state)
+{
+	struct mk_dev_props p;
+
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
+	init_ok(1);
+	assert_int_equal(tp->dev_props(0, &p), 0);
+	assert_int_equal(p.eager_bytes, 0);
+	unsetenv("MKERNEL_OFI_PROVIDER");
+	mk_param_reset_all();
 }
 
 static void test_drop_domain_without_cq_data(void **state)
@@ -1783,6 +1799,7 @@ int main(void)
 		T(test_iface_lo_kept_when_alone),
 		T(test_iface_env_list),
 		T(test_props_filled),
+		T(test_props_shm_keeps_the_core_eager_size),
 		T(test_drop_domain_without_cq_data),
 		T(test_mr_app_keys_unique_per_domain),
 		T(test_mr_app_keys_random_where_wide),
