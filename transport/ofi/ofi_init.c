@@ -246,12 +246,13 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 			       : 65536;
 	p->max_lanes = MK_TP_MAX_LANES; /* endpoints per connection: MKERNEL_OFI_LANES */
 	/*
-	 * Over rxm on tcp a clear-to-send costs a socket round trip (~7 us on the CI VM): messages
-	 * up to 64 KiB go eagerly (1.4-1.6x bandwidth at 16 KiB, 1.5x at 64 KiB with one in
-	 * flight, 0.8x latency; docs/benchmarks.md). On shm the extra copy costs more than the
-	 * clear-to-send (0.73-0.94x), so it keeps the core's default.
+	 * Over the socket providers (rxm on tcp, net) a clear-to-send costs a socket round trip
+	 * (~7 us on the CI VM): messages up to 64 KiB go eagerly (1.3-2.2x bandwidth at 16 KiB,
+	 * 1.5-1.6x at 64 KiB with one in flight, 0.8-0.9x latency; docs/benchmarks.md). On shm the
+	 * extra copy costs more than the clear-to-send (0.73-0.94x), so it keeps the core's
+	 * default.
 	 */
-	p->eager_bytes = strstr(prov, "tcp") != NULL ? 65536 : 0;
+	p->eager_bytes = strstr(prov, "tcp") != NULL || strcmp(prov, "net") == 0 ? 65536 : 0;
 	p->force_flush = 0;
 	/*
 	 * Only a NIC that places RMA itself (efa) lands writes while we do not poll: tcp, net

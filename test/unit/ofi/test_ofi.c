@@ -223,11 +223,22 @@ static void test_props_filled(void **state)
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
 }
 
-/* shm keeps the core's eager size: its extra copy costs more than a clear-to-send there. */
+static void backend_restart(void);
+
+/*
+ * shm keeps the core's eager size: its extra copy costs more than a clear-to-send there; net,
+ * another socket provider, asks for 64 KiB like tcp.
+ */
 static void test_props_shm_keeps_the_core_eager_size(void **state)
 {
 	struct mk_dev_props p;
 
+	set_env("MKERNEL_OFI_PROVIDER", "net");
+	mock_info_add("net", "lo", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->dev_props(0, &p), 0);
+	assert_int_equal(p.eager_bytes, 65536);
+	backend_restart();
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
 	init_ok(1);
