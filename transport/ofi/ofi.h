@@ -355,6 +355,14 @@ int mk_ofi_accept(struct mk_listener *l, const void *blob, size_t blob_len, stru
 int mk_ofi_close_listen(struct mk_listener *l);
 int mk_ofi_close(struct mk_conn *c);
 
+/*
+ * One RDM endpoint on conn's device into lane (ep, cq, av, its own name): its own CQ of cq_size
+ * entries and AV of av_count addresses, bound and enabled (shm's retry on a stale region name
+ * included); on failure nothing stays open. fi_* error codes.
+ */
+int mk_ofi_ep_open(struct mk_ofi_conn *conn, size_t cq_size, size_t av_count,
+		   struct mk_ofi_lane *lane);
+
 /* Setup messages seen by the data path's CQ reader (ofi_conn.c). */
 void mk_ofi_ctrl_complete(struct mk_ofi_conn *conn, void *op_context, bool failed);
 /* Keep an established connection's receive for stray messages posted (ofi_conn.c). */

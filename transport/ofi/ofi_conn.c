@@ -105,15 +105,16 @@ static uint64_t ofi_nonce(void)
 	return mk_now_ns() ^ ((uint64_t)getpid() << 32);
 }
 
-static int ofi_lane_open(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
+int mk_ofi_ep_open(struct mk_ofi_conn *conn, size_t cq_size, size_t av_count,
+		   struct mk_ofi_lane *lane)
 {
 	struct mk_ofi_dev *d = conn->dev;
 	struct fi_cq_attr cq_attr = {
 		.format = FI_CQ_FORMAT_DATA,
-		.size = (size_t)conn->nops * 4, /* own ops + the peer's immediates */
+		.size = cq_size,
 		.wait_obj = FI_WAIT_NONE,
 	};
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 2 };
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = av_count };
 	int rc;
 
 	lane->conn = conn;
@@ -154,6 +155,12 @@ undo_cq:
 	fi_close(&lane->cq->fid);
 	lane->cq = NULL;
 	return rc;
+}
+
+static int ofi_lane_open(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
+{
+	/* own ops + the peer's immediates; the peer's lane only */
+	return mk_ofi_ep_open(conn, (size_t)conn->nops * 4, 2, lane);
 }
 
 /* Opens lanes until there are n (lane 0 first); on failure the ones open stay for destroy. */

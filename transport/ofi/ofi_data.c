@@ -549,9 +549,10 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	nlanes = conn->state == MK_OFI_READY ? conn->nlanes : 1;
 	if (conn->sep != NULL)
 		heard = ofi_sep_drain(conn, &s, nlanes, now);
-	for (int k = 0; k < nlanes && !conn->wedged && conn->sep == NULL; k++)
-		heard |= ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes], &s,
-					now);
+	else
+		for (int k = 0; k < nlanes && !conn->wedged; k++)
+			heard |= ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes],
+						&s, now);
 	if (++conn->poll_first >= nlanes)
 		conn->poll_first = 0;
 	if (heard)

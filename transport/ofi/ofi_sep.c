@@ -89,44 +89,20 @@ static void sep_lane_close(struct mk_ofi_sep_lane *l)
 	memset(l, 0, sizeof(*l));
 }
 
-static int sep_lane_open(struct mk_ofi_sep *sep, struct mk_ofi_sep_lane *l, size_t cq_size)
+/* The shared endpoint of a lane, opened as a connection's own would be (mk_ofi_ep_open). */
+static int sep_lane_open(struct mk_ofi_conn *conn, struct mk_ofi_sep_lane *l, size_t cq_size)
 {
-	struct mk_ofi_dev *d = sep->dev;
-	struct fi_cq_attr cq_attr = {
-		.format = FI_CQ_FORMAT_DATA,
-		.size = cq_size,
-		.wait_obj = FI_WAIT_NONE,
-	};
-	struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 64 };
-	int rc;
+	struct mk_ofi_lane e = { 0 };
+	int rc = mk_ofi_ep_open(conn, cq_size, 64, &e);
 
-	rc = fi_cq_open(d->domain, &cq_attr, &l->cq, NULL);
 	if (rc)
-		goto undo;
-	rc = fi_av_open(d->domain, &av_attr, &l->av, NULL);
-	if (rc)
-		goto undo;
-	rc = fi_endpoint(d->domain, d->info, &l->ep, NULL);
-	if (rc)
-		goto undo;
-	rc = fi_ep_bind(l->ep, &l->cq->fid, FI_TRANSMIT | FI_RECV);
-	if (rc == 0)
-		rc = fi_ep_bind(l->ep, &l->av->fid, 0);
-	if (rc == 0)
-		rc = fi_enable(l->ep);
-	if (rc)
-		goto undo;
-	l->addrlen = sizeof(l->addr);
-	rc = fi_getname(&l->ep->fid, l->addr, &l->addrlen);
-	if (rc == -FI_ETOOSMALL)
-		rc = -ENAMETOOLONG;
-	if (rc)
-		goto undo;
+		return rc;
+	l->ep = e.ep;
+	l->cq = e.cq;
+	l->av = e.av;
+	l->addrlen = e.addrlen;
+	memcpy(l->addr, e.addr, e.addrlen);
 	return 0;
-
-undo:
-	sep_lane_close(l);
-	return rc;
 }
 
 /* Frees the endpoints and every connection still parked on them: nothing can complete now. */
@@ -243,7 +219,7 @@ int mk_ofi_sep_lane(struct mk_ofi_conn *conn, int i)
 	pthread_mutex_lock(&sep->lock);
 	while (rc == 0 && sep->nlanes <= i) {
 		/* room for every connection's ops and the peers' immediates, within reason */
-		rc = sep_lane_open(sep, &sep->lanes[sep->nlanes], (size_t)conn->nops * 16);
+		rc = sep_lane_open(conn, &sep->lanes[sep->nlanes], (size_t)conn->nops * 16);
 		if (rc)
 			break;
 		if (sep->nlanes == 0 && (d->mr_mode & FI_MR_LOCAL)) {

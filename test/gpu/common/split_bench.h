@@ -36,6 +36,18 @@ static int split_warm_calls(float call_ms)
 				       : (int)n;
 }
 
+/* v[0..count) becomes its maximum over all ranks (host floats, through a device copy). */
+static void rank_max_f32(float *v, int count, ncclComm_t nccl)
+{
+	float *d;
+
+	CK(cudaMalloc((void **)&d, (size_t)count * sizeof(float)));
+	CK(cudaMemcpy(d, v, (size_t)count * sizeof(float), cudaMemcpyHostToDevice));
+	NK(ncclAllReduce(d, d, (size_t)count, ncclFloat32, ncclMax, nccl, 0));
+	CK(cudaMemcpy(v, d, (size_t)count * sizeof(float), cudaMemcpyDeviceToHost));
+	CK(cudaFree(d));
+}
+
 /* hm[parity][config]: the median of each configuration over the rounds of that parity. */
 static void split_half_medians(float t[][16], int rounds, float hm[2][MK_SPLIT_CONFIGS])
 {

@@ -629,13 +629,9 @@ static void bench_splits(mkComm_t comm, ncclComm_t nccl, const struct problem *p
 	split_config(5, share, &c);
 	{
 		/* the slowest rank's call sets how many calls the controller gets to settle */
-		float ms = time_fused(comm, p, 2, 3), *d;
+		float ms = time_fused(comm, p, 2, 3);
 
-		CK(cudaMalloc((void **)&d, sizeof(float)));
-		CK(cudaMemcpy(d, &ms, sizeof(float), cudaMemcpyHostToDevice));
-		NK(ncclAllReduce(d, d, 1, ncclFloat32, ncclMax, nccl, 0));
-		CK(cudaMemcpy(&ms, d, sizeof(float), cudaMemcpyDeviceToHost));
-		CK(cudaFree(d));
+		rank_max_f32(&ms, 1, nccl);
 		(void)time_fused(comm, p, split_warm_calls(ms), 1);
 	}
 	for (int r = 0; r < rounds; r++) {
@@ -854,14 +850,9 @@ static void path_calibrate(ncclComm_t nccl, int nnodes, int nlocal, float (*med)
 	const char *prev = getenv("MKERNEL_CALIBRATION");
 	static char path[64];
 	char line[256];
-	float *d;
 	FILE *f;
 
-	CK(cudaMalloc((void **)&d, (size_t)cells * 4 * sizeof(float)));
-	CK(cudaMemcpy(d, med, (size_t)cells * 4 * sizeof(float), cudaMemcpyHostToDevice));
-	NK(ncclAllReduce(d, d, (size_t)cells * 4, ncclFloat32, ncclMax, nccl, 0));
-	CK(cudaMemcpy(med, d, (size_t)cells * 4 * sizeof(float), cudaMemcpyDeviceToHost));
-	cudaFree(d);
+	rank_max_f32(&med[0][0], cells * 4, nccl);
 	snprintf(path, sizeof(path), "/tmp/mk-gar-calib-%d.txt", (int)getpid());
 	f = fopen(path, "w");
 	if (f == NULL) {

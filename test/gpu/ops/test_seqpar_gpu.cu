@@ -1024,13 +1024,7 @@ static float time_step(struct bench *x, int step)
 /* The slowest rank's value of each of `count` floats (every rank gets them). */
 static void max_over_ranks(float *v, int count)
 {
-	float *d;
-
-	CK(cudaMalloc((void **)&d, (size_t)count * 4));
-	CK(cudaMemcpy(d, v, (size_t)count * 4, cudaMemcpyHostToDevice));
-	NK(ncclAllReduce(d, d, (size_t)count, ncclFloat32, ncclMax, g_nccl, 0));
-	CK(cudaMemcpy(v, d, (size_t)count * 4, cudaMemcpyDeviceToHost));
-	cudaFree(d);
+	rank_max_f32(v, count, g_nccl);
 }
 
 static float median(float *t, int n)
