@@ -111,7 +111,7 @@ struct mk_ofi_dev {
 	int refs; /* endpoints + registrations using the domain */
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	struct mk_ofi_sep *sep; /* MKERNEL_OFI_SHARED_EP: open shared endpoints (ofi_sep.c) */
+	struct mk_ofi_sep *seps; /* MKERNEL_OFI_SHARED_EP: open shared endpoints (ofi_sep.c) */
 	uint64_t next_key;	/* atomic: app-chosen MR keys, unique per domain */
 	/*
 	 * Released app keys, reused oldest first and only once next_key has run past key_limit
@@ -289,6 +289,7 @@ struct mk_ofi_conn {
 	 * inbox*, q*, closed, posted and tx_posted of a closed connection.
 	 */
 	struct mk_ofi_sep *sep;
+	uint8_t sep_role;  /* enum mk_ofi_sep_role it joined sep as */
 	unsigned num;	   /* ours on sep: the peer puts it in its immediates */
 	unsigned peer_num; /* the peer's, put in ours; 0: the peer routes nothing */
 	int posted;	   /* ops the provider holds (completion not read yet) */
@@ -389,14 +390,18 @@ struct mk_ofi_sep_rx {
 };
 
 /*
- * The device's shared endpoints, one per lane index, opened as connections need them and
- * closed with the last connection. lock serialises CQ reads, the connection table, the AV map
+ * A set of a device's shared endpoints, one per lane index, opened as connections need them and
+ * closed with the set's last connection (a device has one set, or with MKERNEL_OFI_SHARED_EP=2
+ * as many as it has connections of one role). lock serialises CQ reads, the connection table, the AV map
  * and everything a poller hands to another connection. Lock order: the registry, then lock,
  * then the device's lock.
  */
 struct mk_ofi_sep {
 	struct mk_ofi_dev *dev;
-	int refs; /* open connections (not parked ones), under the registry lock */
+	struct mk_ofi_sep *next; /* the device's next set, in the order they opened */
+	/* open connections (not parked ones), all and by enum mk_ofi_sep_role; registry lock */
+	int refs;
+	int roles[2];
 	pthread_mutex_t lock;
 	int nlanes; /* lanes[0..nlanes) open */
 	struct mk_ofi_sep_lane lanes[MK_TP_MAX_LANES];
@@ -409,12 +414,23 @@ struct mk_ofi_sep {
 };
 
 /*
- * True when a connection on d shares endpoints: MKERNEL_OFI_SHARED_EP=1 and not shm (a peer
- * killed inside shm can leave a lock taken that every user of the endpoint would spin on).
+ * How a connection came to be: a listener's (the accepting side, NCCL's receive comm) or a
+ * connect's (NCCL's send comm). With MKERNEL_OFI_SHARED_EP=2 a set of shared endpoints holds at
+ * most one open connection of each.
+ */
+enum mk_ofi_sep_role { MK_OFI_SEP_ACCEPTS, MK_OFI_SEP_CONNECTS };
+
+/*
+ * True when a connection on d shares endpoints: MKERNEL_OFI_SHARED_EP 1 or 2 and not shm (a
+ * peer killed inside shm can leave a lock taken that every user of the endpoint would spin on).
  */
 bool mk_ofi_sep_wanted(const struct mk_ofi_dev *d);
-/* Joins conn to its device's shared endpoints (opened on first use) and numbers it. */
-int mk_ofi_sep_attach(struct mk_ofi_conn *conn);
+/*
+ * Joins conn to a set of its device's shared endpoints (opened on first use) and numbers it:
+ * the device's only set with MKERNEL_OFI_SHARED_EP=1, with 2 the first set holding no open
+ * connection of conn's role.
+ */
+int mk_ofi_sep_attach(struct mk_ofi_conn *conn, enum mk_ofi_sep_role role);
 /* Lane i of conn on the shared endpoint of lane index i (opened on first use). */
 int mk_ofi_sep_lane(struct mk_ofi_conn *conn, int i);
 /* fi_addr of a peer address on lane i, inserted once per shared endpoint. */
@@ -441,7 +457,10 @@ struct mk_ofi_conn *mk_ofi_sep_route(struct mk_ofi_conn *conn, struct fi_cq_data
 void mk_ofi_sep_take_inbox(struct mk_ofi_conn *conn);
 /* Under sep->lock: reposts setup receives that could not be posted before. */
 void mk_ofi_sep_rearm(struct mk_ofi_sep *sep);
-/* Shared endpoints open now across devices, and connections on them (tests, logs). */
+/*
+ * Shared endpoints open now across devices (every lane of every set), and connections on them
+ * (tests, logs).
+ */
 int mk_ofi_sep_count(int *conns);
 
 /* ---- registrations (ofi_mr.c) ---- */

@@ -199,7 +199,8 @@ static int ofi_lanes_wanted(void)
 
 static void ofi_conn_free(struct mk_ofi_conn *conn);
 
-static int ofi_conn_create(int dev, int nlanes, struct mk_ofi_conn **out)
+static int ofi_conn_create(int dev, int nlanes, enum mk_ofi_sep_role role,
+			   struct mk_ofi_conn **out)
 {
 	struct mk_ofi_dev *d = mk_ofi_dev_at(dev);
 	int64_t depth = mk_param_ofi_tx_depth();
@@ -225,7 +226,7 @@ static int ofi_conn_create(int dev, int nlanes, struct mk_ofi_conn **out)
 	conn->ctrl_op.conn = conn;
 	conn->ctrl_op.kind = MK_OFI_OP_CTRL;
 	if (mk_ofi_sep_wanted(d)) {
-		rc = mk_ofi_sep_attach(conn);
+		rc = mk_ofi_sep_attach(conn, role);
 		if (rc)
 			goto undo_conn;
 	}
@@ -619,7 +620,7 @@ int mk_ofi_listen(int dev, void *handle, struct mk_listener **out)
 	if (l == NULL)
 		return -ENOMEM;
 	/* lane 0 only: the connecting side says how many lanes it wants */
-	rc = ofi_conn_create(dev, 1, &l->pending);
+	rc = ofi_conn_create(dev, 1, MK_OFI_SEP_ACCEPTS, &l->pending);
 	if (rc)
 		goto undo_alloc;
 	l->pending->state = MK_OFI_LISTENING;
@@ -660,7 +661,7 @@ int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_le
 	rc = mk_ofi_handle_decode(handle, &h);
 	if (rc)
 		return rc;
-	rc = ofi_conn_create(dev, ofi_lanes_wanted(), &conn);
+	rc = ofi_conn_create(dev, ofi_lanes_wanted(), MK_OFI_SEP_CONNECTS, &conn);
 	if (rc)
 		return rc;
 	rc = ofi_insert_peer(conn, 0, h.addr, h.addrlen);

@@ -29,7 +29,8 @@ MK_PARAM_INT(ofi_inject, "ofi", "MKERNEL_OFI_INJECT", 1,
 	     "completion made at the post instead of read from the CQ: 1 on shm (4 KiB), 2 on "
 	     "every provider (tcp;ofi_rxm 64 B; libfabric 1.17's rxm crashes injecting to a dead "
 	     "peer), 0 off")
-MK_PARAM_INT(ofi_shared_ep, "ofi", "MKERNEL_OFI_SHARED_EP", 0,
-	     "1: every connection of a process on a device shares one endpoint per lane (with its "
-	     "CQ and AV), so tcp;ofi_rxm runs one socket per pair of processes; shm keeps one "
-	     "endpoint per connection. 0: one endpoint per connection and lane")
+MK_PARAM_INT(ofi_shared_ep, "ofi", "MKERNEL_OFI_SHARED_EP", 2,
+	     "connections sharing endpoints (with their CQ and AV) on a device, not on shm: 2 a "
+	     "set per accepting and connecting pair (NCCL's receive and send comms of a channel: "
+	     "one tcp;ofi_rxm socket for both directions), 1 all of them (one socket per pair of "
+	     "processes), 0 none (an endpoint per connection and lane)")

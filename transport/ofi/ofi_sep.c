@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Shared endpoints (MKERNEL_OFI_SHARED_EP=1): every connection of a process on a device uses
- * one endpoint per lane index, with its CQ and AV, instead of its own. NCCL gives each
+ * Shared endpoints (MKERNEL_OFI_SHARED_EP): connections of a process on a device use one
+ * endpoint per lane index, with its CQ and AV, instead of their own. NCCL gives each
  * direction its own comm, so without this a ping-pong runs over two endpoints per process,
  * which on tcp;ofi_rxm is a socket per direction (1.22x the one-endpoint latency at 8-64 B,
- * docs/benchmarks.md). With it rxm runs one socket per pair of processes.
+ * docs/benchmarks.md).
+ *
+ * Which connections share: with 1 all of a device's (one set of endpoints; rxm then runs one
+ * socket per pair of processes, so NCCL's channels would all ride one TCP stream); with 2 (the
+ * default) a set holds at most one open accepting connection (NCCL's receive comm) and one
+ * connecting one (its send comm). NCCL sets up its channels in the same order on both sides, so
+ * channel c's send and receive comms to a peer meet on the c-th set of each process: one socket
+ * for both directions, and each direction of each channel still its own stream, as without
+ * sharing. Other orders only mean more sockets, never a wrong delivery.
  *
  * What sharing takes, all here except the data path's CQ read (ofi_data.c):
  *   - routing: a remote write names its target by the connection number the writer puts in
@@ -34,16 +42,31 @@ struct mk_ofi_sep_peer {
 /* Guards every device's sep pointer and each sep's refs; taken before any sep->lock. */
 static pthread_mutex_t sep_registry = PTHREAD_MUTEX_INITIALIZER;
 
+/* MKERNEL_OFI_SHARED_EP: 0 none, 1 all on one set, 2 a set per accepting/connecting pair. */
+static long long sep_mode(void)
+{
+	long long v = mk_param_ofi_shared_ep();
+
+	if (v < 0 || v > 2) {
+		static int said;
+
+		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+			MK_WARN("ofi: MKERNEL_OFI_SHARED_EP=%lld is not 0, 1 or 2: taking 2", v);
+		v = 2;
+	}
+	return v;
+}
+
 bool mk_ofi_sep_wanted(const struct mk_ofi_dev *d)
 {
-	if (mk_param_ofi_shared_ep() != 1)
+	if (sep_mode() == 0)
 		return false;
 	if (mk_ofi_is_shm(d)) {
 		static int said;
 
 		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
 			MK_INFO(MK_SUBSYS_NET,
-				"ofi: %s: MKERNEL_OFI_SHARED_EP=1 does not apply to shm: a peer "
+				"ofi: %s: MKERNEL_OFI_SHARED_EP does not apply to shm: a peer "
 				"killed inside the provider could leave a lock every user of a "
 				"shared endpoint would spin on; one endpoint per connection",
 				d->props.name);
@@ -133,27 +156,46 @@ static void sep_close(struct mk_ofi_sep *sep)
 	mk_ofi_dev_put(d);
 }
 
-static void sep_put(struct mk_ofi_sep *sep)
+static void sep_put(struct mk_ofi_sep *sep, enum mk_ofi_sep_role role)
 {
 	bool last;
 
 	pthread_mutex_lock(&sep_registry);
+	sep->roles[role]--;
 	last = --sep->refs == 0;
-	if (last)
-		sep->dev->sep = NULL;
+	if (last) {
+		struct mk_ofi_sep **at = &sep->dev->seps;
+
+		while (*at != sep)
+			at = &(*at)->next;
+		*at = sep->next;
+	}
 	pthread_mutex_unlock(&sep_registry);
 	if (last)
 		sep_close(sep);
 }
 
-static int sep_get(struct mk_ofi_dev *d, struct mk_ofi_sep **out)
+/* Under the registry lock: the set conn joins as role, NULL when a new one is due. */
+static struct mk_ofi_sep *sep_find(struct mk_ofi_dev *d, enum mk_ofi_sep_role role)
+{
+	const bool pairs = sep_mode() == 2;
+
+	for (struct mk_ofi_sep *sep = d->seps; sep != NULL; sep = sep->next)
+		if (!pairs || sep->roles[role] == 0)
+			return sep;
+	return NULL;
+}
+
+static int sep_get(struct mk_ofi_dev *d, enum mk_ofi_sep_role role, struct mk_ofi_sep **out)
 {
 	struct mk_ofi_sep *sep;
 	int rc = 0;
 
 	pthread_mutex_lock(&sep_registry);
-	sep = d->sep;
+	sep = sep_find(d, role);
 	if (sep == NULL) {
+		struct mk_ofi_sep **tail = &d->seps;
+
 		sep = calloc(1, sizeof(*sep));
 		if (sep == NULL) {
 			rc = -ENOMEM;
@@ -167,20 +209,24 @@ static int sep_get(struct mk_ofi_dev *d, struct mk_ofi_sep **out)
 		pthread_mutex_init(&sep->lock, NULL);
 		sep->dev = d;
 		sep->next_num = 1;
-		d->sep = sep;
+		/* at the tail: the c-th set opened is the c-th a role reaches on both sides */
+		while (*tail != NULL)
+			tail = &(*tail)->next;
+		*tail = sep;
 	}
 	sep->refs++;
+	sep->roles[role]++;
 	*out = sep;
 out:
 	pthread_mutex_unlock(&sep_registry);
 	return rc;
 }
 
-int mk_ofi_sep_attach(struct mk_ofi_conn *conn)
+int mk_ofi_sep_attach(struct mk_ofi_conn *conn, enum mk_ofi_sep_role role)
 {
 	struct mk_ofi_sep *sep;
 	unsigned n = 0;
-	int rc = sep_get(conn->dev, &sep);
+	int rc = sep_get(conn->dev, role, &sep);
 
 	if (rc)
 		return rc;
@@ -201,10 +247,11 @@ int mk_ofi_sep_attach(struct mk_ofi_conn *conn)
 	if (n == 0) {
 		MK_WARN("ofi: %s: all %u connection numbers of the shared endpoint are in use",
 			conn->dev->props.name, MK_OFI_NUMS - 1);
-		sep_put(sep);
+		sep_put(sep, role);
 		return -ENOSPC;
 	}
 	conn->sep = sep;
+	conn->sep_role = (uint8_t)role;
 	conn->num = n;
 	return 0;
 }
@@ -428,6 +475,7 @@ struct mk_ofi_conn *mk_ofi_sep_route(struct mk_ofi_conn *conn, struct fi_cq_data
 void mk_ofi_sep_detach(struct mk_ofi_conn *conn)
 {
 	struct mk_ofi_sep *sep = conn->sep;
+	const enum mk_ofi_sep_role role = conn->sep_role;
 	unsigned num = conn->num;
 	bool parked;
 	int posted;
@@ -461,7 +509,7 @@ void mk_ofi_sep_detach(struct mk_ofi_conn *conn)
 			sep->dev->props.name, num, posted);
 	else
 		mk_ofi_conn_release(conn);
-	sep_put(sep);
+	sep_put(sep, role);
 }
 
 int mk_ofi_sep_count(int *conns)
@@ -470,15 +518,13 @@ int mk_ofi_sep_count(int *conns)
 
 	pthread_mutex_lock(&sep_registry);
 	for (int d = 0; d < mk_ofi.ndevs; d++) {
-		struct mk_ofi_sep *sep = mk_ofi.devs[d].sep;
-
-		if (sep == NULL)
-			continue;
-		pthread_mutex_lock(&sep->lock);
-		eps += sep->nlanes;
-		for (unsigned k = 1; k < MK_OFI_NUMS; k++)
-			n += sep->conns[k] != NULL && !sep->conns[k]->closed;
-		pthread_mutex_unlock(&sep->lock);
+		for (struct mk_ofi_sep *sep = mk_ofi.devs[d].seps; sep != NULL; sep = sep->next) {
+			pthread_mutex_lock(&sep->lock);
+			eps += sep->nlanes;
+			for (unsigned k = 1; k < MK_OFI_NUMS; k++)
+				n += sep->conns[k] != NULL && !sep->conns[k]->closed;
+			pthread_mutex_unlock(&sep->lock);
+		}
 	}
 	pthread_mutex_unlock(&sep_registry);
 	if (conns != NULL)

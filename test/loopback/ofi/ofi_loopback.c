@@ -34,7 +34,7 @@
 #define WATCHDOG_S 100
 
 /*
- * Immediates: kind in bits 14..16, argument below. Bits 18..30 stay clear: with
+ * Immediates: kind in bits 14..16, argument below. Bits 18..30 stay clear: with sharing
  * MKERNEL_OFI_SHARED_EP=1 they are the backend's (as for the rendezvous core's immediates).
  */
 #define IMM_DATA   0x04000u /* data write with immediate: size index */
@@ -514,31 +514,47 @@ static void a_phase_read(struct peer *p1, struct region *r)
 	post_write_on(p1, 0, r, 0, 0, true, IMM_BYE);
 }
 
-static bool shared_on(void)
+/*
+ * MKERNEL_OFI_SHARED_EP as the backend reads it for this run's provider: 2 (pairs) when unset,
+ * 0 on shm, which never shares.
+ */
+static int shared_mode(void)
 {
 	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
+	const char *prov = getenv("MKERNEL_OFI_PROVIDER");
 
-	return on != NULL && strcmp(on, "1") == 0;
+	if (prov != NULL && strcmp(prov, "shm") == 0)
+		return 0;
+	return on == NULL || *on == '\0' ? 2 : atoi(on);
+}
+
+static bool shared_on(void)
+{
+	return shared_mode() != 0;
 }
 
 /* The backend's count of shared endpoints (transport/ofi/ofi_sep.c). */
 int mk_ofi_sep_count(int *conns);
 
 /*
- * With MKERNEL_OFI_SHARED_EP=1 every connection of this process must sit on one endpoint per
- * lane: a silent fall back to an endpoint per connection fails here.
+ * With sharing on, this process's open connections (accepted of them accepting, the rest
+ * connecting) must sit where the mode puts them: with 1 on one endpoint per lane, with 2 on a
+ * set per accepting and connecting pair. A silent fall back to an endpoint per connection
+ * fails here.
  */
-static void shared_check(int min_conns, int nlanes)
+static void shared_check(int accepted, int connected, int nlanes)
 {
-	int conns, eps;
+	int mode = shared_mode(), conns, eps, sets;
 
-	if (!shared_on())
+	if (mode == 0)
 		return;
+	sets = mode == 1 ? 1 : accepted > connected ? accepted : connected;
 	eps = mk_ofi_sep_count(&conns);
-	expect(eps == nlanes && conns >= min_conns,
-	       "%d shared endpoints for %d lanes, %d connections on them (want %d or more)", eps,
-	       nlanes, conns, min_conns);
-	printf("ok - %d connections share %d endpoint%s\n", conns, eps, eps > 1 ? "s" : "");
+	expect(eps == nlanes * sets && conns == accepted + connected,
+	       "%d shared endpoints, %d connections on them (want %d for %d lanes, %d)", eps,
+	       conns, nlanes * sets, nlanes, accepted + connected);
+	printf("ok - %d connections share %d endpoint%s (MKERNEL_OFI_SHARED_EP=%d)\n", conns, eps,
+	       eps > 1 ? "s" : "", mode);
 }
 
 static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], struct region *r)
@@ -588,7 +604,7 @@ static void a_phase_many(int rfd, int wfd, struct mk_listener *many_l[NMANY], st
 		check(r->buf + 64 * (size_t)i, 64, (unsigned int)i, "many");
 	}
 	printf("ok - %d connections at once\n", NMANY);
-	shared_check(NMANY + 2, many[0].c->nlanes);
+	shared_check(NMANY + 2, 0, many[0].c->nlanes);
 	xwrite(wfd, &len, sizeof(len));
 	for (int i = 0; i < NMANY; i++)
 		expect(tp->close(many[i].c) == 0, "close many %d", i);
@@ -833,7 +849,7 @@ static void a_threads(int d_to, int d_from, struct region *r)
 		tp->close_listen(l[i]);
 	}
 	xread(d_from, &ch, 1);
-	shared_check(NTHREADS, peers[0].c->nlanes);
+	shared_check(NTHREADS, 0, peers[0].c->nlanes);
 	xwrite(d_to, "a", 1);
 	pingpong_run(peers, r, true);
 	xread(d_from, &ch, 1);

@@ -147,20 +147,26 @@ struct rank {
 int mk_ofi_sep_count(int *conns);
 
 /*
- * MKERNEL_OFI_SHARED_EP=1: this rank's connections to every other rank sit on one endpoint, so
- * the signal writes below travel with the backend's connection number in their immediates; an
+ * Sharing on (MKERNEL_OFI_SHARED_EP 1 or 2 and not shm), this rank's connections to every other
+ * rank sit on shared endpoints, so the signal writes below travel with the backend's connection
+ * number in their immediates: with 1 all on one endpoint, with 2 on a set per accepting and
+ * connecting pair (setup below accepts from the me lower ranks and connects to the rest). An
  * endpoint per connection (a silent fall back) fails here.
  */
 static void shared_check(void)
 {
 	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
-	int conns = 0, eps;
+	const char *prov = getenv("MKERNEL_OFI_PROVIDER");
+	int mode = on == NULL || *on == '\0' ? 2 : atoi(on);
+	int conns = 0, eps, sets, accepted = me, connected = nranks - 1 - me;
 
-	if (on == NULL || strcmp(on, "1") != 0)
+	if (mode == 0 || (prov != NULL && strcmp(prov, "shm") == 0))
 		return;
+	sets = mode == 1 ? 1 : accepted > connected ? accepted : connected;
 	eps = mk_ofi_sep_count(&conns);
-	expect(eps == 1 && conns == nranks - 1,
-	       "%d shared endpoints with %d connections (want 1 with %d)", eps, conns, nranks - 1);
+	expect(eps == sets && conns == nranks - 1,
+	       "%d shared endpoints with %d connections (want %d with %d)", eps, conns, sets,
+	       nranks - 1);
 }
 
 /* Connect to every other rank as a comm does: listen for lower ranks, connect to higher. */

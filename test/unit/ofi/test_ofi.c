@@ -39,6 +39,8 @@ static int setup(void **state)
 {
 	mock_reset();
 	clear_env();
+	/* most tests here are of an endpoint per connection; the sharing tests set their mode */
+	setenv("MKERNEL_OFI_SHARED_EP", "0", 1);
 	mk_ofi_lib_override(&mock_lib);
 	return 0;
 }
@@ -480,6 +482,11 @@ static void open_pair_inject(struct pair *p, const char *prov, uint64_t mr_mode,
 	open_pair_again(p);
 }
 
+static struct mock_ep *mock_ep_of(struct fid_ep *ep)
+{
+	return container_of(ep, struct mock_ep, ep);
+}
+
 /* Another connected pair on the device already initialised. */
 static void open_pair_again(struct pair *p)
 {
@@ -487,10 +494,11 @@ static void open_pair_again(struct pair *p)
 	const char blob_c[] = "from-connector", blob_a[] = "from-acceptor";
 
 	assert_int_equal(tp->listen(0, handle, &p->l), 0);
-	p->la = mock.eps[mock.neps - 1];
+	/* the connections' own endpoints, or with sharing the ones they joined */
+	p->la = mock_ep_of(mk_ofi_listener_of(p->l)->pending->lanes[0].ep);
 	assert_non_null(p->la->rx_buf);
 	assert_int_equal(tp->connect(0, handle, blob_c, sizeof(blob_c), &p->c), 0);
-	p->cb = mock.eps[mock.neps - 1];
+	p->cb = mock_ep_of(mk_ofi_conn_of(p->c)->lanes[0].ep);
 	assert_int_equal(tp->connected(p->c), 0);
 	assert_int_equal(tp->accept(p->l, blob_a, sizeof(blob_a), &p->a), 0);
 	assert_null(p->a);	    /* nothing arrived yet */
@@ -1776,6 +1784,58 @@ static void test_shared_setup_foreign_nonce_dropped(void **state)
 	live_all_zero();
 }
 
+static struct mk_ofi_sep *sep_of(struct mk_conn *c)
+{
+	return mk_ofi_conn_of(c)->sep;
+}
+
+/*
+ * Pairs, the default (and what a value out of range takes): a set of shared endpoints holds one
+ * accepting and one connecting connection, so each pair opened in turn gets a set of its own,
+ * and a set freed by closing is not reused by a role it still holds.
+ */
+static void shared_pairs_check(void)
+{
+	struct pair p, q, r;
+	int conns;
+
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	assert_int_equal(mock.ep_live, 1);
+	assert_ptr_equal(sep_of(p.a), sep_of(p.c));
+	open_pair_again(&q);
+	assert_int_equal(mock.ep_live, 2);
+	assert_int_equal(mk_ofi_sep_count(&conns), 2);
+	assert_int_equal(conns, 4);
+	assert_ptr_equal(sep_of(q.a), sep_of(q.c));
+	assert_ptr_not_equal(sep_of(p.a), sep_of(q.a));
+	assert_int_equal(mk_ofi_conn_of(q.a)->peer_num, conn_num(q.c));
+	/* p's set keeps its connecting connection: r's accepting one fits there, not r's other */
+	assert_int_equal(tp->close(p.a), 0);
+	open_pair_again(&r);
+	assert_ptr_equal(sep_of(r.a), sep_of(p.c));
+	assert_ptr_not_equal(sep_of(r.c), sep_of(p.c));
+	assert_ptr_not_equal(sep_of(r.c), sep_of(q.c));
+	assert_int_equal(mock.ep_live, 3);
+	assert_int_equal(tp->close(p.c), 0);
+	close_pair_only(&r);
+	close_pair(&q);
+	assert_int_equal(mk_ofi_sep_count(NULL), 0);
+}
+
+static void test_shared_pairs_by_default(void **state)
+{
+	unsetenv("MKERNEL_OFI_SHARED_EP");
+	mk_param_reset_all();
+	assert_int_equal(mk_param_ofi_shared_ep(), 2);
+	shared_pairs_check();
+}
+
+static void test_shared_out_of_range_takes_pairs(void **state)
+{
+	set_env("MKERNEL_OFI_SHARED_EP", "7");
+	shared_pairs_check();
+}
+
 /* shm keeps one endpoint per connection with the knob on. */
 static void test_shared_not_on_shm(void **state)
 {
@@ -1866,6 +1926,8 @@ int main(void)
 		T(test_shared_close_with_op_in_flight_parks),
 		T(test_shared_setup_foreign_nonce_dropped),
 		T(test_shared_not_on_shm),
+		T(test_shared_pairs_by_default),
+		T(test_shared_out_of_range_takes_pairs),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
