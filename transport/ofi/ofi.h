@@ -112,7 +112,7 @@ struct mk_ofi_dev {
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct mk_ofi_sep *seps; /* MKERNEL_OFI_SHARED_EP: open shared endpoints (ofi_sep.c) */
-	uint64_t next_key;	/* atomic: app-chosen MR keys, unique per domain */
+	uint64_t next_key;	 /* atomic: app-chosen MR keys, unique per domain */
 	/*
 	 * Released app keys, reused oldest first and only once next_key has run past key_limit
 	 * (a stale remote key then reaches a new region only after every other key was used).
@@ -392,8 +392,8 @@ struct mk_ofi_sep_rx {
 /*
  * A set of a device's shared endpoints, one per lane index, opened as connections need them and
  * closed with the set's last connection (a device has one set, or with MKERNEL_OFI_SHARED_EP=2
- * as many as it has connections of one role). lock serialises CQ reads, the connection table, the AV map
- * and everything a poller hands to another connection. Lock order: the registry, then lock,
+ * as many as it has connections of one role). lock serialises CQ reads, the connection table, the
+ * AV map and everything a poller hands to another connection. Lock order: the registry, then lock,
  * then the device's lock.
  */
 struct mk_ofi_sep {

@@ -199,8 +199,7 @@ static int ofi_lanes_wanted(void)
 
 static void ofi_conn_free(struct mk_ofi_conn *conn);
 
-static int ofi_conn_create(int dev, int nlanes, enum mk_ofi_sep_role role,
-			   struct mk_ofi_conn **out)
+static int ofi_conn_create(int dev, int nlanes, enum mk_ofi_sep_role role, struct mk_ofi_conn **out)
 {
 	struct mk_ofi_dev *d = mk_ofi_dev_at(dev);
 	int64_t depth = mk_param_ofi_tx_depth();

@@ -551,8 +551,8 @@ static void shared_check(int accepted, int connected, int nlanes)
 	sets = mode == 1 ? 1 : accepted > connected ? accepted : connected;
 	eps = mk_ofi_sep_count(&conns);
 	expect(eps == nlanes * sets && conns == accepted + connected,
-	       "%d shared endpoints, %d connections on them (want %d for %d lanes, %d)", eps,
-	       conns, nlanes * sets, nlanes, accepted + connected);
+	       "%d shared endpoints, %d connections on them (want %d for %d lanes, %d)", eps, conns,
+	       nlanes * sets, nlanes, accepted + connected);
 	printf("ok - %d connections share %d endpoint%s (MKERNEL_OFI_SHARED_EP=%d)\n", conns, eps,
 	       eps > 1 ? "s" : "", mode);
 }
