@@ -122,12 +122,13 @@ static void test_eager_send_goes_before_its_receive(void **state)
 
 /*
  * Receives that eager messages fill at their post hold their CTS back: the held groups go in one
- * write once 8 wait, or with the next group that needs a CTS, in runs that never cross the wrap
- * of the receiver's staging (group 0 mod 64) or of the sender's ring (group 1 mod 64).
+ * write once 32 (half the ring) wait, or with the next group that needs a CTS, in runs that never
+ * cross the wrap of the receiver's staging (group 0 mod 64) or of the sender's ring (group 1 mod
+ * 64). No credit write goes between: the CTS entries carry the credits.
  */
 static void test_eager_filled_receives_batch_their_cts(void **state)
 {
-	enum { MSG = 64, N = 40, FIRST = 60 };
+	enum { MSG = 64, N = 100, FIRST = 60, BATCH = 32 };
 	static char sbuf[MSG], rbuf[N + 1][MSG];
 	struct mk_rdv_req *sreq, *rreq;
 	struct mk_mr *smr, *rmr;
@@ -154,18 +155,22 @@ static void test_eager_filled_receives_batch_their_cts(void **state)
 		assert_true(rreq->cts_lazy);
 		/* every earlier group is done: matching started at this one, not the frontier */
 		assert_int_equal(r->eager.open_from, rreq->seq);
-		/* a write only when 8 wait: [60,64) and [64] at the wraps, then 8 at a time */
-		if (rreq->seq == 67 || rreq->seq == 71 || (rreq->seq > 71 && rreq->seq % 8 == 0))
+		/*
+		 * a write only when 32 wait: [60,64) and [64] at the wraps, [65,97) whole, then
+		 * [97,128) up to the staging's wrap and [128] alone before the ring's
+		 */
+		if (rreq->seq == 91 || rreq->seq == 95 || rreq->seq == 96 || rreq->seq == 128 ||
+		    rreq->seq == 159)
 			assert_int_equal(fake_tp_writes() - writes, 1);
 		else
 			assert_int_equal(fake_tp_writes() - writes, 0);
-		assert_true(r->next_seq - r->cts_next < 8);
+		assert_true(r->next_seq - r->cts_next < BATCH);
 		assert_int_equal(wait_both(NULL, rreq, &got, NULL), 0);
 		assert_int_equal(got, MSG);
 		check(rbuf[i], MSG, (unsigned)i);
 	}
-	assert_int_equal(r->cts_next, FIRST + N - 3);
-	/* nothing waits for this one: its CTS goes at once, the three held groups with it */
+	assert_int_equal(r->cts_next, FIRST + N - 31);
+	/* nothing waits for this one: its CTS goes at once, the 31 held groups with it */
 	writes = fake_tp_writes();
 	rreq = post_recv(&p, rbuf[N], MSG, 0, rmr);
 	assert_false(rreq->cts_lazy);
@@ -970,15 +975,15 @@ static int pingpong_extra_writes(int wait_us, int k_msgs)
 
 static void test_eager_cts_wait_batches_the_cts_of_expected_messages(void **state)
 {
-	const int k_msgs = 24;
+	const int k_msgs = 96;
 	int off, on;
 
 	(void)state;
 	off = pingpong_extra_writes(0, k_msgs);
 	on = pingpong_extra_writes(1000000, k_msgs);
-	/* off: a CTS per receive; on: one per RECV_CTS_BATCH (8) groups */
+	/* off: a CTS per receive; on: one per RECV_CTS_BATCH (32) groups */
 	assert_int_equal(off, k_msgs);
-	assert_true(on <= k_msgs / 8 + 1);
+	assert_true(on <= k_msgs / 32 + 1);
 }
 
 /*
