@@ -69,6 +69,8 @@ struct mk_dev_props {
 				     * this is a physical device */
 	uint32_t eager_bytes;	    /* the eager size this device prefers where MKERNEL_EAGER_BYTES
 				     * is not set (0: the core's default) */
+	uint32_t cts_batch;	    /* receive groups one held-back CTS write may carry (0: the
+				     * core's default; clamped to half its ring) */
 	int fused[MK_TP_MAX_FUSED]; /* their indexes */
 };
 

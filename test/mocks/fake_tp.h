@@ -31,6 +31,7 @@ struct fake_tp_faults {
 	int ptr_cuda; /* devices also register GPU memory (ptr_support has MK_PTR_CUDA) */
 	int poll_reads_clock; /* poll() reads the clock once and leaves it in polled_ns, as ofi */
 	unsigned eager_bytes; /* the devices' preferred eager size (props.eager_bytes), 0: none */
+	unsigned cts_batch;   /* the devices' held-CTS batch (props.cts_batch), 0: none */
 };
 
 extern struct fake_tp_faults fake_tp_faults;

@@ -136,7 +136,7 @@ static void eager_copy(struct mk_rdv_recv *r, const struct mk_rdv_eager_hdr *hdr
 /*
  * Tell the sender about freed slots with an 8-byte write into its credit word, when it has not
  * heard of half a ring of them, or about an error. CTS entries carry credits too: while groups
- * hold their CTS back (a batch goes every RECV_CTS_BATCH, half a ring, of them), the write waits
+ * hold their CTS back (a batch goes every cts_batch of them, up to half a ring), the write waits
  * for three quarters of a ring, so in a stream of one-message groups the CTS batch carries the
  * credits alone; at half a ring both went, two writes where one does. One write at a time: its
  * source must not change while it is in flight.
@@ -145,13 +145,12 @@ static void eager_credit(struct mk_rdv_recv *r)
 {
 	struct mk_rdv_eager_rx *rx = &r->eager;
 	struct mk_conn *c = r->cs.conn;
-	const uint32_t at = r->cts_next != r->next_seq ? MK_RDV_EAGER_SLOTS * 3 / 4
-						       : MK_RDV_EAGER_SLOTS / 2;
+	const uint32_t at =
+		r->cts_next != r->next_seq ? MK_RDV_EAGER_SLOTS * 3 / 4 : MK_RDV_EAGER_SLOTS / 2;
 	int rc;
 
 	if (rx->credit_busy || rx->peer_credit == 0 ||
-	    (rx->next - rx->credited < at &&
-	     (rx->flags & ~rx->words->credit.flags) == 0))
+	    (rx->next - rx->credited < at && (rx->flags & ~rx->words->credit.flags) == 0))
 		return;
 	rx->words->credit.freed = rx->next;
 	rx->words->credit.flags = rx->flags;

@@ -24,13 +24,20 @@
 #include "rdv_conn.h"
 #include "rdv_eager.h"
 
-#define MK_RDV_MAGIC	   0x6d6b7276u /* live comm */
-#define MK_RDV_DEAD	   0x64656164u /* closed comm, object on a free list */
-#define MK_RDV_REQ_MAGIC   0x6d6b7271u
-#define MK_RDV_CTS_GROUPS  (2 * MK_RDV_MAX_REQUESTS)
-#define MK_RDV_SEND_REQS   (MK_RDV_MAX_REQUESTS * MK_RDV_MAX_RECVS)
-#define MK_RDV_MAX_SEGS	   16
-#define MK_RDV_CHUNK_ALIGN 128 /* LL/LL128 lines never straddle two segments */
+#define MK_RDV_MAGIC		 0x6d6b7276u /* live comm */
+#define MK_RDV_DEAD		 0x64656164u /* closed comm, object on a free list */
+#define MK_RDV_REQ_MAGIC	 0x6d6b7271u
+#define MK_RDV_CTS_GROUPS	 (2 * MK_RDV_MAX_REQUESTS)
+#define MK_RDV_SEND_REQS	 (MK_RDV_MAX_REQUESTS * MK_RDV_MAX_RECVS)
+#define MK_RDV_MAX_SEGS		 16
+#define MK_RDV_CHUNK_ALIGN	 128 /* LL/LL128 lines never straddle two segments */
+/*
+ * Groups one write of held-back CTS carries where the device does not say (props.cts_batch).
+ * Each group's entries go whole (8 x 64 B), so a batch of 8 is a 3.6 KiB write: cheap where a
+ * write costs its bytes (shm copies them, a 16 KiB batch slowed its small-message latency by
+ * 1.09-1.17x); the socket providers, where a write costs system calls at both ends, ask for more.
+ */
+#define MK_RDV_CTS_BATCH_DEFAULT 8
 
 /* The bit mask of all n sub-receives of a group or request (used, etaken: 1 bit each). */
 static inline uint8_t mk_rdv_subs_all(unsigned n)
@@ -182,6 +189,7 @@ struct mk_rdv_recv {
 	uint64_t peer_ring;	    /* the sender's CTS ring VA */
 	uint32_t next_seq;	    /* sequence of the next receive group */
 	uint32_t cts_next;	    /* first posted group whose CTS the transport has not taken */
+	uint32_t cts_batch;	    /* groups one write of held-back CTS carries at most (setup) */
 	int outstanding;	    /* posted, not yet reported done */
 	bool early_ok;		    /* writes land unpolled: optional receives may finish early */
 	/*

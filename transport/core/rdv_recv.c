@@ -14,13 +14,6 @@
 #include "rdv_internal.h"
 
 #define RECV_POLL_BATCH 16
-/*
- * Groups one CTS write carries at most: half the ring, so a receiver holding that many back still
- * has room for NCCL's 32 requests. In a ping-pong of small messages over tcp;ofi_rxm, 32 instead
- * of 8 took 6-8 % off the one-way latency (docs/benchmarks.md): each write is a system call at both
- * ends, its 16 KiB hardly more than one entry.
- */
-#define RECV_CTS_BATCH	(MK_RDV_CTS_GROUPS / 2)
 
 /* Every sub-receive has its data (by rendezvous or eager). */
 static bool recv_data_in(const struct mk_rdv_req *req)
@@ -160,7 +153,7 @@ static bool recv_cts_wanted(const struct mk_rdv_req *req, uint64_t now)
  */
 static bool recv_cts_due(const struct mk_rdv_recv *r)
 {
-	if (r->next_seq - r->cts_next >= RECV_CTS_BATCH)
+	if (r->next_seq - r->cts_next >= r->cts_batch)
 		return true;
 	for (uint32_t g = r->cts_next; g != r->next_seq; g++)
 		if (recv_cts_wanted(&r->reqs[g % MK_RDV_CTS_GROUPS], r->cs.now_ns))
@@ -175,7 +168,7 @@ static bool recv_cts_due(const struct mk_rdv_recv *r)
  * Draining, no CTS is written at all.
  *
  * A group that eager messages filled at its post waits (recv_cts_due): its CTS rides with the
- * next group that needs one, or goes once RECV_CTS_BATCH such groups wait. Each write carries a
+ * next group that needs one, or goes once cts_batch such groups wait. Each write carries a
  * run of groups contiguous both in our staging and in the sender's ring, so a stream of small
  * messages costs about one eager write each and a CTS write per batch, not one per receive: on
  * the socket providers every write is system calls at each end.
@@ -196,7 +189,7 @@ static void recv_post_cts(struct mk_rdv_recv *r)
 		if (rc == 0 && !recv_cts_due(r))
 			return;
 		/* staging wraps before group 0 mod the ring's depth, the sender's ring before 1 */
-		while (end != r->next_seq && end - first < RECV_CTS_BATCH &&
+		while (end != r->next_seq && end - first < r->cts_batch &&
 		       end % MK_RDV_CTS_GROUPS > 1)
 			end++;
 		last = &r->reqs[(end - 1) % MK_RDV_CTS_GROUPS];

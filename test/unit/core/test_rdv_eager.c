@@ -122,13 +122,15 @@ static void test_eager_send_goes_before_its_receive(void **state)
 
 /*
  * Receives that eager messages fill at their post hold their CTS back: the held groups go in one
- * write once 32 (half the ring) wait, or with the next group that needs a CTS, in runs that never
- * cross the wrap of the receiver's staging (group 0 mod 64) or of the sender's ring (group 1 mod
- * 64). No credit write goes between: the CTS entries carry the credits.
+ * write once the device's batch (props.cts_batch, else 8) waits, or with the next group that needs
+ * a CTS, in runs that never cross the wrap of the receiver's staging (group 0 mod 64) or of the
+ * sender's ring (group 1 mod 64). No credit write goes between: the CTS entries carry the
+ * credits. N receives from group 60; a write goes at the posts of the groups in at[], after them
+ * batch - left groups wait.
  */
-static void test_eager_filled_receives_batch_their_cts(void **state)
+static void batch_cts_case(uint32_t batch, const uint32_t *at, int nat, uint32_t left)
 {
-	enum { MSG = 64, N = 100, FIRST = 60, BATCH = 32 };
+	enum { MSG = 64, N = 100, FIRST = 60 };
 	static char sbuf[MSG], rbuf[N + 1][MSG];
 	struct mk_rdv_req *sreq, *rreq;
 	struct mk_mr *smr, *rmr;
@@ -138,6 +140,7 @@ static void test_eager_filled_receives_batch_their_cts(void **state)
 	struct pair p;
 
 	cts_at_post(); /* the last receive, expecting nothing, writes its CTS at once */
+	fake_tp_faults.cts_batch = batch == MK_RDV_CTS_BATCH_DEFAULT ? 0 : batch;
 	mk_rdv_set_initial_seq(FIRST);
 	pair_open(&p);
 	r = recv_of(&p);
@@ -155,22 +158,18 @@ static void test_eager_filled_receives_batch_their_cts(void **state)
 		assert_true(rreq->cts_lazy);
 		/* every earlier group is done: matching started at this one, not the frontier */
 		assert_int_equal(r->eager.open_from, rreq->seq);
-		/*
-		 * a write only when 32 wait: [60,64) and [64] at the wraps, [65,97) whole, then
-		 * [97,128) up to the staging's wrap and [128] alone before the ring's
-		 */
-		if (rreq->seq == 91 || rreq->seq == 95 || rreq->seq == 96 || rreq->seq == 128 ||
-		    rreq->seq == 159)
-			assert_int_equal(fake_tp_writes() - writes, 1);
-		else
-			assert_int_equal(fake_tp_writes() - writes, 0);
-		assert_true(r->next_seq - r->cts_next < BATCH);
+		bool due = false;
+
+		for (int k = 0; k < nat; k++)
+			due |= rreq->seq == at[k];
+		assert_int_equal(fake_tp_writes() - writes, due ? 1 : 0);
+		assert_true(r->next_seq - r->cts_next < batch);
 		assert_int_equal(wait_both(NULL, rreq, &got, NULL), 0);
 		assert_int_equal(got, MSG);
 		check(rbuf[i], MSG, (unsigned)i);
 	}
-	assert_int_equal(r->cts_next, FIRST + N - 31);
-	/* nothing waits for this one: its CTS goes at once, the 31 held groups with it */
+	assert_int_equal(r->cts_next, FIRST + N - left);
+	/* nothing waits for this one: its CTS goes at once, the held groups with it */
 	writes = fake_tp_writes();
 	rreq = post_recv(&p, rbuf[N], MSG, 0, rmr);
 	assert_false(rreq->cts_lazy);
@@ -188,6 +187,25 @@ static void test_eager_filled_receives_batch_their_cts(void **state)
 	mk_rdv_dereg(p.s, smr);
 	mk_rdv_dereg(p.r, rmr);
 	pair_close(&p);
+}
+
+static void test_eager_filled_receives_batch_their_cts(void **state)
+{
+	/*
+	 * 8, the default: [60,64) and [64] at the wraps, then 8 at a time, [121,128) up to the
+	 * staging's wrap, [128] alone before the ring's, 8 at a time again; 153..159 left
+	 */
+	static const uint32_t at8[] = { 67,  71,  72,  80,  88,	 96,  104,
+					112, 120, 128, 135, 136, 144, 152 };
+	/*
+	 * 32, as the socket providers ask: [60,64) and [64] at the wraps, [65,97) whole, [97,128)
+	 * up to the staging's wrap, [128] alone before the ring's; 129..159 left
+	 */
+	static const uint32_t at32[] = { 91, 95, 96, 128, 159 };
+
+	(void)state;
+	batch_cts_case(MK_RDV_CTS_BATCH_DEFAULT, at8, (int)MK_ARRAY_SIZE(at8), 7);
+	batch_cts_case(32, at32, (int)MK_ARRAY_SIZE(at32), 31);
 }
 
 /* A CTS that is already here wins: the data goes straight into the receive buffer. */
@@ -979,9 +997,10 @@ static void test_eager_cts_wait_batches_the_cts_of_expected_messages(void **stat
 	int off, on;
 
 	(void)state;
+	fake_tp_faults.cts_batch = 32; /* as the socket providers ask */
 	off = pingpong_extra_writes(0, k_msgs);
 	on = pingpong_extra_writes(1000000, k_msgs);
-	/* off: a CTS per receive; on: one per RECV_CTS_BATCH (32) groups */
+	/* off: a CTS per receive; on: one per batch of the device's 32 groups */
 	assert_int_equal(off, k_msgs);
 	assert_true(on <= k_msgs / 32 + 1);
 }

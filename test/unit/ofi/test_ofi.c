@@ -222,6 +222,7 @@ static void test_props_filled(void **state)
 	assert_int_equal(p.max_msg, UINT32_MAX - 1);
 	/* a clear-to-send is a socket round trip here: 64 KiB go eagerly unless told otherwise */
 	assert_int_equal(p.eager_bytes, 65536);
+	assert_int_equal(p.cts_batch, 32);
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
 }
 
@@ -240,12 +241,14 @@ static void test_props_shm_keeps_the_core_eager_size(void **state)
 	init_ok(1);
 	assert_int_equal(tp->dev_props(0, &p), 0);
 	assert_int_equal(p.eager_bytes, 65536);
+	assert_int_equal(p.cts_batch, 32);
 	backend_restart();
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
 	init_ok(1);
 	assert_int_equal(tp->dev_props(0, &p), 0);
 	assert_int_equal(p.eager_bytes, 0);
+	assert_int_equal(p.cts_batch, 0);
 	unsetenv("MKERNEL_OFI_PROVIDER");
 	mk_param_reset_all();
 }
