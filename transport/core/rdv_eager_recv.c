@@ -93,8 +93,7 @@ static bool eager_match(struct mk_rdv_recv *r, const struct mk_rdv_eager_hdr *hd
 		from = r->eager.open_from;
 	for (uint32_t g = from; (int32_t)(g - r->next_seq) < 0; g++) {
 		struct mk_rdv_req *req = &r->reqs[g % MK_RDV_CTS_GROUPS];
-		const struct mk_rdv_cts *cts =
-			&r->staging[(g % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+		const struct mk_rdv_cts *cts = mk_rdv_staging(r, g);
 
 		/* done (or its slot reused by a later group): every sub-receive was taken */
 		if (req->seq != g || req->state != MK_RDV_REQ_POSTED)
@@ -114,8 +113,7 @@ static bool eager_match(struct mk_rdv_recv *r, const struct mk_rdv_eager_hdr *hd
 static void eager_copy(struct mk_rdv_recv *r, const struct mk_rdv_eager_hdr *hdr,
 		       struct mk_rdv_req *req, unsigned i)
 {
-	const struct mk_rdv_cts *cts =
-		&r->staging[(req->seq % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS + i];
+	const struct mk_rdv_cts *cts = mk_rdv_staging(r, req->seq) + i;
 
 	req->etaken |= (uint8_t)(1u << i);
 	if (hdr->len > cts->size) {

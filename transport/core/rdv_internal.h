@@ -203,6 +203,16 @@ struct mk_rdv_recv {
 	struct mk_rdv_req flush_reqs[MK_RDV_MAX_REQUESTS];
 };
 
+/*
+ * The CTS staging entries of group seq: placed as in the sender's ring, (seq - 1) mod its depth,
+ * so a run of groups is contiguous in both or in neither and a batch breaks at one wrap, not at
+ * two a group apart (which cost a one-group write every ring).
+ */
+static inline struct mk_rdv_cts *mk_rdv_staging(const struct mk_rdv_recv *r, uint32_t seq)
+{
+	return &r->staging[((seq - 1) % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+}
+
 struct mk_rdv_listen {
 	struct mk_rdv_comm head;
 	struct mk_listener *l;

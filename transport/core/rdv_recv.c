@@ -180,17 +180,16 @@ static void recv_post_cts(struct mk_rdv_recv *r)
 	while (r->cts_next != r->next_seq) {
 		uint32_t first = r->cts_next, end = first + 1;
 		struct mk_rdv_req *last;
-		struct mk_rdv_cts *cts =
-			&r->staging[(first % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+		struct mk_rdv_cts *cts = mk_rdv_staging(r, first);
 		uint64_t dst = r->peer_ring + (uint64_t)((first - 1) % MK_RDV_CTS_GROUPS) *
 						      MK_RDV_MAX_RECVS * sizeof(*cts);
 		int rc = r->cs.error;
 
 		if (rc == 0 && !recv_cts_due(r))
 			return;
-		/* staging wraps before group 0 mod the ring's depth, the sender's ring before 1 */
+		/* both rings wrap before group 1 mod their depth (mk_rdv_staging) */
 		while (end != r->next_seq && end - first < r->cts_batch &&
-		       end % MK_RDV_CTS_GROUPS > 1)
+		       end % MK_RDV_CTS_GROUPS != 1)
 			end++;
 		last = &r->reqs[(end - 1) % MK_RDV_CTS_GROUPS];
 		if (rc == 0) {
@@ -199,8 +198,7 @@ static void recv_post_cts(struct mk_rdv_recv *r)
 				sizeof(*cts);
 
 			for (uint32_t g = first; g != end; g++) {
-				struct mk_rdv_cts *e =
-					&r->staging[(g % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+				struct mk_rdv_cts *e = mk_rdv_staging(r, g);
 				int n = r->reqs[g % MK_RDV_CTS_GROUPS].n;
 
 				for (int i = 0; i < n; i++)
@@ -316,7 +314,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	struct mk_rdv_recv *r = container_of(comm, struct mk_rdv_recv, head);
 	uint32_t seq = r->next_seq;
 	struct mk_rdv_req *req = &r->reqs[seq % MK_RDV_CTS_GROUPS];
-	struct mk_rdv_cts *cts = &r->staging[(seq % MK_RDV_CTS_GROUPS) * MK_RDV_MAX_RECVS];
+	struct mk_rdv_cts *cts = mk_rdv_staging(r, seq);
 	int rc;
 
 	*out = NULL;
