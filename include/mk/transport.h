@@ -71,6 +71,8 @@ struct mk_dev_props {
 				     * is not set (0: the core's default) */
 	uint32_t cts_batch;	    /* receive groups one held-back CTS write may carry (0: the
 				     * core's default; clamped to half its ring) */
+	uint32_t eager_write_max;   /* largest eager write, header included, the device handles
+				     * well where MKERNEL_EAGER_BYTES is not set (0: no limit) */
 	int fused[MK_TP_MAX_FUSED]; /* their indexes */
 };
 

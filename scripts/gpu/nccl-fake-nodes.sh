@@ -110,9 +110,11 @@ if [ -z "${SKIP_CHECK:-}" ]; then
 	done
 fi
 # Bandwidth configurations (CONFIGS selects a subset): the plugin over libfabric's tcp, net and
-# shm providers, tcp (or shm) striped over LANES endpoints, tcp with the eager path off, a
-# progress thread per endpoint or every comm of a process on one endpoint (mkernel-tcp-shared:
-# NCCL's channels then ride one TCP stream), NCCL's own Socket transport, and NCCL with nothing forced
+# shm providers (tcp and net with their default, endpoints shared by a channel's send and receive
+# comms), tcp (or shm) striped over LANES endpoints, tcp with the eager path off, a progress
+# thread per endpoint, every comm of a process on one endpoint (mkernel-tcp-shared: NCCL's
+# channels then ride one TCP stream) or an endpoint per comm (mkernel-tcp-own-ep), NCCL's own
+# Socket transport, and NCCL with nothing forced
 # (nccl-nvlink: on layout g its P2P transport over NVLink).
 configs=${CONFIGS:-mkernel-tcp mkernel-tcp-lanes mkernel-net mkernel-shm nccl-socket}
 tcp="MKERNEL_OFI_PROVIDER=tcp;ofi_rxm"
@@ -125,6 +127,7 @@ for ((round = 1; round <= ${ROUNDS:-2}; round++)); do
 		mkernel-tcp-eager0) env=("${plugin_env[@]}" "$tcp" MKERNEL_EAGER_BYTES=0) ;;
 		mkernel-tcp-pt) env=("${plugin_env[@]}" "$tcp" MKERNEL_OFI_PROGRESS_THREAD=1) ;;
 		mkernel-tcp-shared) env=("${plugin_env[@]}" "$tcp" MKERNEL_OFI_SHARED_EP=1) ;;
+		mkernel-tcp-own-ep) env=("${plugin_env[@]}" "$tcp" MKERNEL_OFI_SHARED_EP=0) ;;
 		mkernel-net) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=net) ;;
 		mkernel-shm) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm) ;;
 		mkernel-shm-lanes) env=("${plugin_env[@]}" MKERNEL_OFI_PROVIDER=shm \

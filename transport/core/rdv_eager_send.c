@@ -14,9 +14,14 @@ uint32_t mk_rdv_eager_bytes(const struct mk_dev_props *props)
 {
 	int64_t v = mk_param_eager_bytes();
 
-	if (v < 0)
+	if (v < 0) {
 		v = props != NULL && props->eager_bytes != 0 ? props->eager_bytes
 							     : MK_RDV_EAGER_DEFAULT;
+		/* the device's limit counts the header that goes ahead of each payload */
+		if (props != NULL && props->eager_write_max > MK_RDV_EAGER_HDR &&
+		    v + MK_RDV_EAGER_HDR > props->eager_write_max)
+			v = props->eager_write_max - MK_RDV_EAGER_HDR;
+	}
 
 	return v <= 0 ? 0 : v > MK_RDV_EAGER_MAX ? MK_RDV_EAGER_MAX : (uint32_t)v;
 }

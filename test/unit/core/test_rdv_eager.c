@@ -274,6 +274,16 @@ static void test_eager_bytes_from_env_device_or_default(void **state)
 	props.eager_bytes = 0;
 	assert_int_equal(mk_rdv_eager_bytes(&props), MK_RDV_EAGER_DEFAULT);
 	assert_int_equal(mk_rdv_eager_bytes(NULL), MK_RDV_EAGER_DEFAULT);
+	/* a device's write limit takes the header off the default, not off what the user set */
+	props.eager_write_max = 8192;
+	assert_int_equal(mk_rdv_eager_bytes(&props), 8192 - MK_RDV_EAGER_HDR);
+	props.eager_write_max = 16384;
+	assert_int_equal(mk_rdv_eager_bytes(&props), MK_RDV_EAGER_DEFAULT);
+	setenv("MKERNEL_EAGER_BYTES", "8192", 1);
+	mk_param_reset_all();
+	props.eager_write_max = 8192;
+	assert_int_equal(mk_rdv_eager_bytes(&props), 8192);
+	props.eager_write_max = 0;
 	setenv("MKERNEL_EAGER_BYTES", "4096", 1);
 	mk_param_reset_all();
 	props.eager_bytes = 65536;

@@ -223,14 +223,16 @@ static void test_props_filled(void **state)
 	/* a clear-to-send is a socket round trip here: 64 KiB go eagerly unless told otherwise */
 	assert_int_equal(p.eager_bytes, 65536);
 	assert_int_equal(p.cts_batch, 32);
+	assert_int_equal(p.eager_write_max, 0);
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
 }
 
 static void backend_restart(void);
 
 /*
- * shm keeps the core's eager size: its extra copy costs more than a clear-to-send there; net,
- * another socket provider, asks for 64 KiB like tcp.
+ * shm keeps the core's eager size (its extra copy costs more than a clear-to-send there) with
+ * writes of at most 8 KiB, header included; net, another socket provider, asks for 64 KiB like
+ * tcp.
  */
 static void test_props_shm_keeps_the_core_eager_size(void **state)
 {
@@ -249,6 +251,7 @@ static void test_props_shm_keeps_the_core_eager_size(void **state)
 	assert_int_equal(tp->dev_props(0, &p), 0);
 	assert_int_equal(p.eager_bytes, 0);
 	assert_int_equal(p.cts_batch, 0);
+	assert_int_equal(p.eager_write_max, 8192); /* header and payload within 8 KiB */
 	unsetenv("MKERNEL_OFI_PROVIDER");
 	mk_param_reset_all();
 }
