@@ -19,8 +19,8 @@ MK_PARAM_INT(
 	eager_bytes, "core", "MKERNEL_EAGER_BYTES", -1,
 	"largest message sent without waiting for the receiver's clear-to-send, through bounce "
 	"buffers the receiver registered (0 = never; at most 65536; -1 = the device's choice: "
-	"65536 on tcp;ofi_rxm and net, where a clear-to-send costs a socket round trip, else "
-	"8192)")
+	"65536 on tcp;ofi_rxm and net, where a clear-to-send costs a socket round trip, 8160 on "
+	"shm, whose eager writes stay within 8 KiB with their header, else 8192)")
 MK_PARAM_INT(eager_cts_wait_us, "core", "MKERNEL_EAGER_CTS_WAIT", 100,
 	     "microseconds a host receive that fits the eager path holds its clear-to-send back "
 	     "for the eager message it expects (then sends it); 0: send it at once, so a send "
