@@ -193,8 +193,7 @@ static void test_eager_filled_receives_batch_their_cts(void **state)
 {
 	/* 8, the default: [60,65) up to the wrap, then 8 at a time; 153..159 left */
 	static const uint32_t at8[] = { 67, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152 };
-	/* 32, as the socket providers ask: [60,65) up to the wrap, then 32 at a time; 129..159 left
-	 */
+	/* 32, the socket providers': [60,65) up to the wrap, then 32 at a time; 129..159 left */
 	static const uint32_t at32[] = { 91, 96, 128 };
 
 	(void)state;
