@@ -146,9 +146,9 @@ static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct 
 	if (props.ptr_support == MK_PTR_HOST)
 		eager = mk_rdv_eager_bytes(&props);
 	/* at most half the ring held back: room stays for NCCL's 32 requests */
-	r->cts_batch = props.cts_batch == 0			 ? MK_RDV_CTS_BATCH_DEFAULT
-		       : props.cts_batch > MK_RDV_CTS_GROUPS / 2 ? MK_RDV_CTS_GROUPS / 2
-								 : props.cts_batch;
+	r->cts_batch = props.cts_batch != 0 ? props.cts_batch : MK_RDV_CTS_BATCH_DEFAULT;
+	if (r->cts_batch > MK_RDV_CTS_GROUPS / 2)
+		r->cts_batch = MK_RDV_CTS_GROUPS / 2;
 	bounce = MK_RDV_EAGER_SLOTS * mk_rdv_eager_stride(eager);
 	/*
 	 * CTS staging, eager bounce slots, the eager words, then the probe slot (peer writes)

@@ -227,6 +227,7 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	const char *prov = i->fabric_attr->prov_name;
 	const char *iface = ofi_iface(i);
 	struct mk_dev_props *p = &d->props;
+	bool sockets; /* the socket providers: every write is system calls at both ends */
 
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "ofi:%s:%s", prov, i->domain_attr->name);
@@ -245,6 +246,7 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 			       ? (int)i->domain_attr->ep_cnt
 			       : 65536;
 	p->max_lanes = MK_TP_MAX_LANES; /* endpoints per connection: MKERNEL_OFI_LANES */
+	sockets = strstr(prov, "tcp") != NULL || strcmp(prov, "net") == 0;
 	/*
 	 * Over the socket providers (rxm on tcp, net) a clear-to-send costs a socket round trip
 	 * (~7 us on the CI VM): messages up to 64 KiB go eagerly (1.3-2.2x bandwidth at 16 KiB,
@@ -252,20 +254,20 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	 * extra copy costs more than the clear-to-send (0.73-0.94x), so it keeps the core's
 	 * default.
 	 */
-	p->eager_bytes = strstr(prov, "tcp") != NULL || strcmp(prov, "net") == 0 ? 65536 : 0;
+	p->eager_bytes = sockets ? 65536 : 0;
 	/*
 	 * There too every write is a system call at both ends, and its bytes hardly count: held
 	 * CTS go 32 groups to a write (6-8 % off the tcp one-way latency of small messages, 1-6 %
 	 * more bandwidth); shm, which copies every byte, keeps the core's 8.
 	 */
-	p->cts_batch = p->eager_bytes != 0 ? 32 : 0;
+	p->cts_batch = sockets ? 32 : 0;
 	/*
 	 * shm handles an eager write of 8 KiB well and one a header larger badly: an 8 KiB message
 	 * by rendezvous instead of eagerly (8 KiB + header) gave 2.1-2.9x bandwidth and 0.33x
 	 * latency, while 7 KiB eagerly still beat the rendezvous at one in flight (1.9x;
 	 * docs/benchmarks.md). So eager writes stay within 8 KiB there.
 	 */
-	p->eager_write_max = strcmp(prov, "shm") == 0 ? 8192 : 0;
+	p->eager_write_max = mk_ofi_is_shm(d) ? 8192 : 0;
 	p->force_flush = 0;
 	/*
 	 * Only a NIC that places RMA itself (efa) lands writes while we do not poll: tcp, net
