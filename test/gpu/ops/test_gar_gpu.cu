@@ -598,10 +598,10 @@ static void bench_trace(mkComm_t comm, const struct problem *p)
  * Static splits (communication CTAs per used role: share / 32 .. share / 4, through
  * MKERNEL_ROLE_SPLIT), the policy engine's static split and the adaptive controller (after a
  * warm-up of split_warm_calls(): 3 s of calls, 20 to 160, enough for its search to settle),
- * measured in interleaved rounds (one
- * call of each per round, each round starting one later, 12 rounds, medians) so that drift of
- * the shared GPU hits all of them alike. The controller's state stays with the shape while
- * static calls run in between. Goal: adaptive within 5 % of the best static split.
+ * measured in interleaved rounds (one call of each per round, each round starting one later,
+ * MK_SPLIT_ROUNDS rounds, medians) so that drift of the shared GPU hits all of them alike. The
+ * controller's state stays with the shape while static calls run in between. Goal: adaptive
+ * within 5 % of the best static split.
  */
 static void split_config(int i, int share, int *c)
 {
@@ -623,7 +623,8 @@ static void bench_splits(mkComm_t comm, ncclComm_t nccl, const struct problem *p
 {
 	const int share = comm->sms / (comm->gpu_share > 0 ? comm->gpu_share : 1),
 		  rounds = MK_SPLIT_ROUNDS;
-	float t[MK_SPLIT_CONFIGS][16], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS], best = 1e30f;
+	float t[MK_SPLIT_CONFIGS][MK_SPLIT_ROUNDS], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS];
+	float best = 1e30f;
 	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 
 	split_config(5, share, &c);

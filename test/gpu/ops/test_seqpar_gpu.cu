@@ -1104,7 +1104,8 @@ static void split_config(int i, int *c)
 static void bench_splits(struct bench *x)
 {
 	const int rounds = MK_SPLIT_ROUNDS;
-	float t[MK_SPLIT_CONFIGS][16], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS], best = 1e30f;
+	float t[MK_SPLIT_CONFIGS][MK_SPLIT_ROUNDS], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS];
+	float best = 1e30f;
 	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 
 	split_config(5, &c);
