@@ -977,16 +977,24 @@ struct bench {
 
 static float time_step(struct bench *x, int step)
 {
+	const int path = step == ST_FUSED     ? PATH_FUSED
+			 : step == ST_UNFUSED ? PATH_UNFUSED
+					      : PATH_AUTO;
 	float ms;
 
+	/* the knob's setenv and parameter reset are the test's host work, not the call's */
+	if (step == ST_FUSED || step == ST_UNFUSED || step == ST_AUTO)
+		set_path(path);
 	CK(cudaEventRecord(g_e0, 0));
 	switch (step) {
 	case ST_FUSED:
 	case ST_UNFUSED:
 	case ST_AUTO:
-		set_path(step == ST_FUSED ? PATH_FUSED : step == ST_UNFUSED ? PATH_UNFUSED
-									  : PATH_AUTO);
 		NK(run_op(&x->p, x->c, NULL, 0));
+		/* a forced path that did not run would time something else under its name */
+		if (path != PATH_AUTO && mk_sp_last_path(g_comm, g_op, NULL, 0) != path)
+			expect(0, step == ST_FUSED ? "timed call ran the fused kernel"
+						   : "timed call ran the unfused path");
 		break;
 	case ST_BASE:
 		if (g_op == OP_RS) {
