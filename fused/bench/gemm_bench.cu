@@ -285,7 +285,8 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	mk_gemm_pick_name(&ran.pick, path, sizeof(path));
 	row = bench_row_add(c, impl, base, err, base == 1 ? "cublasLt" : "cublasGemmEx", path);
 	printf("{\"bench\":\"mkgemm\",\"group\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"b_layout\":"
-	       "\"%s\",\"path\":\"%s\",\"why\":\"%s\",\"mk_ms\":%.5f,\"mk_p10_ms\":%.5f,"
+	       "\"%s\",\"path\":\"%s\",\"why\":\"%s\",\"graph\":%d,\"mk_ms\":%.5f,"
+	       "\"mk_p10_ms\":%.5f,"
 	       "\"mk_p90_ms\":%.5f,\"mk_tflops\":%.1f,\"baseline\":\"%s\",\"baseline_ms\":%.5f,"
 	       "\"baseline_p10_ms\":%.5f,\"baseline_p90_ms\":%.5f,\"cublaslt_ms\":%.5f,"
 	       "\"cublas_gemmex_ms\":%.5f,\"ratio\":%.3f,\"rel_err\":%.2e,\"baseline_rms\":%.3f,"
@@ -293,7 +294,8 @@ static int bench_grid_one(const struct bench_case *c, const struct bench_env *en
 	       "\"mk_lt_algo\":\"%s\",\"lt_algo\":\"%s\","
 	       "\"dist\":\"%s\",\"reps\":%d,\"warmup\":%d,\"calibration\":\"%s\",\"gpu\":\"%s\","
 	       "\"git\":\"%s\"}\n",
-	       c->group, c->m, c->n, c->k, b_nk ? "NK" : "KN", path, ran.why, impl[0].med,
+	       c->group, c->m, c->n, c->k, b_nk ? "NK" : "KN", path, ran.why, ran.graph,
+	       impl[0].med,
 	       impl[0].p10, impl[0].p90, flops / (impl[0].med * 1e-3) / 1e12, row->base_name,
 	       impl[base].med, impl[base].p10, impl[base].p90, impl[1].med, impl[2].med, row->ratio,
 	       err, rms, host_us[0], host_us[base], host_us[3], mk_algo, lt_algo,

@@ -12,6 +12,8 @@ MK_PARAM_DECLARE_STR(gemm_path);
 MK_PARAM_DECLARE_INT(gemm_workspace);
 MK_PARAM_DECLARE_STR(gemm_ar_path);
 MK_PARAM_DECLARE_INT(gemm_bf16_reduction);
+MK_PARAM_DECLARE_INT(gemm_graph);
+MK_PARAM_DECLARE_INT(gemm_graph_max_flop);
 
 MK_PARAM_INT(gemm_no_tma_store, "fused", "MKERNEL_GEMM_NO_TMA_STORE", 0,
 	     "1 = the GEMM epilogue writes every output with per-thread stores instead of TMA");
@@ -32,6 +34,15 @@ MK_PARAM_INT(gemm_bf16_reduction, "fused", "MKERNEL_GEMM_BF16_REDUCTION", 0,
 	     "1 = mkGemm's cuBLAS calls may add split-K partials in bf16, as cuBLAS's and "
 	     "PyTorch's defaults allow (faster at some small shapes, less exact); 0 = in fp32, as "
 	     "the engine does");
+
+MK_PARAM_INT(gemm_graph, "fused", "MKERNEL_GEMM_GRAPH", 2,
+	     "calls mkGemm makes directly before a cuBLASLt call that repeats (same pointers, "
+	     "shape, stream workspace and device) is captured as a CUDA graph and replayed from "
+	     "then on, which spares the host cuBLAS's per-call work; 0 = never");
+
+MK_PARAM_INT(gemm_graph_max_flop, "fused", "MKERNEL_GEMM_GRAPH_MAX_FLOP", 1ll << 34,
+	     "largest GEMM (2 M N K) whose repeated cuBLASLt call is replayed as a CUDA graph: "
+	     "above it the kernel outlasts the host's work and a replay gains nothing");
 
 MK_PARAM_STR(
 	gemm_ar_path, "fused", "MKERNEL_GEMM_AR_PATH", "",

@@ -23,6 +23,7 @@
 #include "fused/gemm/skinny.h"
 #include "fused/ops/gemm_dispatch.h"
 #include "fused/ops/gemm_fallback.h"
+#include "fused/ops/gemm_graph.h"
 #include "tuner/calib.h"
 
 #define MK_LOG_PREFIX "mkernel"
@@ -262,10 +263,21 @@ static int disp_blas(const struct disp_call *x, int use_lt, cudaStream_t stream,
 	int rc;
 
 	if (use_lt) {
+		struct mk_gemm_graph_call g;
+		bool replayed;
+
 		/* Without a workspace (a capturing stream that has none yet) Lt still runs. */
 		if (mk_gemm_ws_get_on(x->dev, stream, &ws, &ws_bytes) == 0) {
 			ws = (char *)ws + MK_GEMM_SPLIT_COUNT_BYTES;
 			ws_bytes -= MK_GEMM_SPLIT_COUNT_BYTES;
+		}
+		g = (struct mk_gemm_graph_call){ x->dev, x->m, x->n, x->k, x->b_nk,
+						 x->a,	 x->b, x->c, ws,   ws_bytes };
+		rc = mk_gemm_graph_run(&g, stream, &replayed);
+		if (rc || replayed) {
+			ran->pick.path = MK_GEMM_PATH_CUBLASLT;
+			ran->graph = replayed;
+			return rc;
 		}
 		rc = mk_gemm_blaslt_on(x->dev, x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk,
 				       CUDA_R_16BF, CUDA_R_16BF, ws, ws_bytes, stream);
@@ -284,7 +296,7 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 		     struct mk_gemm_ran *ran_out)
 {
 	struct disp_call x = { a, b, c, m, n, k, b_nk, 0, 0 };
-	struct mk_gemm_ran ran = { { MK_GEMM_PATH_CUBLASLT, 0, 1 }, NULL };
+	struct mk_gemm_ran ran = { { MK_GEMM_PATH_CUBLASLT, 0, 1 }, NULL, 0 };
 	struct mk_gemm_pick forced = { MK_GEMM_PATH_AUTO, 0, 1 };
 	struct mk_gemm_key key = { 0, m, n, k, b_nk, !(((uintptr_t)a | (uintptr_t)b) & 15), 0 };
 	struct disp_entry *e;

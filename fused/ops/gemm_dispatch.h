@@ -58,6 +58,7 @@ struct mk_gemm_pick {
 struct mk_gemm_ran {
 	struct mk_gemm_pick pick;
 	const char *why; /* static text: why this path */
+	int graph;	 /* cuBLASLt, replayed from its captured graph (gemm_graph.h) */
 };
 
 /*

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Repeated small cuBLASLt calls replayed as CUDA graphs (gemm_graph.h). Per thread, a small
+ * table of calls keyed by everything the captured work depends on; a key's first calls run
+ * directly, the next one is captured on the thread's private stream and every later one
+ * launches the captured graph on the caller's stream.
+ */
+#define MK_LOG_PREFIX "mkernel"
+
+#include "fused/ops/gemm_graph.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <library_types.h>
+
+#include "fused/ops/gemm_fallback.h"
+#include "mk/log.h"
+#include "mk/param.h"
+
+MK_PARAM_DECLARE_INT(gemm_graph);	   /* fused/gemm/gemm_params.c */
+MK_PARAM_DECLARE_INT(gemm_graph_max_flop); /* fused/gemm/gemm_params.c */
+
+#define GRAPH_CACHE	  32 /* keys per thread; a collision replaces the older key */
+#define GRAPH_MAX_DEVICES 64
+
+struct graph_entry {
+	struct mk_gemm_graph_call key;
+	bool valid;
+	bool failed;   /* the capture failed: this key runs directly */
+	uint32_t seen; /* calls with this key before its capture */
+	cudaGraphExec_t exec;
+};
+
+static __thread struct graph_entry graph_cache[GRAPH_CACHE];
+/* Captures go to a stream of the thread's own: the caller's may hold other work in flight. */
+static __thread cudaStream_t graph_streams[GRAPH_MAX_DEVICES];
+
+static bool graph_key_eq(const struct mk_gemm_graph_call *a, const struct mk_gemm_graph_call *b)
+{
+	return a->dev == b->dev && a->m == b->m && a->n == b->n && a->k == b->k &&
+	       a->b_nk == b->b_nk && a->a == b->a && a->b == b->b && a->c == b->c &&
+	       a->ws == b->ws && a->ws_bytes == b->ws_bytes;
+}
+
+static unsigned int graph_slot(const struct mk_gemm_graph_call *x)
+{
+	uint64_t h = 1469598103934665603ull;
+	const uint64_t parts[] = { (uint64_t)(uintptr_t)x->a,
+				   (uint64_t)(uintptr_t)x->b,
+				   (uint64_t)(uintptr_t)x->c,
+				   (uint64_t)x->m,
+				   (uint64_t)x->n,
+				   (uint64_t)x->k };
+
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+		h = (h ^ parts[i]) * 1099511628211ull;
+	return (unsigned int)(h >> 32) % GRAPH_CACHE;
+}
+
+/* Forget an entry; an executable graph still in flight is freed when it completes. */
+static void graph_drop(struct graph_entry *e)
+{
+	if (e->exec != NULL)
+		(void)cudaGraphExecDestroy(e->exec);
+	memset(e, 0, sizeof(*e));
+}
+
+static int graph_stream(int dev, cudaStream_t *out)
+{
+	if (dev < 0 || dev >= GRAPH_MAX_DEVICES)
+		return -ENODEV;
+	if (graph_streams[dev] == NULL &&
+	    cudaStreamCreateWithFlags(&graph_streams[dev], cudaStreamNonBlocking) != cudaSuccess) {
+		graph_streams[dev] = NULL;
+		return -EIO;
+	}
+	*out = graph_streams[dev];
+	return 0;
+}
+
+/* The call captured on the private stream (nothing runs) and instantiated. 0 or -errno. */
+static int graph_capture(const struct mk_gemm_graph_call *x, cudaGraphExec_t *out)
+{
+	cudaGraph_t g = NULL;
+	cudaStream_t cs;
+	int rc = graph_stream(x->dev, &cs);
+
+	if (rc)
+		return rc;
+	/* thread-local: another thread's unrelated CUDA calls must not break this capture */
+	if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -EIO;
+	}
+	rc = mk_gemm_blaslt_on(x->dev, x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, CUDA_R_16BF,
+			       CUDA_R_16BF, x->ws, x->ws_bytes, cs);
+	/* ended whatever happened, so that the stream can capture again */
+	if (cudaStreamEndCapture(cs, &g) != cudaSuccess && rc == 0)
+		rc = -EIO;
+	if (rc == 0 && cudaGraphInstantiate(out, g, 0) != cudaSuccess)
+		rc = -EIO;
+	if (g != NULL)
+		(void)cudaGraphDestroy(g);
+	if (rc)
+		(void)cudaGetLastError(); /* a failed capture is not the caller's error */
+	return rc;
+}
+
+int mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream, bool *replayed)
+{
+	const int64_t direct_calls = mk_param_gemm_graph();
+	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+	struct graph_entry *e;
+
+	*replayed = false;
+	if (direct_calls <= 0 ||
+	    2.0 * x->m * (double)x->n * x->k > (double)mk_param_gemm_graph_max_flop())
+		return 0;
+	e = &graph_cache[graph_slot(x)];
+	if (!e->valid || !graph_key_eq(&e->key, x)) {
+		graph_drop(e);
+		e->key = *x;
+		e->valid = true;
+		e->seen = 1;
+		return 0;
+	}
+	if (e->failed || (e->exec == NULL && e->seen++ < direct_calls))
+		return 0;
+	/* a capturing caller records the plain call into its own graph */
+	if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
+	    cap != cudaStreamCaptureStatusNone) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	if (e->exec == NULL && graph_capture(x, &e->exec) != 0) {
+		MK_INFO(MK_SUBSYS_TUNING,
+			"mkGemm(%d x %d x %d): cuBLASLt call not captured; it runs directly", x->m,
+			x->n, x->k);
+		e->exec = NULL;
+		e->failed = true;
+		return 0;
+	}
+	if (cudaGraphLaunch(e->exec, stream) != cudaSuccess) {
+		MK_WARN("mkGemm(%d x %d x %d): replay of the captured cuBLASLt call failed: %s",
+			x->m, x->n, x->k, cudaGetErrorString(cudaGetLastError()));
+		graph_drop(e);
+		return -EIO;
+	}
+	*replayed = true;
+	return 0;
+}
