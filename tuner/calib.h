@@ -46,8 +46,12 @@
 #define MK_CALIB_MAX_OPS       16
 #define MK_CALIB_MAX_DIST      2.0 /* log2 units: a factor of 4 in N or K, or 2 in both */
 #define MK_CALIB_MAX_M_RATIO   4.0
-/* The engine must beat cuBLAS by this share at the class to be chosen (noise margin). */
-#define MK_CALIB_TIE	       0.01
+/*
+ * The engine must beat cuBLAS by this share at the class to be chosen (noise margin): two grids
+ * of one build on the H200 moved the engine's cells by up to 2 % against cuBLAS, and one cell
+ * where the table had it 1.1 % ahead ran 0.84 of cuBLAS in the second.
+ */
+#define MK_CALIB_TIE	       0.02
 /* cublasGemmEx must beat cuBLASLt by this share at the class to be chosen (calib.c says why). */
 #define MK_CALIB_GEMMEX_MARGIN 0.10
 

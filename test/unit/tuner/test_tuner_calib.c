@@ -251,7 +251,7 @@ static const char grid[] = HEADER "gemm 1 4096 4096 nk cublas 10\n"
 				  "gemm 1 4096 4096 nk e64x256s8 8\n"
 				  "gemm 16 4096 4096 nk cublas 12\n"
 				  "gemm 16 4096 4096 nk e64x256s8 12.5\n"
-				  "gemm 16 4096 4096 nk e64x128s4 11.95\n" /* 0.4 % faster */
+				  "gemm 16 4096 4096 nk e64x128s4 11.8\n" /* 1.7 % faster */
 				  "gemm 16 14336 4096 nk cublas 30\n"
 				  "gemm 16 14336 4096 nk e64x128s2 25\n"
 				  "gemm 128 4096 4096 nk cublas 20\n"
@@ -297,7 +297,7 @@ static void test_lookup_m_bucket_is_the_next_measured_m(void **state)
 	(void)state;
 	ch = choose(1, 4096, 4096, 1, 0);
 	assert_int_equal(ch.m, 1);
-	assert_int_equal(ch.engine, 1); /* 8 < 10 * 0.99 */
+	assert_int_equal(ch.engine, 1); /* 8 < 10 * 0.98 */
 	assert_int_equal(ch.bm, 64);
 	assert_int_equal(ch.splits, 8);
 	ch = choose(9, 4096, 4096, 1, 0); /* 9 -> 16 */
@@ -347,7 +347,7 @@ static void test_lookup_noise_margin_and_missing_paths(void **state)
 	struct mk_calib_choice ch;
 
 	(void)state;
-	/* M 16: the best engine path is 0.4 % faster than cuBLAS: inside the margin, cuBLAS */
+	/* M 16: the best engine path is 1.7 % faster than cuBLAS: inside the margin, cuBLAS */
 	ch = choose(16, 4096, 4096, 1, 0);
 	assert_int_equal(ch.engine, 0);
 	assert_true(fabs(ch.us - 12) < 1e-6);
