@@ -139,10 +139,28 @@ MK_GAR_HD void mk_gar_lost(struct mk_gar_ctl *s)
 	}
 }
 
-/* One more call at the best count: its time and spread, as running means while warming up. */
+/*
+ * One more call at the best count: its time and spread, as running means while warming up. A
+ * call far slower than the best's time counts as at most two spreads (or an eighth) slower, and
+ * a warm-up call far faster starts the warm-up again from it: ranks sharing a GPU wait on each
+ * other's kernels (on layout b a call's p90 was 3.7 times its median), and one such call would
+ * lift the best's time until any probe beat it.
+ */
 MK_GAR_HD void mk_gar_at_best(struct mk_gar_ctl *s, unsigned long long t)
 {
-	const unsigned long long dev = t > s->best_t ? t - s->best_t : s->best_t - t;
+	const unsigned long long slack =
+		2 * s->noise > s->best_t / 8 ? 2 * s->noise : s->best_t / 8;
+	unsigned long long dev;
+
+	if (s->warm < MK_GAR_WARM && t + slack < s->best_t) {
+		/* the calls before were the slow ones: the warm-up starts again from this one */
+		s->best_t = t;
+		s->noise = 0;
+		s->warm = 0;
+		return;
+	}
+	t = t > s->best_t + slack ? s->best_t + slack : t;
+	dev = t > s->best_t ? t - s->best_t : s->best_t - t;
 
 	if (s->warm < MK_GAR_WARM) {
 		s->warm++;
