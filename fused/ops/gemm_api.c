@@ -264,7 +264,6 @@ static int disp_blas(const struct disp_call *x, int use_lt, cudaStream_t stream,
 
 	if (use_lt) {
 		struct mk_gemm_graph_call g;
-		bool replayed;
 
 		/* Without a workspace (a capturing stream that has none yet) Lt still runs. */
 		if (mk_gemm_ws_get_on(x->dev, stream, &ws, &ws_bytes) == 0) {
@@ -273,11 +272,10 @@ static int disp_blas(const struct disp_call *x, int use_lt, cudaStream_t stream,
 		}
 		g = (struct mk_gemm_graph_call){ x->dev, x->m, x->n, x->k, x->b_nk,
 						 x->a,	 x->b, x->c, ws,   ws_bytes };
-		rc = mk_gemm_graph_run(&g, stream, &replayed);
-		if (rc || replayed) {
+		if (mk_gemm_graph_run(&g, stream)) {
 			ran->pick.path = MK_GEMM_PATH_CUBLASLT;
-			ran->graph = replayed;
-			return rc;
+			ran->graph = 1;
+			return 0;
 		}
 		rc = mk_gemm_blaslt_on(x->dev, x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk,
 				       CUDA_R_16BF, CUDA_R_16BF, ws, ws_bytes, stream);

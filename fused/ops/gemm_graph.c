@@ -108,31 +108,30 @@ static int graph_capture(const struct mk_gemm_graph_call *x, cudaGraphExec_t *ou
 	return rc;
 }
 
-int mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream, bool *replayed)
+bool mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream)
 {
 	const int64_t direct_calls = mk_param_gemm_graph();
 	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 	struct graph_entry *e;
 
-	*replayed = false;
 	if (direct_calls <= 0 ||
 	    2.0 * x->m * (double)x->n * x->k > (double)mk_param_gemm_graph_max_flop())
-		return 0;
+		return false;
 	e = &graph_cache[graph_slot(x)];
 	if (!e->valid || !graph_key_eq(&e->key, x)) {
 		graph_drop(e);
 		e->key = *x;
 		e->valid = true;
 		e->seen = 1;
-		return 0;
+		return false;
 	}
 	if (e->failed || (e->exec == NULL && e->seen++ < direct_calls))
-		return 0;
+		return false;
 	/* a capturing caller records the plain call into its own graph */
 	if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
 	    cap != cudaStreamCaptureStatusNone) {
 		(void)cudaGetLastError();
-		return 0;
+		return false;
 	}
 	if (e->exec == NULL && graph_capture(x, &e->exec) != 0) {
 		MK_INFO(MK_SUBSYS_TUNING,
@@ -140,14 +139,15 @@ int mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream, b
 			x->n, x->k);
 		e->exec = NULL;
 		e->failed = true;
-		return 0;
+		return false;
 	}
 	if (cudaGraphLaunch(e->exec, stream) != cudaSuccess) {
-		MK_WARN("mkGemm(%d x %d x %d): replay of the captured cuBLASLt call failed: %s",
+		/* a graph of a context reset since: the plain call says whether the device works */
+		MK_WARN("mkGemm(%d x %d x %d): replay of the captured cuBLASLt call failed (%s); "
+			"it runs directly",
 			x->m, x->n, x->k, cudaGetErrorString(cudaGetLastError()));
 		graph_drop(e);
-		return -EIO;
+		return false;
 	}
-	*replayed = true;
-	return 0;
+	return true;
 }

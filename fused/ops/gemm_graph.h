@@ -32,10 +32,10 @@ struct mk_gemm_graph_call {
 /*
  * Run the call as a replay of its graph when it qualifies (MKERNEL_GEMM_GRAPH calls seen with
  * the same key before, 2 m n k within MKERNEL_GEMM_GRAPH_MAX_FLOP, `stream` not capturing):
- * 0 with *replayed true when the graph ran; 0 with *replayed false when the caller must make the
- * call itself; -errno when a replay failed to launch.
+ * true when the graph ran, false when the caller must make the call itself (also after a
+ * capture or a replay that failed: the key then runs directly).
  */
-int mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream, bool *replayed);
+bool mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
