@@ -31,5 +31,8 @@ st = mkernel.stats()
 assert st["nn.RowParallelLinear"]["torch"] == 1, st
 assert "not a CUDA device" in st["nn.RowParallelLinear"]["reason"], st
 dist.destroy_process_group()
-print(f"rank {rank} max error {err:.3g}")
-sys.exit(0 if err < 1e-4 else 1)
+print(f"rank {rank} max error {err:.3g}", flush=True)
+# Out without the interpreter's teardown: torch's gloo group can leave a thread joinable at exit
+# (1 run in 4 here aborted with "terminate called without an active exception" after the result
+# was printed and right); what this test checks is the result.
+os._exit(0 if err < 1e-4 else 1)
