@@ -57,7 +57,7 @@ static const char *gar_fused_no(const struct mk_comm *c, const void *a, const vo
 	if (mk_gar_split_plan(ps->sms, ps->min_sms, ps->max_sms, ps->max_step, share,
 			      c->topo.nnodes, c->topo.nlocal, mk_param_role_split(), sp) != 0)
 		return "MKERNEL_ROLE_SPLIT leaves no CTA for compute";
-	*adaptive = mk_roles_adaptive(ps->adaptive) && mk_gar_split_room(sp) > 0;
+	*adaptive = mk_gar_split_adaptive(sp, mk_roles_adaptive(ps->adaptive));
 	return NULL;
 }
 

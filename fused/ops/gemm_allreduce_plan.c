@@ -113,3 +113,8 @@ int mk_gar_split_room(const struct mk_gar_split *sp)
 		room += sp->max[r] - sp->min[r];
 	return room;
 }
+
+int mk_gar_split_adaptive(const struct mk_gar_split *sp, int wanted)
+{
+	return wanted && mk_gar_split_room(sp) > 0;
+}

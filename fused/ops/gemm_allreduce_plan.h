@@ -82,6 +82,10 @@ int mk_gar_split_plan(const int policy_sms[MK_GAR_ROLES], const int policy_min[M
  */
 int mk_gar_split_room(const struct mk_gar_split *sp);
 
+/* Whether a call with split sp runs the adaptive controller: `wanted` (mk_roles_adaptive) where
+ * the split has room (above), else 0: mkGemmAllReduce and the seqpar ops ask this. */
+int mk_gar_split_adaptive(const struct mk_gar_split *sp, int wanted);
+
 /*
  * The search's constants. WARM: calls at the starting count before the first probe, so that the
  * run-to-run spread is known before any probe is judged against it. PROBE_MAX: calls a probe

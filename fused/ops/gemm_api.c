@@ -270,8 +270,14 @@ static int disp_blas(const struct disp_call *x, int use_lt, cudaStream_t stream,
 			ws = (char *)ws + MK_GEMM_SPLIT_COUNT_BYTES;
 			ws_bytes -= MK_GEMM_SPLIT_COUNT_BYTES;
 		}
-		g = (struct mk_gemm_graph_call){ x->dev, x->m, x->n, x->k, x->b_nk,
-						 x->a,	 x->b, x->c, ws,   ws_bytes };
+		g = (struct mk_gemm_graph_call){
+			{ x->dev, x->m, x->n, x->k, x->b_nk, CUDA_R_16BF, CUDA_R_16BF },
+			x->a,
+			x->b,
+			x->c,
+			ws,
+			ws_bytes,
+		};
 		if (mk_gemm_graph_run(&g, stream)) {
 			ran->pick.path = MK_GEMM_PATH_CUBLASLT;
 			ran->graph = 1;

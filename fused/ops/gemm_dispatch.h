@@ -23,14 +23,27 @@ struct mk_gemm_key {
 	int dev, m, n, k, b_nk, x0, x1;
 };
 
-static inline unsigned int mk_gemm_key_slot(const struct mk_gemm_key *key, unsigned int slots)
+/* One step of 64-bit FNV-1a over a word, from MK_GEMM_HASH_SEED: the caches' slots. */
+#define MK_GEMM_HASH_SEED 1469598103934665603ull
+
+static inline unsigned long long mk_gemm_hash(unsigned long long h, unsigned long long w)
+{
+	return (h ^ w) * 1099511628211ull;
+}
+
+static inline unsigned long long mk_gemm_key_hash(const struct mk_gemm_key *key)
 {
 	const int *w = &key->dev;
-	unsigned long long h = 1469598103934665603ull;
+	unsigned long long h = MK_GEMM_HASH_SEED;
 
 	for (size_t i = 0; i < sizeof(*key) / sizeof(int); i++)
-		h = (h ^ (unsigned int)w[i]) * 1099511628211ull;
-	return (unsigned int)(h % slots);
+		h = mk_gemm_hash(h, (unsigned int)w[i]);
+	return h;
+}
+
+static inline unsigned int mk_gemm_key_slot(const struct mk_gemm_key *key, unsigned int slots)
+{
+	return (unsigned int)(mk_gemm_key_hash(key) % slots);
 }
 
 static inline int mk_gemm_key_eq(const struct mk_gemm_key *x, const struct mk_gemm_key *y)

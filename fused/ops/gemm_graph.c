@@ -39,24 +39,19 @@ static __thread cudaStream_t graph_streams[GRAPH_MAX_DEVICES];
 
 static bool graph_key_eq(const struct mk_gemm_graph_call *a, const struct mk_gemm_graph_call *b)
 {
-	return a->dev == b->dev && a->m == b->m && a->n == b->n && a->k == b->k &&
-	       a->b_nk == b->b_nk && a->a == b->a && a->b == b->b && a->c == b->c &&
-	       a->ws == b->ws && a->ws_bytes == b->ws_bytes;
+	return mk_gemm_key_eq(&a->shape, &b->shape) && a->a == b->a && a->b == b->b &&
+	       a->c == b->c && a->ws == b->ws && a->ws_bytes == b->ws_bytes;
 }
 
+/* The pointers count too: layers of one shape with their own weights are different keys. */
 static unsigned int graph_slot(const struct mk_gemm_graph_call *x)
 {
-	uint64_t h = 1469598103934665603ull;
-	const uint64_t parts[] = { (uint64_t)(uintptr_t)x->a,
-				   (uint64_t)(uintptr_t)x->b,
-				   (uint64_t)(uintptr_t)x->c,
-				   (uint64_t)x->m,
-				   (uint64_t)x->n,
-				   (uint64_t)x->k };
+	unsigned long long h = mk_gemm_key_hash(&x->shape);
 
-	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
-		h = (h ^ parts[i]) * 1099511628211ull;
-	return (unsigned int)(h >> 32) % GRAPH_CACHE;
+	h = mk_gemm_hash(h, (uintptr_t)x->a);
+	h = mk_gemm_hash(h, (uintptr_t)x->b);
+	h = mk_gemm_hash(h, (uintptr_t)x->c);
+	return (unsigned int)(h % GRAPH_CACHE);
 }
 
 /* Forget an entry; an executable graph still in flight is freed when it completes. */
@@ -85,7 +80,7 @@ static int graph_capture(const struct mk_gemm_graph_call *x, cudaGraphExec_t *ou
 {
 	cudaGraph_t g = NULL;
 	cudaStream_t cs;
-	int rc = graph_stream(x->dev, &cs);
+	int rc = graph_stream(x->shape.dev, &cs);
 
 	if (rc)
 		return rc;
@@ -94,8 +89,8 @@ static int graph_capture(const struct mk_gemm_graph_call *x, cudaGraphExec_t *ou
 		(void)cudaGetLastError();
 		return -EIO;
 	}
-	rc = mk_gemm_blaslt_on(x->dev, x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, CUDA_R_16BF,
-			       CUDA_R_16BF, x->ws, x->ws_bytes, cs);
+	rc = mk_gemm_blaslt_on(x->shape.dev, x->a, x->b, x->c, x->shape.m, x->shape.n, x->shape.k,
+			       x->shape.b_nk, CUDA_R_16BF, CUDA_R_16BF, x->ws, x->ws_bytes, cs);
 	/* ended whatever happened, so that the stream can capture again */
 	if (cudaStreamEndCapture(cs, &g) != cudaSuccess && rc == 0)
 		rc = -EIO;
@@ -114,8 +109,8 @@ bool mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream)
 	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 	struct graph_entry *e;
 
-	if (direct_calls <= 0 ||
-	    2.0 * x->m * (double)x->n * x->k > (double)mk_param_gemm_graph_max_flop())
+	if (direct_calls <= 0 || 2.0 * x->shape.m * (double)x->shape.n * x->shape.k >
+					 (double)mk_param_gemm_graph_max_flop())
 		return false;
 	e = &graph_cache[graph_slot(x)];
 	if (!e->valid || !graph_key_eq(&e->key, x)) {
@@ -135,8 +130,8 @@ bool mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream)
 	}
 	if (e->exec == NULL && graph_capture(x, &e->exec) != 0) {
 		MK_INFO(MK_SUBSYS_TUNING,
-			"mkGemm(%d x %d x %d): cuBLASLt call not captured; it runs directly", x->m,
-			x->n, x->k);
+			"mkGemm(%d x %d x %d): cuBLASLt call not captured; it runs directly",
+			x->shape.m, x->shape.n, x->shape.k);
 		e->exec = NULL;
 		e->failed = true;
 		return false;
@@ -145,7 +140,7 @@ bool mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream)
 		/* a graph of a context reset since: the plain call says whether the device works */
 		MK_WARN("mkGemm(%d x %d x %d): replay of the captured cuBLASLt call failed (%s); "
 			"it runs directly",
-			x->m, x->n, x->k, cudaGetErrorString(cudaGetLastError()));
+			x->shape.m, x->shape.n, x->shape.k, cudaGetErrorString(cudaGetLastError()));
 		graph_drop(e);
 		return false;
 	}

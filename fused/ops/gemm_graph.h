@@ -16,13 +16,15 @@
 
 #include <cuda_runtime.h>
 
+#include "fused/ops/gemm_dispatch.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* One cuBLASLt call as mkGemm makes it (mk_gemm_blaslt_on's arguments, bf16). */
 struct mk_gemm_graph_call {
-	int dev, m, n, k, b_nk;
+	struct mk_gemm_key shape; /* x0, x1: A/B and C types, as the cuBLASLt plans' key */
 	const void *a, *b;
 	void *c;
 	void *ws;

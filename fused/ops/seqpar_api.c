@@ -127,9 +127,7 @@ static const char *sp_why_not(const struct mk_comm *c, int op, int force, const 
 			      mk_param_role_split(), sp) != 0 ||
 	    mk_sp_split_fix(sp, used[op], op == MK_SP_AGG && c->nranks > 1 ? MK_GAR_INTRA : 0) != 0)
 		return "MKERNEL_ROLE_SPLIT leaves no CTA for compute";
-	/* With no room between a role's bounds (one rank: compute alone) there is nothing to
-	 * trade, and the controller's per-call bookkeeping would be all it adds. */
-	*adaptive = mk_roles_adaptive(ps.adaptive) && mk_gar_split_room(sp) > 0;
+	*adaptive = mk_gar_split_adaptive(sp, mk_roles_adaptive(ps.adaptive));
 	if (force < 0 && !ps.fuse) {
 		snprintf(
 			why, sizeof(why),
