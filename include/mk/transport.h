@@ -73,6 +73,8 @@ struct mk_dev_props {
 				     * core's default; clamped to half its ring) */
 	uint32_t eager_write_max;   /* largest eager write, header included, the device handles
 				     * well where MKERNEL_EAGER_BYTES is not set (0: no limit) */
+	int cq_read_rearms;	    /* 1: a poll() re-arms the provider's wakeup, so the next
+				     * completion pays a system call pair: poll only to wait */
 	int fused[MK_TP_MAX_FUSED]; /* their indexes */
 };
 

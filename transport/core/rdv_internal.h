@@ -190,6 +190,7 @@ struct mk_rdv_recv {
 	uint32_t next_seq;	    /* sequence of the next receive group */
 	uint32_t cts_next;	    /* first posted group whose CTS the transport has not taken */
 	uint32_t cts_batch;	    /* groups one write of held-back CTS carries at most (setup) */
+	bool post_reads;	    /* a small receive reads the CQ at its post (props) */
 	int outstanding;	    /* posted, not yet reported done */
 	bool early_ok;		    /* writes land unpolled: optional receives may finish early */
 	/*

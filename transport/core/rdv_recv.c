@@ -367,7 +367,10 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	 * and on shm each read takes the region lock the sender's writes need, so while other
 	 * receives are outstanding, one that messages an earlier read took in fill reads nothing.
 	 * A lone receive still reads: its test, finding it done, reads nothing either, and without
-	 * that read one message at a time ran up to 10 % slower over shm.
+	 * that read one message at a time ran up to 10 % slower over shm. Where a read costs the
+	 * next completion a wakeup (props.cq_read_rearms: the socket providers) none reads: the
+	 * CTS waits for the message anyway, and the read would sit between a message and the
+	 * reply the caller sends on it.
 	 */
 	if (r->eager.slots != NULL) {
 		bool small = true;
@@ -375,7 +378,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 		mk_rdv_eager_deliver(r);
 		for (int i = 0; i < n && small; i++)
 			small = sizes[i] <= r->eager.bytes;
-		if (small && (!recv_eager_filled(req) || r->outstanding == 1)) {
+		if (small && r->post_reads && (!recv_eager_filled(req) || r->outstanding == 1)) {
 			recv_poll(r);
 			mk_rdv_eager_deliver(r);
 		}

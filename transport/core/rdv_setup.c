@@ -149,6 +149,7 @@ static int rdv_recv_prepare(const struct mk_transport_ops *ops, int dev, struct 
 	r->cts_batch = props.cts_batch != 0 ? props.cts_batch : MK_RDV_CTS_BATCH_DEFAULT;
 	if (r->cts_batch > MK_RDV_CTS_GROUPS / 2)
 		r->cts_batch = MK_RDV_CTS_GROUPS / 2;
+	r->post_reads = !props.cq_read_rearms;
 	bounce = MK_RDV_EAGER_SLOTS * mk_rdv_eager_stride(eager);
 	/*
 	 * CTS staging, eager bounce slots, the eager words, then the probe slot (peer writes)

@@ -1070,6 +1070,48 @@ static void test_eager_cts_wait_ends_for_a_rendezvous_sender(void **state)
 	mk_param_reset_all();
 }
 
+/*
+ * A small receive posted alone reads the CQ at its post for eager messages already there, unless
+ * the device says a read re-arms its wakeup (props.cq_read_rearms, the socket providers): there
+ * only waiting reads. The messages arrive either way.
+ */
+static void test_eager_receive_reads_at_its_post_only_where_reads_are_free(void **state)
+{
+	char sbuf[100], rbuf[100];
+
+	(void)state;
+	for (int rearms = 0; rearms < 2; rearms++) {
+		struct mk_mr *smr, *rmr;
+		struct pair p;
+
+		fake_tp_faults.cq_read_rearms = rearms;
+		pair_open(&p);
+		smr = reg(p.s, sbuf, sizeof(sbuf));
+		rmr = reg(p.r, rbuf, sizeof(rbuf));
+		for (int k = 0; k < 4; k++) {
+			struct mk_rdv_req *sreq = NULL, *rreq;
+			uint32_t polls = recv_of(&p)->cs.polls;
+			size_t got = 0;
+
+			memset(rbuf, 0, sizeof(rbuf));
+			rreq = post_recv(&p, rbuf, sizeof(rbuf), 5, rmr);
+			assert_non_null(rreq);
+			assert_int_equal(recv_of(&p)->cs.polls - polls, rearms ? 0 : 1);
+			fill(sbuf, sizeof(sbuf), (unsigned)k);
+			while (sreq == NULL)
+				assert_int_equal(
+					mk_rdv_isend(p.s, sbuf, sizeof(sbuf), 5, smr, &sreq), 0);
+			assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+			assert_int_equal(got, sizeof(rbuf));
+			check(rbuf, sizeof(rbuf), (unsigned)k);
+		}
+		assert_true(send_of(&p)->eager.sent >= 4);
+		mk_rdv_dereg(p.s, smr);
+		mk_rdv_dereg(p.r, rmr);
+		pair_close(&p);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1094,6 +1136,8 @@ int main(void)
 		cmocka_unit_test_setup(test_eager_cts_wait_batches_the_cts_of_expected_messages,
 				       setup),
 		cmocka_unit_test_setup(test_eager_cts_wait_ends_for_a_rendezvous_sender, setup),
+		cmocka_unit_test_setup(
+			test_eager_receive_reads_at_its_post_only_where_reads_are_free, setup),
 	};
 
 	return cmocka_run_group_tests_name("rdv_eager", tests, NULL, NULL);
