@@ -191,8 +191,13 @@ struct mk_rdv_recv {
 	uint32_t cts_next;	    /* first posted group whose CTS the transport has not taken */
 	uint32_t cts_batch;	    /* groups one write of held-back CTS carries at most (setup) */
 	bool post_reads;	    /* a small receive reads the CQ at its post (props) */
-	int outstanding;	    /* posted, not yet reported done */
-	bool early_ok;		    /* writes land unpolled: optional receives may finish early */
+	/*
+	 * No held group can want its CTS before this time (a lower bound: recv_cts_due scans
+	 * the held groups only from then on; 0: scan at the next look).
+	 */
+	uint64_t cts_scan_ns;
+	int outstanding; /* posted, not yet reported done */
+	bool early_ok;	 /* writes land unpolled: optional receives may finish early */
 	/*
 	 * The sender has processed the CTS of every group before this (from eager headers and
 	 * data immediates). A group can complete by eager messages alone, before the sender read

@@ -978,6 +978,9 @@ static int pingpong_extra_writes(int wait_us, int k_msgs)
 		rreq = post_recv(&p, rbuf, sizeof(rbuf), 5, rmr);
 		assert_non_null(rreq);
 		assert_int_equal(rreq->cts_lazy, wait_us != 0);
+		/* held: the held groups are not scanned again before its wait can end */
+		if (wait_us != 0)
+			assert_true(recv_of(&p)->cts_scan_ns > recv_of(&p)->cs.now_ns);
 		fill(sbuf, sizeof(sbuf), (unsigned)k);
 		while (sreq == NULL)
 			assert_int_equal(mk_rdv_isend(p.s, sbuf, sizeof(sbuf), 5, smr, &sreq), 0);
