@@ -84,6 +84,7 @@ struct mk_rdv_conn_state {
 	 * and on small messages the clock was the sender's largest user-space cost.
 	 */
 	uint64_t now_ns;
+	uint32_t quiet_reads; /* reads that heard nothing since the clock was last read */
 };
 
 /* A scratch region of len bytes (rounded to pages) registered on (ops, dev). 0 or -errno. */
@@ -106,6 +107,15 @@ int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn,
 
 /* Latch the connection's first failure (sticky) with a WARN saying what failed. */
 void mk_rdv_fail(struct mk_rdv_conn_state *cs, int rc, const char *what);
+
+/*
+ * Milliseconds from then to now, 0 when then is later: now may be an older reading than a
+ * sign of life stamped from a fresh one (a read's stamp lags the events it delivered).
+ */
+static inline uint64_t mk_rdv_ms_since(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
 
 /*
  * Liveness, called by a side that waits on the peer (busy: it has work outstanding): probes a

@@ -397,9 +397,10 @@ static void expect_probe(struct mk_rdv_recv *r, struct mk_rdv_req *req)
 }
 
 /*
- * Tests of unfinished requests read the clock once each: the request that reads the CQ once at
- * the read's end, the others once to age the shared read; the liveness check after them takes
- * that reading instead of its own (it still probes a quiet peer on time).
+ * Tests of unfinished requests read the clock at most once each: the others once to age the
+ * shared read, the request that reads the CQ not at all while its reads hear nothing (the core
+ * stamps a quiet read only every 16th: mk_rdv_polled); the liveness check after them takes that
+ * reading instead of its own (it still probes a quiet peer on time).
  */
 static void test_idle_sweep_reads_the_clock_once_per_test(void **state)
 {
@@ -410,46 +411,78 @@ static void test_idle_sweep_reads_the_clock_once_per_test(void **state)
 	(void)state;
 	share_ns("1000000000");
 	idle_open(&t);
+	sweep(t.req, W); /* what the posts' CTS writes left to hear */
+	t.r->cs.quiet_reads = 0;
 	shared = t.r->cs.polls_shared;
 	before = clock_reads;
 	sweep(t.req, W);
 	assert_int_equal(t.r->cs.polls_shared - shared, W - 1);
-	assert_int_equal(clock_reads - before, W);
+	assert_int_equal(clock_reads - before, W - 1);
 	expect_probe(t.r, t.req[0]);
 	idle_close(&t);
 }
 
 /*
- * A CQ read takes one clock reading, not one in the backend and another in the core: a backend
- * whose poll reads the clock (ofi does, for its watchdog and stall checks) lends that reading
- * to the read's stamp, and the core reads the clock itself only behind a backend that does not.
- * One request tested in a loop reads the CQ at every test.
+ * A CQ read takes at most one clock reading, not one in the backend and another in the core: a
+ * backend whose poll reads the clock (ofi does, for its watchdog and stall checks) lends that
+ * reading to the read's stamp. Behind a backend that does not, the core reads the clock for a
+ * read that heard something and for every 16th quiet one: a caller spinning on a test read it
+ * at every test, a system call each where the clock has no vDSO path. One request tested in a
+ * loop reads the CQ at every test either way.
  */
 static void test_cq_read_reads_the_clock_once(void **state)
 {
 	struct idle t;
 	unsigned long before;
+	uint64_t stamp;
 	uint32_t polls;
 
 	(void)state;
 	idle_open(&t);
+	sweep(t.req, W);     /* what the posts' CTS writes left to hear */
 	sweep(&t.req[2], 1); /* from here on its epoch is the latest: no check for a shared read */
 	for (int backend_reads = 0; backend_reads < 2; backend_reads++) {
 		fake_tp_faults.poll_reads_clock = backend_reads;
+		t.r->cs.quiet_reads = 0;
+		stamp = t.r->cs.last_poll_ns;
 		polls = t.r->cs.polls;
 		before = clock_reads;
-		for (int k = 0; k < 5; k++)
+		for (int k = 0; k < 15; k++)
 			sweep(&t.req[2], 1);
-		assert_int_equal(t.r->cs.polls - polls, 5);
-		assert_int_equal(clock_reads - before, 5);
+		assert_int_equal(t.r->cs.polls - polls, 15);
+		assert_int_equal(clock_reads - before, backend_reads ? 15 : 0);
+		if (!backend_reads)
+			assert_true(t.r->cs.last_poll_ns == stamp); /* quiet reads kept the stamp */
+		for (int k = 0; k < 17; k++)
+			sweep(&t.req[2], 1);
+		assert_int_equal(clock_reads - before, backend_reads ? 32 : 2);
 		/* the stamp is the backend's reading when it took one */
 		if (backend_reads)
 			assert_true(t.r->cs.last_poll_ns == t.r->cs.conn->polled_ns);
 		else
-			assert_true(t.r->cs.conn->polled_ns == 0);
+			assert_true(t.r->cs.conn->polled_ns == 0 && t.r->cs.last_poll_ns > stamp);
 	}
 	/* the liveness check runs on the lent reading too: a quiet peer is probed */
 	expect_probe(t.r, t.req[2]);
+	idle_close(&t);
+}
+
+/*
+ * A sign of life stamped from a fresher reading than the connection's last stamp (a read's
+ * stamp lags the events it delivered) is not a wait of 2^64 ms: no probe, no timeout.
+ */
+static void test_keepalive_takes_a_later_sign_of_life_as_now(void **state)
+{
+	struct idle t;
+	uint64_t probes;
+
+	(void)state;
+	idle_open(&t);
+	probes = t.r->cs.probes;
+	t.r->cs.last_event_ms = t.r->cs.now_ns / 1000000u + 5;
+	mk_rdv_keepalive(&t.r->cs, true);
+	assert_int_equal(t.r->cs.probes, probes);
+	assert_int_equal(t.r->cs.error, 0);
 	idle_close(&t);
 }
 
@@ -463,6 +496,7 @@ int main(void)
 		cmocka_unit_test_setup(test_irecv_filled_by_landed_messages_reads_nothing, setup),
 		cmocka_unit_test_setup(test_idle_sweep_reads_the_clock_once_per_test, setup),
 		cmocka_unit_test_setup(test_cq_read_reads_the_clock_once, setup),
+		cmocka_unit_test_setup(test_keepalive_takes_a_later_sign_of_life_as_now, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
