@@ -273,8 +273,8 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	 * pending, and each fi_cq_read takes a pending one back: a write and a read per completion
 	 * that follows a read. A small receive reading at its post put one between a message's
 	 * arrival and the reply's send, 1.5 pairs a message in a ping-pong against the raw
-	 * ping-pong's 1; without that read the tcp one-way latency is 0.92x (net 0.96-0.98x). On
-	 * shm the read helps 8-64 B with 8 in flight (0.79x without) and keeps it.
+	 * ping-pong's 1; without that read the tcp one-way latency is 0.90-0.94x (net
+	 * 0.94-0.96x). On shm the read helps 8-64 B with 8 in flight (0.79x without): it stays.
 	 */
 	p->cq_read_rearms = sockets;
 	p->force_flush = 0;
