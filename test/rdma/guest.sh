@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # Guest script of the rdma suite, run by scripts/rxe-vm/run.sh inside the soft-RoCE guest: stock
 # rdma-core/perftest checks on rxe0, then every project test binary that was built, then
-# ib_write_bw at 1 MiB and 4 MiB and ib_write_lat at 8 B and 4 KiB next to mkernel-netbench
+# ib_write_bw at 1 MiB and 4 MiB and ib_write_lat at 8 B and 4 KiB next to mkernel-netbench (and
+# mkernel-rawbench-verbs, the device in the plugin's shape, at the latency sizes)
 # (emulated figures, JSON lines on the serial log and in $BUILD/rdma-bench.jsonl). Environment from /init: GIDX, MKERNEL_IB_GID_INDEX,
 # MKERNEL_TRANSPORT=verbs, PEER, BUILD, SRC, RXE_VM_LIB.
 # Binaries whose libraries the initramfs must carry (paths under the build dir):
 # rxe-vm-needs: test/rdma/verbs/test-verbs-loopback test/loopback/net/test-net-loopback
 # rxe-vm-needs: nccl_plugin/tools/mkernel-netbench nccl_plugin/libnccl-net-mkernel.so
+# rxe-vm-needs: transport/tools/rawbench/mkernel-rawbench-verbs
 # pipefail where the shell has it (bash, busybox ash; Debian's dash lacks it)
 (set -o pipefail) 2>/dev/null && set -o pipefail
 
@@ -133,6 +135,20 @@ for size in 8 4096; do
 		lat=$(awk -v s="$size" '$1 == s && NF >= 5 { print $5; exit }' "/tmp/$name.client.log")
 		j="{\"tool\":\"ib_write_lat\",\"size\":$size,\"iters\":2000,\"lat_us\":${lat:-null}"
 		bench_line "$j,\"device\":\"rxe0\",\"gid_index\":$GIDX,\"emulated\":true}"
+	else
+		fails=$((fails + 1))
+	fi
+	# The device in the plugin's shape with nothing of the plugin in it (a write with immediate
+	# into a QP per direction, every send signalled, the receive taken from the CQ and posted
+	# again): what of the plugin's latency is the device's.
+	port=$((port + 1))
+	name=rawbench-verbs-$size
+	rawv=$BUILD/transport/tools/rawbench/mkernel-rawbench-verbs
+	if mk_need "$name" "$rawv" && mk_pair "$name" "$port" \
+		"$rawv --dev rxe0 --gid-index $GIDX --server $port" \
+		"$rawv --dev rxe0 --gid-index $GIDX --client $PEER:$port --method imm --qps 2 \
+		--sizes $size --iters 2000 --reps 5"; then
+		bench_line "$(sed -n 's/^\({"tool":"mkernel-rawbench-verbs".*\)}$/\1,"emulated":true}/p' "/tmp/$name.client.log")"
 	else
 		fails=$((fails + 1))
 	fi
