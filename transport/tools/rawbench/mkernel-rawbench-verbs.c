@@ -61,8 +61,7 @@ struct wire {
 	uint64_t addr; /* its receive buffer */
 };
 
-/* One direction's QP: qp[0] sends and receives with --qps 1; with 2, qp[0] sends, qp[1] receives.
- */
+/* One end: with --qps 1, qp[0] sends and receives; with 2, qp[0] sends and qp[1] receives. */
 struct side {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -280,7 +279,8 @@ static void setup(struct side *s, const struct config *c)
 			die("ibv_create_cq", errno);
 		s->qp[i] = qp_create(s, i);
 		mine[i] = (struct wire){ .qpn = s->qp[i]->qp_num,
-					 .psn = (uint32_t)(rand() & 0xffffff),
+					 .psn = (uint32_t)((getpid() * 7919u + (unsigned)i) &
+							   0xffffff),
 					 .rkey = s->mr->rkey,
 					 .lid = pa.lid,
 					 .mtu = (uint8_t)pa.active_mtu,
