@@ -27,20 +27,14 @@
  *      what one endpoint per direction costs (on tcp, one socket per direction).
  * Statistics are over reps. GB/s = 1e9 bytes/s. Exit 77: the provider is absent here.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rdma/fabric.h>
@@ -51,6 +45,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+
+#include "rawbench_ctl.h"
 
 #define MAX_SIZES  32
 #define MAX_WINDOW 256
@@ -112,83 +108,6 @@ static void die(const char *what, long rc)
 	fprintf(stderr, "mkernel-rawbench-ofi: %s: %s\n", what,
 		rc < 0 ? fi_strerror((int)-rc) : strerror(errno));
 	exit(1);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void xsend(int fd, const void *b, size_t n)
-{
-	if (send(fd, b, n, MSG_NOSIGNAL) != (ssize_t)n)
-		die("control socket send", 0);
-}
-
-static void xrecv(int fd, void *b, size_t n)
-{
-	if (recv(fd, b, n, MSG_WAITALL) != (ssize_t)n)
-		die("control socket recv", 0);
-}
-
-static void barrier(struct bench *b)
-{
-	char c = 'b';
-
-	xsend(b->sock, &c, 1);
-	xrecv(b->sock, &c, 1);
-}
-
-/* Server: bind (PORT 0 = any), print the port, accept one client. */
-static int tcp_serve(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	socklen_t len = sizeof(sa);
-	int one = 1, ls, fd;
-
-	ls = socket(AF_INET, SOCK_STREAM, 0);
-	if (ls < 0)
-		die("socket", 0);
-	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 1))
-		die("bind/listen", 0);
-	getsockname(ls, (struct sockaddr *)&sa, &len);
-	printf("listening %d\n", ntohs(sa.sin_port));
-	fflush(stdout);
-	fd = accept(ls, NULL, NULL);
-	if (fd < 0)
-		die("accept", 0);
-	close(ls);
-	return fd;
-}
-
-static int tcp_connect(const char *hostport)
-{
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai;
-	char host[256];
-	const char *colon = strrchr(hostport, ':');
-	int fd, one = 1;
-
-	if (colon == NULL || (size_t)(colon - hostport) >= sizeof(host)) {
-		fprintf(stderr, "mkernel-rawbench-ofi: --client wants HOST:PORT\n");
-		exit(2);
-	}
-	memcpy(host, hostport, (size_t)(colon - hostport));
-	host[colon - hostport] = '\0';
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		die("getaddrinfo", 0);
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	for (int tries = 0; connect(fd, ai->ai_addr, ai->ai_addrlen) != 0; tries++) {
-		if (tries == 100)
-			die("connect to the server", 0);
-		usleep(50 * 1000); /* the server may still be starting */
-	}
-	freeaddrinfo(ai);
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
 }
 
 static void ep_open(struct bench *b, int i)
@@ -256,12 +175,12 @@ static void exchange_addrs(struct bench *b)
 		if (rc)
 			die("fi_getname", rc);
 		n = (uint32_t)len;
-		xsend(b->sock, &n, sizeof(n));
-		xsend(b->sock, mine, len);
-		xrecv(b->sock, &tl, sizeof(tl));
+		rb_send(b->sock, &n, sizeof(n));
+		rb_send(b->sock, mine, len);
+		rb_recv(b->sock, &tl, sizeof(tl));
 		if (tl > sizeof(theirs[i]))
 			die("peer address too long", -FI_EINVAL);
-		xrecv(b->sock, theirs[i], tl);
+		rb_recv(b->sock, theirs[i], tl);
 	}
 	for (int i = 0; i < b->nep; i++) {
 		/* TX writes to the peer's RX; RX names the peer's TX as the source of receives */
@@ -304,8 +223,8 @@ static void buffers_open(struct bench *b, const struct config *c)
 		b->desc = fi_mr_desc(b->mr);
 	mine.base = mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)b->buf : 0;
 	mine.key = fi_mr_key(b->mr);
-	xsend(b->sock, &mine, sizeof(mine));
-	xrecv(b->sock, &b->rem, sizeof(b->rem));
+	rb_send(b->sock, &mine, sizeof(mine));
+	rb_recv(b->sock, &b->rem, sizeof(b->rem));
 }
 
 static void *slot(struct bench *b, uint32_t i)
@@ -429,14 +348,14 @@ static void bw_recv(struct bench *b, enum method m, size_t size, uint32_t n, uin
 	int idx[16];
 
 	if (m == METHOD_WRITE) {
-		barrier(b);
+		rb_barrier(b->sock);
 		remote_wait(b, n);
 	} else {
 		while (posted < n && posted < window) {
 			post(b, false, slot(b, posted), size, TAG_DATA, (int)posted);
 			posted++;
 		}
-		barrier(b);
+		rb_barrier(b->sock);
 		while (got < n) {
 			int k = cq_wait(b, idx, 16);
 
@@ -470,8 +389,8 @@ static double bw_send(struct bench *b, enum method m, size_t size, uint32_t n, u
 	int idx[16];
 
 	post(b, false, b->buf, 0, TAG_ACK, MAX_WINDOW);
-	barrier(b);
-	t0 = now_s();
+	rb_barrier(b->sock);
+	t0 = rb_now_s();
 	while (posted < n && posted < window) {
 		bw_post(b, m, posted, size);
 		posted++;
@@ -491,7 +410,7 @@ static double bw_send(struct bench *b, enum method m, size_t size, uint32_t n, u
 			}
 		}
 	}
-	return now_s() - t0;
+	return rb_now_s() - t0;
 }
 
 /* One ping-pong round trip; the client pings. */
@@ -529,18 +448,11 @@ static double lat_run(struct bench *b, enum method m, size_t size, uint32_t n, b
 {
 	double t0;
 
-	barrier(b);
-	t0 = now_s();
+	rb_barrier(b->sock);
+	t0 = rb_now_s();
 	for (uint32_t i = 0; i < n; i++)
 		pingpong(b, m, size, client);
-	return (now_s() - t0) / n / 2 * 1e6; /* one-way, microseconds */
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
+	return (rb_now_s() - t0) / n / 2 * 1e6; /* one-way, microseconds */
 }
 
 static double pct(const double *sorted, uint32_t n, double p)
@@ -581,7 +493,7 @@ static void report(struct bench *b, const struct config *c, size_t size, double 
 
 		if (!on[m])
 			continue;
-		qsort(v[m], c->reps, sizeof(double), cmp_double);
+		qsort(v[m], c->reps, sizeof(double), rb_cmp_double);
 		med[m] = pct(v[m], c->reps, 0.5);
 		/* the ceiling: more bandwidth, or less latency */
 		if (best < 0 || (bw ? med[m] > med[best] : med[m] < med[best]))
@@ -638,25 +550,6 @@ static void run(struct bench *b, const struct config *c, bool client)
 	free(v);
 }
 
-static void parse_sizes(const char *s, struct config *c)
-{
-	char *end;
-
-	c->nsizes = 0;
-	while (*s != '\0' && c->nsizes < MAX_SIZES) {
-		unsigned long long v = strtoull(s, &end, 0);
-
-		if (end == s)
-			break;
-		if (*end == 'K' || *end == 'k')
-			v <<= 10, end++;
-		else if (*end == 'M' || *end == 'm')
-			v <<= 20, end++;
-		c->sizes[c->nsizes++] = v;
-		s = *end == ',' ? end + 1 : end;
-	}
-}
-
 static void usage(void)
 {
 	fprintf(stderr, "usage: mkernel-rawbench-ofi --provider P [--iface IF] (--server PORT | "
@@ -693,7 +586,7 @@ int main(int argc, char **argv)
 	struct bench b = { 0 };
 	int o;
 
-	parse_sizes("4096,65536,1048576", &c);
+	c.nsizes = (uint32_t)rb_parse_sizes("4096,65536,1048576", c.sizes, MAX_SIZES);
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case 'p':
@@ -715,7 +608,7 @@ int main(int argc, char **argv)
 			snprintf(c.method, sizeof(c.method), "%s", optarg);
 			break;
 		case 'z':
-			parse_sizes(optarg, &c);
+			c.nsizes = (uint32_t)rb_parse_sizes(optarg, c.sizes, MAX_SIZES);
 			break;
 		case 'w':
 			c.window = (uint32_t)atoi(optarg);
@@ -745,16 +638,16 @@ int main(int argc, char **argv)
 		usage();
 	if (strcmp(c.mode, "lat") == 0)
 		c.window = 2; /* ping and pong slots */
-	b.sock = server != NULL ? tcp_serve(atoi(server)) : tcp_connect(client);
+	b.sock = server != NULL ? rb_serve(atoi(server)) : rb_connect(client);
 	if (client != NULL)
-		xsend(b.sock, &c, sizeof(c));
+		rb_send(b.sock, &c, sizeof(c));
 	else
-		xrecv(b.sock, &c, sizeof(c));
+		rb_recv(b.sock, &c, sizeof(c));
 	fabric_open(&b, prov, iface, (int)c.endpoints);
 	exchange_addrs(&b);
 	buffers_open(&b, &c);
 	run(&b, &c, client != NULL);
-	barrier(&b); /* nobody tears down while the other still has traffic in flight */
+	rb_barrier(b.sock); /* nobody tears down while the other still has traffic in flight */
 	fi_close(&b.mr->fid);
 	for (int i = 0; i < b.nep; i++) {
 		fi_close(&b.ep[i]->fid);

@@ -23,19 +23,16 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
+
+#include "rawbench_ctl.h"
 
 #define MAX_SIZES 16
 #define MAX_REPS  256
@@ -49,7 +46,7 @@ struct config {
 	const char *dev, *server_port, *client;
 	int gid_index, qps, iters, warmup, reps, nsizes;
 	enum method method;
-	size_t sizes[MAX_SIZES];
+	uint64_t sizes[MAX_SIZES];
 };
 
 /* What one side tells the other about one of its QPs. */
@@ -81,74 +78,6 @@ static void die(const char *what, int err)
 {
 	fprintf(stderr, "mkernel-rawbench-verbs: %s: %s\n", what, strerror(err));
 	exit(1);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void xfer(int fd, void *p, size_t n, bool out)
-{
-	for (size_t done = 0; done < n;) {
-		ssize_t k = out ? write(fd, (char *)p + done, n - done)
-				: read(fd, (char *)p + done, n - done);
-
-		if (k <= 0)
-			die(out ? "socket write" : "socket read", k == 0 ? ECONNRESET : errno);
-		done += (size_t)k;
-	}
-}
-
-static void barrier(struct side *s)
-{
-	char b = 'b';
-
-	xfer(s->fd, &b, 1, true);
-	xfer(s->fd, &b, 1, false);
-}
-
-static int tcp_connect(const struct config *c)
-{
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *ai;
-	char host[256], *colon;
-	int fd, one = 1;
-
-	snprintf(host, sizeof(host), "%s", c->client);
-	colon = strrchr(host, ':');
-	if (colon == NULL)
-		die("--client wants HOST:PORT", EINVAL);
-	*colon = '\0';
-	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
-		die("resolving the server", EINVAL);
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	for (int tries = 0; connect(fd, ai->ai_addr, ai->ai_addrlen) != 0; tries++) {
-		if (tries == 100)
-			die("connecting to the server", errno);
-		usleep(100000);
-	}
-	freeaddrinfo(ai);
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
-}
-
-static int tcp_accept(const char *port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)) };
-	int lfd = socket(AF_INET, SOCK_STREAM, 0), fd, one = 1;
-
-	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 1) != 0)
-		die("listening", errno);
-	fd = accept(lfd, NULL, NULL);
-	if (fd < 0)
-		die("accepting", errno);
-	close(lfd);
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
 }
 
 static struct ibv_context *open_dev(const char *name)
@@ -287,19 +216,14 @@ static void setup(struct side *s, const struct config *c)
 					 .addr = (uint64_t)(uintptr_t)(s->buf + MAX_SIZE) };
 		memcpy(mine[i].gid, gid.raw, 16);
 	}
-	xfer(s->fd, mine, sizeof(mine[0]) * (size_t)s->nqp, true);
-	xfer(s->fd, s->peer, sizeof(s->peer[0]) * (size_t)s->nqp, false);
+	rb_send(s->fd, mine, sizeof(mine[0]) * (size_t)s->nqp);
+	rb_recv(s->fd, s->peer, sizeof(s->peer[0]) * (size_t)s->nqp);
 	for (int i = 0; i < s->nqp; i++) {
 		int p = s->nqp == 2 ? 1 - i : 0; /* the peer's QP ours talks to */
 
 		qp_connect(s, s->qp[i], &s->peer[p], mine[i].psn, c->gid_index);
 	}
-	barrier(s);
-}
-
-static struct ibv_qp *send_qp(struct side *s)
-{
-	return s->qp[0];
+	rb_barrier(s->fd);
 }
 
 static struct ibv_cq *recv_cq(struct side *s)
@@ -312,7 +236,7 @@ static bool spin_clock; /* --spin-clock: read the clock at every idle poll, as a
 static void spin_pause(void)
 {
 	if (spin_clock)
-		(void)now_s();
+		(void)rb_now_s();
 }
 
 /* One completion from cq; dies on an error. Returns the opcode. */
@@ -344,7 +268,7 @@ static void send_one(struct side *s, enum method m, size_t size, uint8_t mark)
 	wr.imm_data = htonl(mark);
 	wr.wr.rdma.remote_addr = peer->addr;
 	wr.wr.rdma.rkey = peer->rkey;
-	rc = ibv_post_send(send_qp(s), &wr, &bad);
+	rc = ibv_post_send(s->qp[0], &wr, &bad);
 	if (rc)
 		die("ibv_post_send", rc);
 	/* with one QP the pong's receive may complete before our send does */
@@ -379,8 +303,8 @@ static double lat_rep(struct side *s, enum method m, size_t size, int iters, int
 {
 	double t0;
 
-	barrier(s);
-	t0 = now_s();
+	rb_barrier(s->fd);
+	t0 = rb_now_s();
 	for (int i = 0; i < iters; i++) {
 		uint8_t mark = (uint8_t)(++*round % 255 + 1);
 
@@ -392,14 +316,7 @@ static double lat_rep(struct side *s, enum method m, size_t size, int iters, int
 			send_one(s, m, size, mark);
 		}
 	}
-	return (now_s() - t0) / iters / 2 * 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
+	return (rb_now_s() - t0) / iters / 2 * 1e6;
 }
 
 static void run(struct side *s, const struct config *c)
@@ -414,26 +331,15 @@ static void run(struct side *s, const struct config *c)
 			v[r] = lat_rep(s, c->method, c->sizes[k], c->iters, &round);
 		if (!s->client)
 			continue;
-		qsort(v, (size_t)c->reps, sizeof(v[0]), cmp_double);
+		qsort(v, (size_t)c->reps, sizeof(v[0]), rb_cmp_double);
 		printf("{\"tool\":\"mkernel-rawbench-verbs\",\"mode\":\"lat\",\"device\":\"%s\","
-		       "\"method\":\"%s\",\"qps\":%d,\"size\":%zu,\"iters\":%d,\"reps\":%d,"
+		       "\"method\":\"%s\",\"qps\":%d,\"size\":%llu,\"iters\":%d,\"reps\":%d,"
 		       "\"lat_us_median\":%.3f,\"lat_us_min\":%.3f,\"lat_us_max\":%.3f}\n",
-		       c->dev, c->method == METHOD_IMM ? "imm" : "write", c->qps, c->sizes[k],
-		       c->iters, c->reps, v[c->reps / 2], v[0], v[c->reps - 1]);
+		       c->dev, c->method == METHOD_IMM ? "imm" : "write", c->qps,
+		       (unsigned long long)c->sizes[k], c->iters, c->reps, v[c->reps / 2], v[0],
+		       v[c->reps - 1]);
 		fflush(stdout);
 	}
-}
-
-static size_t parse_size(const char *t)
-{
-	char *end;
-	unsigned long long v = strtoull(t, &end, 10);
-
-	if (*end == 'K' || *end == 'k')
-		v <<= 10;
-	else if (*end == 'M' || *end == 'm')
-		v <<= 20;
-	return (size_t)v;
 }
 
 static void usage(void)
@@ -467,10 +373,10 @@ static void share_shape(struct side *s, struct config *c)
 				     .nsizes = c->nsizes };
 		for (int i = 0; i < c->nsizes; i++)
 			sh.sizes[i] = c->sizes[i];
-		xfer(s->fd, &sh, sizeof(sh), true);
+		rb_send(s->fd, &sh, sizeof(sh));
 		return;
 	}
-	xfer(s->fd, &sh, sizeof(sh), false);
+	rb_recv(s->fd, &sh, sizeof(sh));
 	c->method = sh.method == METHOD_IMM ? METHOD_IMM : METHOD_WRITE;
 	c->qps = sh.qps;
 	c->iters = sh.iters;
@@ -478,7 +384,7 @@ static void share_shape(struct side *s, struct config *c)
 	c->reps = sh.reps;
 	c->nsizes = sh.nsizes;
 	for (int i = 0; i < c->nsizes; i++)
-		c->sizes[i] = (size_t)sh.sizes[i];
+		c->sizes[i] = sh.sizes[i];
 }
 
 int main(int argc, char **argv)
@@ -499,8 +405,9 @@ int main(int argc, char **argv)
 	};
 	struct config c = { .gid_index = -1, .qps = 1, .iters = 2000, .warmup = 200, .reps = 5 };
 	struct side s = { 0 };
-	char sizes[256] = "8,4K";
 	int o;
+
+	c.nsizes = rb_parse_sizes("8,4K", c.sizes, MAX_SIZES);
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -525,7 +432,7 @@ int main(int argc, char **argv)
 			c.qps = atoi(optarg);
 			break;
 		case 'z':
-			snprintf(sizes, sizeof(sizes), "%s", optarg);
+			c.nsizes = rb_parse_sizes(optarg, c.sizes, MAX_SIZES);
 			break;
 		case 'n':
 			c.iters = atoi(optarg);
@@ -543,8 +450,6 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	for (char *t = strtok(sizes, ","); t != NULL && c.nsizes < MAX_SIZES; t = strtok(NULL, ","))
-		c.sizes[c.nsizes++] = parse_size(t);
 	if (c.dev == NULL || (c.server_port == NULL) == (c.client == NULL) || c.qps < 1 ||
 	    c.qps > 2 || c.iters < 1 || c.warmup < 0 || c.reps < 1 || c.reps > MAX_REPS)
 		usage();
@@ -552,10 +457,10 @@ int main(int argc, char **argv)
 		if (c.sizes[i] < 1 || c.sizes[i] > MAX_SIZE)
 			usage();
 	s.client = c.client != NULL;
-	s.fd = s.client ? tcp_connect(&c) : tcp_accept(c.server_port);
+	s.fd = s.client ? rb_connect(c.client) : rb_serve(atoi(c.server_port));
 	share_shape(&s, &c);
 	setup(&s, &c);
 	run(&s, &c);
-	barrier(&s);
+	rb_barrier(s.fd);
 	return 0;
 }
