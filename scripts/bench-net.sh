@@ -10,7 +10,8 @@
 # Environment: PROVIDERS (default "tcp;ofi_rxm shm"), REPS and ROUNDS (default 2 and 3: medians
 # of 6 repetitions each side), SIZES, LAT_SIZES, WINDOWS, EXTRA (more netbench options),
 # STRICT=1 (exit 3 when a point misses the goal). Take the recorded run on a quiet machine: the
-# run record keeps the load average at start and end.
+# run record keeps the load average at start and end, and the kernel's tcp_rmem (the socket
+# receive buffer it starts from decides the 64 KiB ping-pong over tcp: docs/benchmarks.md, 1).
 set -euo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 out=${2:-$build/bench-net}
@@ -46,7 +47,7 @@ for prov in ${PROVIDERS:-"tcp;ofi_rxm" shm}; do
 done
 
 cat >"$out/run.json" <<EOF
-{"tool":"bench-net","start":"$start","end":"$(date -u +%Y-%m-%dT%H:%M:%SZ)","git":"$rev","dirty_files":$dirty,"host":"$(hostname)","cpus":$(nproc),"cpu":"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')","load_start":"$load_start","load_end":"$(cut -d' ' -f1-3 /proc/loadavg)","libfabric":"$(pkg-config --modversion libfabric 2>/dev/null || echo unknown)","sizes":"$sizes","windows":"$windows","lat_sizes":"$lat_sizes","reps":$reps,"rounds":$rounds}
+{"tool":"bench-net","start":"$start","end":"$(date -u +%Y-%m-%dT%H:%M:%SZ)","git":"$rev","dirty_files":$dirty,"host":"$(hostname)","cpus":$(nproc),"cpu":"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')","load_start":"$load_start","load_end":"$(cut -d' ' -f1-3 /proc/loadavg)","libfabric":"$(pkg-config --modversion libfabric 2>/dev/null || echo unknown)","tcp_rmem":"$(tr -s "\t " " " </proc/sys/net/ipv4/tcp_rmem 2>/dev/null)","sizes":"$sizes","windows":"$windows","lat_sizes":"$lat_sizes","reps":$reps,"rounds":$rounds}
 EOF
 
 python3 - "$out" ${STRICT:+--strict} <<'PY'
