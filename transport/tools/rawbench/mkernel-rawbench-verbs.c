@@ -42,11 +42,17 @@
 
 enum method { METHOD_WRITE, METHOD_IMM };
 
+/* The run's shape; the client sends it to the server, which loops over the same (same build). */
 struct config {
-	const char *dev, *server_port, *client;
-	int gid_index, qps, iters, warmup, reps, nsizes;
-	enum method method;
+	int32_t method; /* enum method */
+	int32_t qps, iters, warmup, reps, nsizes;
 	uint64_t sizes[MAX_SIZES];
+};
+
+/* Where this end runs: not sent. */
+struct place {
+	const char *dev, *server_port, *client;
+	int gid_index;
 };
 
 /* What one side tells the other about one of its QPs. */
@@ -97,7 +103,7 @@ static struct ibv_context *open_dev(const char *name)
 	return ctx;
 }
 
-static void post_recv(struct side *s, struct ibv_qp *qp)
+static void post_recv(struct ibv_qp *qp)
 {
 	struct ibv_recv_wr wr = { .wr_id = 1 }, *bad;
 	int rc = ibv_post_recv(qp, &wr, &bad);
@@ -135,7 +141,7 @@ static struct ibv_qp *qp_create(struct side *s, int i)
 			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		die("QP to INIT", errno);
 	for (int k = 0; k < RQ_DEPTH; k++)
-		post_recv(s, qp);
+		post_recv(qp);
 	return qp;
 }
 
@@ -179,19 +185,19 @@ static void qp_connect(struct side *s, struct ibv_qp *qp, const struct wire *pee
  * Open the device, make the QPs and exchange them: with two, our QP 0 (sends) meets the peer's
  * QP 1 (receives) and the other way round.
  */
-static void setup(struct side *s, const struct config *c)
+static void setup(struct side *s, const struct config *c, const struct place *at)
 {
 	struct ibv_port_attr pa;
 	union ibv_gid gid = { 0 };
 	struct wire mine[2];
 
-	s->ctx = open_dev(c->dev);
+	s->ctx = open_dev(at->dev);
 	s->port = 1;
 	s->nqp = c->qps;
 	if (ibv_query_port(s->ctx, (uint8_t)s->port, &pa))
 		die("ibv_query_port", errno);
 	s->mtu = (uint8_t)pa.active_mtu;
-	if (c->gid_index >= 0 && ibv_query_gid(s->ctx, (uint8_t)s->port, c->gid_index, &gid))
+	if (at->gid_index >= 0 && ibv_query_gid(s->ctx, (uint8_t)s->port, at->gid_index, &gid))
 		die("ibv_query_gid", errno);
 	s->pd = ibv_alloc_pd(s->ctx);
 	s->buf = aligned_alloc(4096, 2 * (size_t)MAX_SIZE);
@@ -221,7 +227,7 @@ static void setup(struct side *s, const struct config *c)
 	for (int i = 0; i < s->nqp; i++) {
 		int p = s->nqp == 2 ? 1 - i : 0; /* the peer's QP ours talks to */
 
-		qp_connect(s, s->qp[i], &s->peer[p], mine[i].psn, c->gid_index);
+		qp_connect(s, s->qp[i], &s->peer[p], mine[i].psn, at->gid_index);
 	}
 	rb_barrier(s->fd);
 }
@@ -278,7 +284,7 @@ static void send_one(struct side *s, enum method m, size_t size, uint8_t mark)
 		if (op == IBV_WC_RDMA_WRITE)
 			return;
 		s->recv_seen = true;
-		post_recv(s, s->qp[0]);
+		post_recv(s->qp[0]);
 	}
 }
 
@@ -294,7 +300,7 @@ static void recv_one(struct side *s, enum method m, size_t size, uint8_t mark)
 	}
 	if (!s->recv_seen) {
 		cq_wait(recv_cq(s));
-		post_recv(s, s->qp[s->nqp - 1]);
+		post_recv(s->qp[s->nqp - 1]);
 	}
 	s->recv_seen = false;
 }
@@ -319,7 +325,7 @@ static double lat_rep(struct side *s, enum method m, size_t size, int iters, int
 	return (rb_now_s() - t0) / iters / 2 * 1e6;
 }
 
-static void run(struct side *s, const struct config *c)
+static void run(struct side *s, const struct config *c, const char *dev)
 {
 	int round = 0;
 
@@ -335,7 +341,7 @@ static void run(struct side *s, const struct config *c)
 		printf("{\"tool\":\"mkernel-rawbench-verbs\",\"mode\":\"lat\",\"device\":\"%s\","
 		       "\"method\":\"%s\",\"qps\":%d,\"size\":%llu,\"iters\":%d,\"reps\":%d,"
 		       "\"lat_us_median\":%.3f,\"lat_us_min\":%.3f,\"lat_us_max\":%.3f}\n",
-		       c->dev, c->method == METHOD_IMM ? "imm" : "write", c->qps,
+		       dev, c->method == METHOD_IMM ? "imm" : "write", c->qps,
 		       (unsigned long long)c->sizes[k], c->iters, c->reps, v[c->reps / 2], v[0],
 		       v[c->reps - 1]);
 		fflush(stdout);
@@ -347,44 +353,8 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: mkernel-rawbench-verbs --dev DEV [--gid-index G] (--server PORT | --client "
 		"HOST:PORT) [--method write|imm] [--qps 1|2] [--sizes 8,4K] [--iters N] "
-		"[--warmup N] [--reps R]\n");
+		"[--warmup N] [--reps R] [--spin-clock]\n");
 	exit(2);
-}
-
-/*
- * The server takes the run's shape from the client: both ends loop over the same sizes and
- * counts.
- */
-struct shape {
-	int32_t method, qps, iters, warmup, reps, nsizes;
-	uint64_t sizes[MAX_SIZES];
-};
-
-static void share_shape(struct side *s, struct config *c)
-{
-	struct shape sh = { 0 };
-
-	if (s->client) {
-		sh = (struct shape){ .method = (int32_t)c->method,
-				     .qps = c->qps,
-				     .iters = c->iters,
-				     .warmup = c->warmup,
-				     .reps = c->reps,
-				     .nsizes = c->nsizes };
-		for (int i = 0; i < c->nsizes; i++)
-			sh.sizes[i] = c->sizes[i];
-		rb_send(s->fd, &sh, sizeof(sh));
-		return;
-	}
-	rb_recv(s->fd, &sh, sizeof(sh));
-	c->method = sh.method == METHOD_IMM ? METHOD_IMM : METHOD_WRITE;
-	c->qps = sh.qps;
-	c->iters = sh.iters;
-	c->warmup = sh.warmup;
-	c->reps = sh.reps;
-	c->nsizes = sh.nsizes;
-	for (int i = 0; i < c->nsizes; i++)
-		c->sizes[i] = sh.sizes[i];
 }
 
 int main(int argc, char **argv)
@@ -403,7 +373,8 @@ int main(int argc, char **argv)
 		{ "spin-clock", no_argument, NULL, 'k' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct config c = { .gid_index = -1, .qps = 1, .iters = 2000, .warmup = 200, .reps = 5 };
+	struct config c = { .qps = 1, .iters = 2000, .warmup = 200, .reps = 5 };
+	struct place at = { .gid_index = -1 };
 	struct side s = { 0 };
 	int o;
 
@@ -412,16 +383,16 @@ int main(int argc, char **argv)
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case 'd':
-			c.dev = optarg;
+			at.dev = optarg;
 			break;
 		case 'g':
-			c.gid_index = atoi(optarg);
+			at.gid_index = atoi(optarg);
 			break;
 		case 's':
-			c.server_port = optarg;
+			at.server_port = optarg;
 			break;
 		case 'c':
-			c.client = optarg;
+			at.client = optarg;
 			break;
 		case 'm':
 			if (strcmp(optarg, "write") != 0 && strcmp(optarg, "imm") != 0)
@@ -450,17 +421,22 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (c.dev == NULL || (c.server_port == NULL) == (c.client == NULL) || c.qps < 1 ||
+	if (at.dev == NULL || (at.server_port == NULL) == (at.client == NULL) || c.qps < 1 ||
 	    c.qps > 2 || c.iters < 1 || c.warmup < 0 || c.reps < 1 || c.reps > MAX_REPS)
 		usage();
 	for (int i = 0; i < c.nsizes; i++)
 		if (c.sizes[i] < 1 || c.sizes[i] > MAX_SIZE)
 			usage();
-	s.client = c.client != NULL;
-	s.fd = s.client ? rb_connect(c.client) : rb_serve(atoi(c.server_port));
-	share_shape(&s, &c);
-	setup(&s, &c);
-	run(&s, &c);
+	s.client = at.client != NULL;
+	s.fd = s.client ? rb_connect(at.client) : rb_serve(atoi(at.server_port));
+	if (s.client) {
+		rb_send(s.fd, &c, sizeof(c));
+	} else {
+		rb_recv(s.fd, &c, sizeof(c));
+		c.method = c.method == METHOD_IMM ? METHOD_IMM : METHOD_WRITE;
+	}
+	setup(&s, &c, &at);
+	run(&s, &c, at.dev);
 	rb_barrier(s.fd);
 	return 0;
 }
