@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mk/bench_buf.h"
 #include "mk_git.h"
 #include "mk_nccl/net_v11.h"
 
@@ -293,8 +294,8 @@ static void nb_open(struct nb_side *s, const struct nb_opts *o, size_t bytes, in
 	if (first)
 		fprintf(stderr, "mkernel-netbench: device 0 '%s', %d Mb/s, maxRecvs %d\n",
 			props.name, props.speed, props.maxRecvs);
-	s->sbuf = aligned_alloc(4096, bytes);
-	s->rbuf = aligned_alloc(4096, bytes);
+	s->sbuf = mk_bench_alloc(bytes);
+	s->rbuf = mk_bench_alloc(bytes);
 	if (s->sbuf == NULL || s->rbuf == NULL)
 		nb_die("allocation", -1);
 	memset(s->sbuf, first ? 0x11 : 0x22, bytes);

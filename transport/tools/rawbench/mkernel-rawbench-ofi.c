@@ -46,6 +46,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include "mk/bench_buf.h"
 #include "rawbench_ctl.h"
 
 #define MAX_SIZES  32
@@ -210,7 +211,7 @@ static void buffers_open(struct bench *b, const struct config *c)
 	b->slot = max * c->window <= SLOT_CAP ? max : 0;
 	total = b->slot ? max * c->window : max;
 	total = (total + 4095) & ~(size_t)4095;
-	b->buf = aligned_alloc(4096, total);
+	b->buf = mk_bench_alloc(total);
 	if (b->buf == NULL)
 		die("buffer allocation", 0);
 	memset(b->buf, 0xa5, total);
