@@ -49,6 +49,8 @@
  * field is all ones, which no write with an immediate carries (those stay below UINT32_MAX).
  */
 #define MK_OFI_QUIET_DATA   UINT64_MAX
+/* Bytes the second part of a split large write carries with its immediate (ofi_data.c). */
+#define MK_OFI_SPLIT_TAIL   64
 /*
  * Shared endpoints (MKERNEL_OFI_SHARED_EP, ofi_sep.c): a remote write's immediate carries the
  * target connection's number in bits 18..30, which the rendezvous core leaves to backends
@@ -94,6 +96,7 @@ MK_PARAM_DECLARE_INT(ofi_speed_mbps);	   /* MKERNEL_OFI_SPEED_MBPS */
 MK_PARAM_DECLARE_INT(ofi_progress_thread); /* MKERNEL_OFI_PROGRESS_THREAD */
 MK_PARAM_DECLARE_INT(ofi_lanes);	   /* MKERNEL_OFI_LANES */
 MK_PARAM_DECLARE_INT(ofi_inject);	   /* MKERNEL_OFI_INJECT */
+MK_PARAM_DECLARE_INT(ofi_split_writes);	   /* MKERNEL_OFI_SPLIT_WRITES */
 MK_PARAM_DECLARE_INT(ofi_shared_ep);	   /* MKERNEL_OFI_SHARED_EP */
 
 /* ---- devices (ofi_init.c) ---- */
@@ -105,6 +108,7 @@ struct mk_ofi_dev {
 	uint64_t key_limit; /* app-chosen keys must stay below this */
 	bool len_in_data;   /* remote-write length travels in cq data bits 32..63 */
 	size_t quiet_max;   /* writes without an immediate up to this size go quiet (0: none) */
+	size_t split_min;   /* writes with an immediate from this size go in two (0: none) */
 	size_t inject_max;  /* host writes up to this size go as injects (0: none) */
 	/* lock guards refs, fabric and domain; data ops never take it. */
 	pthread_mutex_t lock;
@@ -265,6 +269,7 @@ struct mk_ofi_conn {
 	uint64_t tx_not_before_ns; /* resend pace after a failed setup send */
 	bool len_in_data;
 	size_t quiet_max;	       /* the device's: such writes carry MK_OFI_QUIET_DATA */
+	size_t split_min;	       /* the device's: writes this large go in two parts */
 	size_t inject_max;	       /* the device's: writes from host memory injected */
 	bool virt_addr;		       /* FI_MR_VIRT_ADDR: remote addresses are VAs */
 	bool blocked;		       /* the last post was refused with -FI_EAGAIN */

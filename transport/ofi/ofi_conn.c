@@ -253,6 +253,7 @@ static int ofi_conn_create(int dev, int nlanes, enum mk_ofi_sep_role role, struc
 	conn->base.dev = dev;
 	conn->len_in_data = d->len_in_data;
 	conn->quiet_max = d->quiet_max;
+	conn->split_min = d->split_min;
 	conn->inject_max = d->inject_max;
 	conn->virt_addr = (d->mr_mode & FI_MR_VIRT_ADDR) != 0;
 	conn->cq_batch = (int)mk_param_ofi_cq_read_count();

@@ -146,20 +146,27 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, struct mk_ofi_op *op
 }
 
 /*
- * shm: a write with remote CQ data up to the inject size goes inline through the target's
- * command queue; a longer one takes the slow path (process_vm_readv at the target and a response
- * back), and the eager path's 4 KiB message plus its header is just past it. Up to twice the
- * inject size it goes as two writes on the lane instead: the leading len - inject_size bytes as
- * a quiet write (MK_OFI_QUIET_DATA, no event for the caller), then the trailing inject_size bytes
- * with the immediate and the caller's ctx. shm processes one endpoint's commands in order, at the
- * target's poll, so the immediate is reported only after the leading part has landed. The
- * caller's event comes once both parts completed, with the first error of either.
+ * One write with an immediate as two on the lane: the leading bytes without an event for the
+ * caller, then the trailing `tail` bytes with the immediate (whose CQ data carries the whole
+ * length) and the caller's ctx. The provider keeps the two in order, so the immediate is
+ * reported only after the leading part has landed; the caller's event comes once both parts
+ * completed, with the first error of either. Two uses:
+ *
+ *   shm (quiet_lead): a write with remote CQ data up to the inject size goes inline through the
+ *   target's command queue; a longer one takes the slow path (process_vm_readv at the target
+ *   and a response back), and the eager path's 4 KiB message plus its header is just past it.
+ *   Up to twice the inject size the leading part goes as a quiet write (MK_OFI_QUIET_DATA,
+ *   dropped at the target) and the trailing inject size with the immediate; shm processes one
+ *   endpoint's commands in order, at the target's poll.
+ *
+ *   large writes (MKERNEL_OFI_SPLIT_WRITES, ofi_init.c): all but the last MK_OFI_SPLIT_TAIL
+ *   bytes as a plain write, where the provider promises write-after-write order.
  */
 static int ofi_write_split(struct mk_ofi_conn *conn, int lane, const char *src, size_t len,
 			   struct mk_bmr *src_mr, uint64_t dst, const struct mk_rkey *rkey,
-			   uint64_t data, void *ctx, uint64_t now)
+			   uint64_t data, void *ctx, uint64_t now, size_t tail, bool quiet_lead)
 {
-	size_t lead_len = len - conn->quiet_max;
+	size_t lead_len = len - tail;
 	struct mk_ofi_op *lead = ofi_op_get(conn);
 	struct mk_ofi_op *op = ofi_op_get(conn);
 	int rc;
@@ -174,14 +181,14 @@ static int ofi_write_split(struct mk_ofi_conn *conn, int lane, const char *src, 
 	lead->whole = op;
 	op->parts = 2;
 	rc = ofi_post_rma(conn, lane, lead, MK_OFI_OP_LEAD, (void *)src, lead_len, src_mr, dst,
-			  rkey, MK_OFI_QUIET_DATA, FI_COMPLETION | FI_REMOTE_CQ_DATA, NULL, now);
+			  rkey, MK_OFI_QUIET_DATA,
+			  FI_COMPLETION | (quiet_lead ? FI_REMOTE_CQ_DATA : 0), NULL, now);
 	if (rc) {
 		ofi_op_put(conn, op);
 		return rc;
 	}
-	rc = ofi_post_rma(conn, lane, op, MK_OFI_OP_WRITE, (void *)(src + lead_len),
-			  conn->quiet_max, src_mr, dst + lead_len, rkey, data,
-			  FI_COMPLETION | FI_REMOTE_CQ_DATA, ctx, now);
+	rc = ofi_post_rma(conn, lane, op, MK_OFI_OP_WRITE, (void *)(src + lead_len), tail, src_mr,
+			  dst + lead_len, rkey, data, FI_COMPLETION | FI_REMOTE_CQ_DATA, ctx, now);
 	if (rc) {
 		/*
 		 * The leading part is out with nothing to report to: the caller posts the whole
@@ -256,7 +263,11 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 	if (ofi_can_inject(conn, len, src_mr))
 		return ofi_inject(conn, lane, src, len, dst, rkey, data, has_imm, ctx, now);
 	if (has_imm && conn->quiet_max != 0 && len > conn->quiet_max && len <= 2 * conn->quiet_max)
-		return ofi_write_split(conn, lane, src, len, src_mr, dst, rkey, data, ctx, now);
+		return ofi_write_split(conn, lane, src, len, src_mr, dst, rkey, data, ctx, now,
+				       conn->quiet_max, true);
+	if (has_imm && conn->split_min != 0 && len >= conn->split_min)
+		return ofi_write_split(conn, lane, src, len, src_mr, dst, rkey, data, ctx, now,
+				       MK_OFI_SPLIT_TAIL, false);
 	return ofi_post_rma(conn, lane, ofi_op_get(conn), MK_OFI_OP_WRITE, (void *)src, len, src_mr,
 			    dst, rkey, data, FI_COMPLETION | (has_imm ? FI_REMOTE_CQ_DATA : 0), ctx,
 			    now);

@@ -29,6 +29,11 @@ MK_PARAM_INT(ofi_inject, "ofi", "MKERNEL_OFI_INJECT", 1,
 	     "completion made at the post instead of read from the CQ: 1 on shm (4 KiB), 2 on "
 	     "every provider (tcp;ofi_rxm 64 B; libfabric 1.17's rxm crashes injecting to a dead "
 	     "peer), 0 off")
+MK_PARAM_INT(ofi_split_writes, "ofi", "MKERNEL_OFI_SPLIT_WRITES", -1,
+	     "writes with an immediate of at least this many bytes go as a plain write of all but "
+	     "the last 64 bytes and a write of those with the immediate, in order on the lane, "
+	     "where the provider keeps writes in order (FI_ORDER_WAW); 0 off, -1 the device's "
+	     "choice: 1 MiB on tcp;ofi_rxm and net, off elsewhere")
 MK_PARAM_INT(ofi_shared_ep, "ofi", "MKERNEL_OFI_SHARED_EP", 2,
 	     "connections sharing endpoints (with their CQ and AV) on a device, not on shm: 2 a "
 	     "set per accepting and connecting pair (NCCL's receive and send comms of a channel: "

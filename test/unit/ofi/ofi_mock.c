@@ -63,6 +63,7 @@ static struct fi_info *m_dupinfo(const struct fi_info *src)
 	*i->domain_attr = *src->domain_attr;
 	*i->ep_attr = *src->ep_attr;
 	i->tx_attr->inject_size = src->tx_attr->inject_size;
+	i->tx_attr->msg_order = src->tx_attr->msg_order;
 	i->fabric_attr->prov_name = dup_or_null(src->fabric_attr->prov_name);
 	i->fabric_attr->name = dup_or_null(src->fabric_attr->name);
 	i->domain_attr->name = dup_or_null(src->domain_attr->name);

@@ -1070,6 +1070,84 @@ static void test_shm_split_write_needs_two_slots(void **state)
 	close_pair(&p);
 }
 
+/* Sources of the large writes below (never read: the fake provider records the posts). */
+static uint8_t big[4u << 20] __attribute__((aligned(4096)));
+
+/*
+ * tcp;ofi_rxm, which keeps writes in order: a write with an immediate from 1 MiB goes as a plain
+ * write of all but its last 64 bytes, then those with the immediate and the whole length; the
+ * caller sees one completion, the target one immediate. Below 1 MiB, and without the order or
+ * with MKERNEL_OFI_SPLIT_WRITES=0, one write.
+ */
+static void test_large_writes_split(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	const size_t mib = 1u << 20;
+	struct mk_event ev[4];
+	struct pair p;
+	int ctx, n;
+
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8)->tx_attr->msg_order = FI_ORDER_WAW;
+	init_ok(1);
+	open_pair_again(&p);
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, big, mib, NULL, 0x100000, &rk, true, 7, &ctx), 0);
+	assert_int_equal(p.cb->nwrites, n + 2);
+	assert_ptr_equal(p.cb->prev_iov.iov_base, big);
+	assert_int_equal(p.cb->prev_iov.iov_len, mib - MK_OFI_SPLIT_TAIL);
+	assert_int_equal(p.cb->prev_rma_iov.addr, 0x100000);
+	assert_false(p.cb->prev_flags & FI_REMOTE_CQ_DATA);
+	assert_ptr_equal(p.cb->last_iov.iov_base, big + mib - MK_OFI_SPLIT_TAIL);
+	assert_int_equal(p.cb->last_iov.iov_len, MK_OFI_SPLIT_TAIL);
+	assert_int_equal(p.cb->last_rma_iov.addr, 0x100000 + mib - MK_OFI_SPLIT_TAIL);
+	assert_true(p.cb->last_flags & FI_REMOTE_CQ_DATA);
+	assert_int_equal(p.cb->last_rma.data, ((uint64_t)mib << 32) | 7);
+	mock_cq_push(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, 0, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	assert_int_equal(ev[0].len, mib);
+	assert_int_equal(ev[0].status, 0);
+	/* the target: the plain part makes no entry; the immediate has the whole length */
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, MK_OFI_SPLIT_TAIL,
+		     ((uint64_t)mib << 32) | 7);
+	ev[0] = poll_one(p.a, MK_EV_IMM);
+	assert_int_equal(ev[0].imm, 7);
+	assert_int_equal(ev[0].len, mib);
+	/* one byte less, or no immediate: one write */
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, big, mib - 1, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(tp->write(p.c, 0, big, mib, NULL, 0, &rk, false, 0, NULL), 0);
+	assert_int_equal(p.cb->nwrites, n + 2);
+	assert_int_equal(p.cb->last_iov.iov_len, mib);
+	close_pair(&p);
+}
+
+/* No split where the provider does not promise write-after-write order, or when switched off. */
+static void test_large_writes_split_needs_order(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct pair p;
+	int n;
+
+	open_pair_inject(&p, "tcp;ofi_rxm", 0, 8, 64);
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, big, 1u << 20, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(p.cb->nwrites, n + 1);
+	close_pair(&p);
+	tp->fini();
+	mock_reset();
+	set_env("MKERNEL_OFI_SPLIT_WRITES", "0");
+	mock_info_add("tcp;ofi_rxm", "eth0", 0, 8)->tx_attr->msg_order = FI_ORDER_WAW;
+	init_ok(1);
+	open_pair_again(&p);
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, big, 4u << 20, NULL, 0, &rk, true, 1, NULL), 0);
+	assert_int_equal(p.cb->nwrites, n + 1);
+	close_pair(&p);
+}
+
 /* Not on the other providers: there an immediate-less write is no system call more. */
 static void test_tcp_writes_never_quiet(void **state)
 {
@@ -1913,6 +1991,8 @@ int main(void)
 		T(test_shm_split_write_lead_error),
 		T(test_shm_split_write_needs_two_slots),
 		T(test_tcp_writes_never_quiet),
+		T(test_large_writes_split),
+		T(test_large_writes_split_needs_order),
 		T(test_inject_small_host_writes),
 		T(test_poll_imm_and_local_completion),
 		T(test_poll_error_entry_is_error_event),
