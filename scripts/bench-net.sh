@@ -1,10 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # The transport's recorded figures on a CI-class host: mkernel-netbench through the plugin against
-# the best raw libfabric point (tagged send/recv or RMA write, measured in the same run, rounds
-# interleaved), on tcp;ofi_rxm and shm, every size from 8 B to 64 MiB at 1, 8 and 32 in flight,
-# and one-way latency from 8 B to 64 KiB. Writes one JSON file per provider plus a run record,
-# and prints every plugin / best-raw ratio against the 0.90 goal.
+# the best raw libfabric point (tagged send/recv, RMA write or a write in two parts, measured in
+# the same run, rounds interleaved), on tcp;ofi_rxm and shm, every size from 8 B to 64 MiB at 1,
+# 8 and 32 in flight, and one-way latency from 8 B to 64 KiB. Writes one JSON file per provider
+# plus a run record, and prints every plugin / best-raw ratio against the 0.90 goal.
 #
 # usage: scripts/bench-net.sh <build-dir> [out-dir]
 # Environment: PROVIDERS (default "tcp;ofi_rxm shm"), REPS and ROUNDS (default 2 and 3: medians

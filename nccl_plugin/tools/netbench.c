@@ -2,8 +2,8 @@
 /*
  * mkernel-netbench: bandwidth and latency through the plugin's ncclNet_v11 table, driven the
  * way NCCL's proxy drives it, between two local processes; and, in the same run, the raw
- * libfabric loop (mkernel-rawbench-ofi) on the same provider as the ceiling: the better of
- * tagged send/recv and RMA write per point. Prints one JSON line per measurement, one per ratio,
+ * libfabric loop (mkernel-rawbench-ofi) on the same provider as the ceiling: the best of
+ * tagged send/recv, RMA write and the RMA write in two parts per point. Prints one JSON line per measurement, one per ratio,
  * and a table with the plugin / best raw ratio.
  *
  * Bandwidth: the receiver keeps W receives posted, the sender W sends in flight; N messages per
@@ -60,8 +60,8 @@ struct nb_opts {
 };
 
 /* The raw methods, in rawbench's naming; the ceiling is the better one per point. */
-#define NB_NMETHODS 2
-static const char *const nb_methods[NB_NMETHODS] = { "tagged", "write" };
+#define NB_NMETHODS 3
+static const char *const nb_methods[NB_NMETHODS] = { "tagged", "write", "split" };
 
 /* One point's raw repetitions, gathered over its rounds. */
 struct nb_raw_acc {
@@ -99,7 +99,7 @@ static void nb_take_array(const char *line, const char *key, double *v, int *n)
 }
 
 /*
- * One round of the raw libfabric ceiling for one point (both methods, reps repetitions each
+ * One round of the raw libfabric ceiling for one point (every method, reps repetitions each
  * after a warm-up repetition), run while the plugin's processes wait idle; the repetitions are
  * added to acc.
  */
@@ -579,9 +579,10 @@ static void nb_usage(const char *prog)
 		"                     before each later one when N > 0), default 2\n"
 		"  --lat-iters N      ping-pongs per latency repetition, default 200\n"
 		"  --min-bytes N      bytes per bandwidth repetition, default 64M\n"
-		"  --raw PATH|none    raw libfabric ceiling, the better of tagged send/recv and\n"
-		"                     RMA write per point (default: mkernel-rawbench-ofi next\n"
-		"                     to this tool when the transport is ofi)\n"
+		"  --raw PATH|none    raw libfabric ceiling, the best of tagged send/recv, RMA\n"
+		"                     write and a write in two parts per point (default:\n"
+		"                     mkernel-rawbench-ofi next to this tool when the transport\n"
+		"                     is ofi)\n"
 		"  --json FILE        JSON lines go to FILE instead of stdout\n",
 		prog);
 }
