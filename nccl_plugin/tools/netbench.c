@@ -3,8 +3,8 @@
  * mkernel-netbench: bandwidth and latency through the plugin's ncclNet_v11 table, driven the
  * way NCCL's proxy drives it, between two local processes; and, in the same run, the raw
  * libfabric loop (mkernel-rawbench-ofi) on the same provider as the ceiling: the best of
- * tagged send/recv, RMA write and the RMA write in two parts per point. Prints one JSON line per measurement, one per ratio,
- * and a table with the plugin / best raw ratio.
+ * tagged send/recv, RMA write and the RMA write in two parts per point. Prints one JSON line
+ * per measurement, one per ratio, and a table with the plugin / best raw ratio.
  *
  * Bandwidth: the receiver keeps W receives posted, the sender W sends in flight; N messages per
  * repetition; GB/s = 1e9 B/s from the sender's start to the receiver's acknowledgement of the
