@@ -294,9 +294,9 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 /*
  * Where a write with an immediate goes in two parts (MKERNEL_OFI_SPLIT_WRITES): all but its last
  * MK_OFI_SPLIT_TAIL bytes as a plain write, then those with the immediate. Over rxm on tcp a
- * 1 MiB rendezvous write went 1.28-1.63x faster so (768 KiB-2 MiB gained too, 4-16 MiB were
- * even, 256-512 KiB not faster; docs/benchmarks.md), with the mechanism inside the provider not
- * pinned down. The immediate must not land before the data: the provider has to keep writes
+ * 1 MiB rendezvous write went 1.25-1.53x faster so, 2-4 MiB 1.06-1.23x, 16 MiB even, and
+ * 256-512 KiB no faster (docs/benchmarks.md), with the mechanism inside the provider not pinned
+ * down. The immediate must not land before the data: the provider has to keep writes
  * in order (FI_ORDER_WAW), and the target must learn the whole length from the CQ data.
  */
 static size_t ofi_split_min(const struct mk_ofi_dev *d, const char *prov)
