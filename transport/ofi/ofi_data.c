@@ -181,7 +181,7 @@ static int ofi_write_split(struct mk_ofi_conn *conn, int lane, const char *src, 
 	lead->whole = op;
 	op->parts = 2;
 	rc = ofi_post_rma(conn, lane, lead, MK_OFI_OP_LEAD, (void *)src, lead_len, src_mr, dst,
-			  rkey, MK_OFI_QUIET_DATA,
+			  rkey, quiet_lead ? MK_OFI_QUIET_DATA : 0,
 			  FI_COMPLETION | (quiet_lead ? FI_REMOTE_CQ_DATA : 0), NULL, now);
 	if (rc) {
 		ofi_op_put(conn, op);

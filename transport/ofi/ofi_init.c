@@ -221,13 +221,19 @@ static int ofi_speed(const char *iface, const struct fi_info *i)
 	return mbps > 0 ? mbps : OFI_DEFAULT_SPEED_MBPS;
 }
 
+/* The socket providers (rxm on tcp, net): every write is system calls at both ends. */
+static bool ofi_prov_sockets(const char *prov)
+{
+	return strstr(prov, "tcp") != NULL || strcmp(prov, "net") == 0;
+}
+
 static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 {
 	const struct fi_info *i = d->info;
 	const char *prov = i->fabric_attr->prov_name;
 	const char *iface = ofi_iface(i);
 	struct mk_dev_props *p = &d->props;
-	bool sockets; /* the socket providers: every write is system calls at both ends */
+	bool sockets = ofi_prov_sockets(prov);
 
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "ofi:%s:%s", prov, i->domain_attr->name);
@@ -246,7 +252,6 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 			       ? (int)i->domain_attr->ep_cnt
 			       : 65536;
 	p->max_lanes = MK_TP_MAX_LANES; /* endpoints per connection: MKERNEL_OFI_LANES */
-	sockets = strstr(prov, "tcp") != NULL || strcmp(prov, "net") == 0;
 	/*
 	 * Over the socket providers (rxm on tcp, net) a clear-to-send costs a socket round trip
 	 * (~7 us on the CI VM): messages up to 64 KiB go eagerly (1.3-2.2x bandwidth at 16 KiB,
@@ -302,11 +307,10 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 static size_t ofi_split_min(const struct mk_ofi_dev *d, const char *prov)
 {
 	long long v = mk_param_ofi_split_writes();
-	bool sockets = strstr(prov, "tcp") != NULL || strcmp(prov, "net") == 0;
 	bool ordered = d->info->tx_attr != NULL && (d->info->tx_attr->msg_order & FI_ORDER_WAW);
 
 	if (v < 0)
-		v = sockets ? 1 << 20 : 0;
+		v = ofi_prov_sockets(prov) ? 1 << 20 : 0;
 	if (v == 0)
 		return 0;
 	if (!ordered || !d->len_in_data) {
