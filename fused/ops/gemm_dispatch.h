@@ -41,9 +41,19 @@ static inline unsigned long long mk_gemm_key_hash(const struct mk_gemm_key *key)
 	return h;
 }
 
+/*
+ * A slot out of `slots` for hash `h`. The product's low bits depend only on the words' low bits,
+ * which shapes (multiples of 64) and device pointers (512-byte aligned) leave equal: the slot
+ * folds the high half in, or every such key lands in one slot and the caches thrash.
+ */
+static inline unsigned int mk_gemm_slot(unsigned long long h, unsigned int slots)
+{
+	return (unsigned int)((h ^ (h >> 32)) % slots);
+}
+
 static inline unsigned int mk_gemm_key_slot(const struct mk_gemm_key *key, unsigned int slots)
 {
-	return (unsigned int)(mk_gemm_key_hash(key) % slots);
+	return mk_gemm_slot(mk_gemm_key_hash(key), slots);
 }
 
 static inline int mk_gemm_key_eq(const struct mk_gemm_key *x, const struct mk_gemm_key *y)

@@ -51,7 +51,7 @@ static unsigned int graph_slot(const struct mk_gemm_graph_call *x)
 	h = mk_gemm_hash(h, (uintptr_t)x->a);
 	h = mk_gemm_hash(h, (uintptr_t)x->b);
 	h = mk_gemm_hash(h, (uintptr_t)x->c);
-	return (unsigned int)(h % GRAPH_CACHE);
+	return mk_gemm_slot(h, GRAPH_CACHE);
 }
 
 /* Forget an entry; an executable graph still in flight is freed when it completes. */
