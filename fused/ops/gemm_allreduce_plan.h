@@ -88,10 +88,11 @@ int mk_gar_split_adaptive(const struct mk_gar_split *sp, int wanted);
 
 /*
  * The search's constants. WARM: calls at the starting count before the first probe, so that the
- * run-to-run spread is known before any probe is judged against it. PROBE_MAX: calls a probe
- * may take before it is given up. SIGMAS: how many spreads of the probe's mean it must beat the
- * best by (the spread of one call being the mean absolute deviation at the best count; that of
- * a mean of n calls, the spread over sqrt(n)).
+ * run-to-run spread is known before any probe is judged against it. PROBE_MAX: pairs of calls
+ * (probe, best) a probe may take before it is given up. SIGMAS: how many spreads of the pairs'
+ * mean difference the probe must gain by (the spread of one call being the mean absolute
+ * deviation at the best count; that of a difference, sqrt(2) times it; of a mean of n, over
+ * sqrt(n)).
  */
 #define MK_GAR_WARM	 8
 #define MK_GAR_PROBE_MAX 16
@@ -102,33 +103,57 @@ struct mk_gar_ctl {
 	unsigned long long best_t; /* duration of a call with best_c communication CTAs, ns */
 	unsigned long long noise;  /* run-to-run spread at best_c: mean |t - best_t|, ns */
 	unsigned long long pend_t; /* the probe's durations so far, summed */
+	unsigned long long pend_b; /* the durations of the calls at best_c paired with them */
 	int best_c;		   /* the best count found so far */
 	int step;		   /* distance of the next probe from best_c; 0 = settled */
 	int up;			   /* 0: the next probe is below best_c, 1: above */
 	int pend_c;		   /* the probe's count + 1 while it is being measured; 0: none */
-	int pend_n;		   /* calls measured at the probe */
+	int pend_n;		   /* calls measured at the probe (each followed by one at best_c) */
 	int warm;		   /* calls measured at the starting count (up to MK_GAR_WARM) */
 };
 
 /*
- * The probe's mean beats the best: by 0.5 % at least, and by MK_GAR_SIGMAS spreads of a mean of
- * pend_n calls; squared, so that the device needs no square root.
+ * A probe is judged on pairs: each call at the probe is followed by one at the best count, and
+ * the gain is the mean of the pairs' differences. Ranks that share a GPU slow each other by
+ * what the other is doing at the time (probing a poor count, say), so a probe compared with
+ * the best's time from earlier calls could win by the other's change alone; within a pair both
+ * calls see nearly the same neighbour. The spread of a difference of two calls is sqrt(2) that
+ * of one.
+ */
+MK_GAR_HD double mk_gar_gain(const struct mk_gar_ctl *s)
+{
+	return ((double)s->pend_b - (double)s->pend_t) / s->pend_n;
+}
+
+/*
+ * The probe beats the best: by 0.5 % at least, and by MK_GAR_SIGMAS spreads of a mean of
+ * pend_n differences; squared, so that the device needs no square root.
  */
 MK_GAR_HD int mk_gar_faster(const struct mk_gar_ctl *s)
 {
-	const double gain = (double)s->best_t - (double)s->pend_t / s->pend_n,
-		     bar = (double)MK_GAR_SIGMAS * (double)s->noise;
+	const double gain = mk_gar_gain(s), bar = (double)MK_GAR_SIGMAS * (double)s->noise;
 
-	return gain * 200.0 > (double)s->best_t && gain * gain * s->pend_n > bar * bar;
+	return gain * 200.0 > (double)s->pend_b / s->pend_n &&
+	       gain * gain * s->pend_n > 2.0 * bar * bar;
 }
 
-/* The probe will not win: its mean is not below the best by even one spread of that mean. */
+/* The probe will not win: the pairs' mean is not in its favour by even one spread of it. */
 MK_GAR_HD int mk_gar_hopeless(const struct mk_gar_ctl *s)
 {
-	const double gain = (double)s->best_t - (double)s->pend_t / s->pend_n,
-		     noise = (double)s->noise;
+	const double gain = mk_gar_gain(s), noise = (double)s->noise;
 
-	return gain <= 0.0 && gain * gain * s->pend_n >= noise * noise;
+	return gain <= 0.0 && gain * gain * s->pend_n >= 2.0 * noise * noise;
+}
+
+/* How much slower than the best's time a call counts at most: two spreads, or an eighth. */
+MK_GAR_HD unsigned long long mk_gar_slack(const struct mk_gar_ctl *s)
+{
+	return 2 * s->noise > s->best_t / 8 ? 2 * s->noise : s->best_t / 8;
+}
+
+MK_GAR_HD unsigned long long mk_gar_clamp(const struct mk_gar_ctl *s, unsigned long long t)
+{
+	return t > s->best_t + mk_gar_slack(s) ? s->best_t + mk_gar_slack(s) : t;
 }
 
 /* A probe that did not win: try the other side, then halve the step. */
@@ -152,8 +177,7 @@ MK_GAR_HD void mk_gar_lost(struct mk_gar_ctl *s)
  */
 MK_GAR_HD void mk_gar_at_best(struct mk_gar_ctl *s, unsigned long long t)
 {
-	const unsigned long long slack =
-		2 * s->noise > s->best_t / 8 ? 2 * s->noise : s->best_t / 8;
+	const unsigned long long slack = mk_gar_slack(s);
 	unsigned long long dev;
 
 	if (s->warm < MK_GAR_WARM && t + slack < s->best_t) {
@@ -163,7 +187,7 @@ MK_GAR_HD void mk_gar_at_best(struct mk_gar_ctl *s, unsigned long long t)
 		s->warm = 0;
 		return;
 	}
-	t = t > s->best_t + slack ? s->best_t + slack : t;
+	t = mk_gar_clamp(s, t);
 	dev = t > s->best_t ? t - s->best_t : s->best_t - t;
 
 	if (s->warm < MK_GAR_WARM) {
@@ -183,17 +207,18 @@ MK_GAR_HD void mk_gar_at_best(struct mk_gar_ctl *s, unsigned long long t)
  * duration `t` (ns) at `cur` CTAs. The first measured call's count is the best so far (the
  * static split, calibrated where measured); it runs MK_GAR_WARM more times, which gives its
  * time and the run-to-run spread. Then probes go `step` below it, then above. A probe whose
- * first call is slower than the best by twice the spread is lost at once; otherwise it runs
- * again, up to MK_GAR_PROBE_MAX calls, and becomes the best once the mean of its calls beats
- * the best by MK_GAR_SIGMAS spreads of that mean (a 4 % better count under 5 % noise is found;
- * one lucky call cannot move the split), or is lost once that mean is not even one spread in
- * its favour. After a lost probe one call runs at the best count, so that its time follows a
- * drifting GPU. The search goes on the winning way with the same step; two lost probes halve
- * the step, and a step of 0 settles. Returns the count for the next call.
+ * first call is slower than the best by twice the spread is lost at once; otherwise calls
+ * alternate between the best count and the probe, up to MK_GAR_PROBE_MAX pairs, and the probe
+ * becomes the best once the mean of the pairs' differences beats the best by MK_GAR_SIGMAS
+ * spreads of that mean (a 4 % better count under 5 % noise is found; one lucky call, or a
+ * neighbour's change between calls, cannot move the split), or is lost once that mean is not
+ * even one spread in its favour. Every call at the best count keeps its time and spread
+ * current. The search goes on the winning way with the same step; two lost probes halve the
+ * step, and a step of 0 settles. Returns the count for the next call.
  */
 MK_GAR_HD int mk_gar_climb_next(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
 {
-	if (s->pend_c != 0 && cur != s->pend_c - 1)
+	if (s->pend_c != 0 && cur != s->pend_c - 1 && cur != s->best_c)
 		s->pend_c = 0; /* the call ran elsewhere: forget the probe */
 	if (s->best_t == 0) {
 		s->best_t = t;
@@ -203,26 +228,30 @@ MK_GAR_HD int mk_gar_climb_next(struct mk_gar_ctl *s, int cur, unsigned long lon
 		s->step = cur / 2 > (hi - lo) / 8 ? cur / 2 : (hi - lo) / 8;
 		s->step = s->step > 0 ? s->step : 1;
 		s->up = 0;
-	} else if (s->pend_c != 0) {
-		s->pend_t += t;
+	} else if (s->pend_c != 0 && cur != s->best_c) {
+		s->pend_t += mk_gar_clamp(s, t); /* a probe's call: its pair at the best follows */
 		s->pend_n++;
+		return s->best_c;
+	} else if (s->pend_c != 0) {
+		s->pend_b += mk_gar_clamp(s, t); /* the pair complete: judge the probe */
+		mk_gar_at_best(s, t);
 		if (mk_gar_faster(s)) {
 			s->best_t = s->pend_t / (unsigned long long)s->pend_n;
-			s->best_c = cur;
+			s->best_c = s->pend_c - 1;
 			s->pend_c = 0;
 		} else if (s->pend_n >= MK_GAR_PROBE_MAX || mk_gar_hopeless(s)) {
 			mk_gar_lost(s);
-			return s->best_c;
 		} else {
-			return cur; /* measure it again */
+			return s->pend_c - 1; /* another pair */
 		}
 	} else if (cur == s->best_c) {
 		mk_gar_at_best(s, t);
 	} else if (t <= s->best_t + 2 * s->noise) {
-		s->pend_c = cur + 1; /* not clearly slower: measure it again */
-		s->pend_t = t;
+		s->pend_c = cur + 1; /* not clearly slower: measured in pairs with the best */
+		s->pend_t = mk_gar_clamp(s, t);
+		s->pend_b = 0;
 		s->pend_n = 1;
-		return cur;
+		return s->best_c;
 	} else {
 		mk_gar_lost(s);
 		return s->best_c;

@@ -240,7 +240,7 @@ static void test_climb_with_noise(void **state)
 				if (start < 3 || start > 62)
 					continue;
 				noise_state = seed * 7919u;
-				ctl = run_climb(start, 150, 3, 3, 62, valley_f, best, &c);
+				ctl = run_climb(start, 300, 3, 3, 62, valley_f, best, &c);
 				assert_true(settled(&ctl));
 				assert_int_equal(c, ctl.best_c);
 				assert_true(valley(ctl.best_c, best) * 1000 <=
@@ -277,7 +277,7 @@ static void test_climb_finds_a_distant_best_under_noise(void **state)
 		int c;
 
 		noise_state = seed * 7919u;
-		ctl = run_climb(13, 150, 5, 1, 32, slope_f, 0, &c);
+		ctl = run_climb(13, 300, 5, 1, 32, slope_f, 0, &c);
 		assert_true(settled(&ctl));
 		under += slope_f(2, 0) * 100 < slope_f(ctl.best_c, 0) * 95;
 		worse_than_start += ctl.best_c > 13;
@@ -321,10 +321,10 @@ static void test_climb_ignores_a_heavy_tail(void **state)
 }
 
 /*
- * After the warm-up calls at the start, a probe that is not clearly slower is measured again,
- * and becomes the best once the mean of its calls beats the best by the bar.
+ * After the warm-up calls at the start, a probe that is not clearly slower is measured in pairs
+ * with the best count, and becomes the best once the pairs' mean difference beats the bar.
  */
-static void test_climb_measures_a_probe_again(void **state)
+static void test_climb_measures_a_probe_in_pairs(void **state)
 {
 	struct mk_gar_ctl ctl = { 0 };
 	int c = 20;
@@ -335,23 +335,24 @@ static void test_climb_measures_a_probe_again(void **state)
 		assert_int_equal(c, i < MK_GAR_WARM ? 20 : 10); /* then the first probe, 10 below */
 	}
 	assert_int_equal(ctl.noise, 0);
-	/* 10 % faster once: the same count again, pending */
-	assert_int_equal(mk_gar_climb(&ctl, 10, 900000, 3, 62), 10);
+	/* 10 % faster once: pending, and the next call runs at the best count */
+	assert_int_equal(mk_gar_climb(&ctl, 10, 900000, 3, 62), 20);
 	assert_int_equal(ctl.pend_c, 11);
 	assert_int_equal(ctl.best_c, 20);
-	/* faster again: 10 is the best, at the mean; the search goes on down (below lo: up) */
-	c = mk_gar_climb(&ctl, 10, 920000, 3, 62);
+	/* the pair's call at the best: 10 is the best, at the probe's mean; the search goes on
+	 * down (below lo: up) */
+	c = mk_gar_climb(&ctl, 20, 1000000, 3, 62);
 	assert_int_equal(ctl.best_c, 10);
-	assert_int_equal(ctl.best_t, 910000);
+	assert_int_equal(ctl.best_t, 900000);
 	assert_int_equal(ctl.pend_c, 0);
 	assert_int_equal(c, 20);
 	/* a probe clearly slower on its first call is lost at once; one call at the best follows */
 	assert_int_equal(mk_gar_climb(&ctl, 20, 1100000, 3, 62), 10);
 	assert_int_equal(ctl.pend_c, 0);
 	assert_int_equal(ctl.step, 5);
-	assert_int_equal(mk_gar_climb(&ctl, 10, 910000, 3, 62), 5); /* then the halved step */
+	assert_int_equal(mk_gar_climb(&ctl, 10, 900000, 3, 62), 5); /* then the halved step */
 	/* a call that ran elsewhere forgets a pending probe */
-	assert_int_equal(mk_gar_climb(&ctl, 5, 800000, 3, 62), 5);
+	assert_int_equal(mk_gar_climb(&ctl, 5, 800000, 3, 62), 10);
 	assert_int_equal(ctl.pend_c, 6);
 	(void)mk_gar_climb(&ctl, 33, 1000000, 3, 62);
 	assert_int_equal(ctl.pend_c, 0);
@@ -359,14 +360,50 @@ static void test_climb_measures_a_probe_again(void **state)
 }
 
 /*
- * The spread seen at the best count sets the bar: a gain inside it is measured up to
- * MK_GAR_PROBE_MAX times and not taken; a probe one spread slower (not two) is given up after
- * its second call; a large gain wins at its second call.
+ * A neighbour that slows every call by 12 % for a while and then not (ranks sharing a GPU, one
+ * of them probing): a probe measured while the neighbour is quiet must not win against best
+ * times taken while it was busy. Here the probe is 6 % slower than the best, and its calls fall
+ * only in the quiet phases: judged against the best's running time it would win; judged in pairs
+ * it is lost.
  */
+static void test_climb_pairs_cancel_a_neighbour(void **state)
+{
+	struct mk_gar_ctl ctl = { 0 };
+	int c = 20, quiet = 1;
+
+	(void)state;
+	/* warm-up in the busy phase */
+	for (int i = 0; i <= MK_GAR_WARM; i++)
+		c = mk_gar_climb(&ctl, 20, 1120000 + (i % 2) * 10000, 3, 62);
+	assert_int_equal(c, 10);
+	/* from here the phase flips at each call of the probe: the call at the best after it sees
+	 * the same phase, and the first probe call falls in a quiet one */
+	for (int n = 0; n < 2 * MK_GAR_PROBE_MAX && (n == 0 || ctl.pend_c != 0); n++) {
+		const unsigned long long phase = quiet ? 1000000 : 1120000;
+
+		c = mk_gar_climb(&ctl, c, c == 10 ? phase * 106 / 100 : phase, 3, 62);
+		quiet ^= c == 10;
+	}
+	assert_int_equal(ctl.best_c, 20);
+	assert_int_equal(ctl.pend_c, 0);
+}
+
+/*
+ * The spread seen at the best count sets the bar: a gain inside it is measured up to
+ * MK_GAR_PROBE_MAX pairs and not taken; a probe one spread slower (not two) is given up after
+ * its first pair; a large gain wins at its first pair.
+ */
+static int pair_call(struct mk_gar_ctl *ctl, int c, int probe, unsigned long long probe_t,
+		     unsigned long long best_t)
+{
+	return mk_gar_climb(ctl, c, c == probe ? probe_t : best_t, 3, 62);
+}
+
 static void test_climb_margin_follows_noise(void **state)
 {
 	struct mk_gar_ctl ctl = { 0 };
-	int c = 0, calls = 0;
+	unsigned long long b;
+	int c = 0, pairs = 0;
 
 	(void)state;
 	/* warm-up alternating 960 and 1040: a spread of about 40 around 1000 */
@@ -375,25 +412,28 @@ static void test_climb_margin_follows_noise(void **state)
 	assert_int_equal(c, 10);
 	assert_true(ctl.noise >= 30 && ctl.noise <= 50);
 	assert_true(ctl.best_t >= 990 && ctl.best_t <= 1010);
-	/* 1.5 % faster, every call: inside 2 spreads over sqrt(16), measured 16 times, lost */
+	b = ctl.best_t;
+	/* 1.5 % faster, every pair (the best's calls keep their spread): inside 2 spreads x
+	 * sqrt(2) over sqrt(16), lost after 16 */
 	do {
-		c = mk_gar_climb(&ctl, 10, ctl.best_t - ctl.best_t * 15 / 1000, 3, 62);
-		calls++;
-	} while (ctl.pend_c != 0 && calls < 100);
-	assert_int_equal(calls, MK_GAR_PROBE_MAX);
+		pairs += c == 10;
+		c = pair_call(&ctl, c, 10, b - b * 15 / 1000, pairs % 2 ? b + 40 : b - 40);
+	} while ((ctl.pend_c != 0 || c == 20) && pairs < 100);
+	assert_int_equal(pairs, MK_GAR_PROBE_MAX);
 	assert_int_equal(ctl.best_c, 20);
-	assert_int_equal(c, 20); /* one call at the best */
-	c = mk_gar_climb(&ctl, 20, ctl.best_t, 3, 62);
 	assert_int_equal(c, 30); /* then the other side */
-	/* slower by one spread, not two: measured again, then given up as hopeless */
-	assert_int_equal(mk_gar_climb(&ctl, 30, ctl.best_t + ctl.noise, 3, 62), 30);
-	assert_int_equal(mk_gar_climb(&ctl, 30, ctl.best_t + ctl.noise, 3, 62), 20);
+	/* slower by 1.5 spreads, not two: a pair (whose difference spreads sqrt(2) times one
+	 * call), then given up as hopeless */
+	b = ctl.best_t;
+	assert_int_equal(pair_call(&ctl, 30, 30, b + ctl.noise * 3 / 2, b), 20);
+	assert_int_equal(ctl.pend_c, 31);
+	assert_int_equal(pair_call(&ctl, 20, 30, b + ctl.noise * 3 / 2, b), 15);
 	assert_int_equal(ctl.pend_c, 0);
 	assert_int_equal(ctl.step, 5); /* both sides lost: the step halved */
-	assert_int_equal(mk_gar_climb(&ctl, 20, ctl.best_t, 3, 62), 15);
-	/* 20 % faster: taken at its second call */
-	assert_int_equal(mk_gar_climb(&ctl, 15, ctl.best_t * 8 / 10, 3, 62), 15);
-	(void)mk_gar_climb(&ctl, 15, ctl.best_t * 8 / 10, 3, 62);
+	/* 20 % faster: taken at its first pair */
+	b = ctl.best_t;
+	assert_int_equal(pair_call(&ctl, 15, 15, b * 8 / 10, b), 20);
+	(void)pair_call(&ctl, 20, 15, b * 8 / 10, b);
 	assert_int_equal(ctl.best_c, 15);
 }
 
@@ -578,7 +618,8 @@ int main(void)
 		cmocka_unit_test(test_climb_ignores_a_heavy_tail),
 		cmocka_unit_test(test_climb_with_noise),
 		cmocka_unit_test(test_climb_finds_a_distant_best_under_noise),
-		cmocka_unit_test(test_climb_measures_a_probe_again),
+		cmocka_unit_test(test_climb_measures_a_probe_in_pairs),
+		cmocka_unit_test(test_climb_pairs_cancel_a_neighbour),
 		cmocka_unit_test(test_climb_margin_follows_noise),
 		cmocka_unit_test(test_climb_bounds_and_no_measure),
 		cmocka_unit_test(test_oneshot_slices_cover_all_lines),
