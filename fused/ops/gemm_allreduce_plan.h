@@ -108,7 +108,7 @@ struct mk_gar_ctl {
 	int step;		   /* distance of the next probe from best_c; 0 = settled */
 	int up;			   /* 0: the next probe is below best_c, 1: above */
 	int pend_c;		   /* the probe's count + 1 while it is being measured; 0: none */
-	int pend_n;		   /* calls measured at the probe (each followed by one at best_c) */
+	int pend_n;		   /* calls at the probe, each paired with one at best_c */
 	int warm;		   /* calls measured at the starting count (up to MK_GAR_WARM) */
 };
 

@@ -34,7 +34,9 @@ static int distinct(const unsigned int *slot, int n)
 /* A transformer's GEMMs at the decode and prefill sizes: 4 shapes x 6 token counts. */
 static void test_shapes_spread(void **state)
 {
-	static const int nk[][2] = { { 4096, 4096 }, { 12288, 4096 }, { 28672, 4096 }, { 4096, 14336 } };
+	static const int nk[][2] = {
+		{ 4096, 4096 }, { 12288, 4096 }, { 28672, 4096 }, { 4096, 14336 }
+	};
 	static const int ms[] = { 64, 128, 256, 512, 1024, 4096 };
 	unsigned int slot[24];
 	int n = 0;
@@ -42,8 +44,9 @@ static void test_shapes_spread(void **state)
 	(void)state;
 	for (size_t s = 0; s < 4; s++)
 		for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
-			struct mk_gemm_key key = { .dev = 0, .m = ms[i], .n = nk[s][0], .k = nk[s][1],
-						   .b_nk = 1 };
+			struct mk_gemm_key key = {
+				.dev = 0, .m = ms[i], .n = nk[s][0], .k = nk[s][1], .b_nk = 1
+			};
 
 			slot[n++] = mk_gemm_key_slot(&key, SLOTS);
 		}
