@@ -10,6 +10,7 @@
 #include <errno.h>
 
 #include "fused/gemm/gemm_engine.cuh"
+#include "fused/ops/adapt_dev.cuh"
 #include "fused/ops/gemm_allreduce.h"
 #include "fused/runtime/device.cuh"
 
@@ -470,23 +471,8 @@ MK_DEV void gar_last_out(const struct mk_gar_launch *l, unsigned int e, unsigned
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
-	if (l->adaptive) {
-		/* shared, not local: the rule indexes them at run time */
-		__shared__ unsigned long long busy_s[MK_GAR_ROLES];
-		__shared__ int cur_s[MK_GAR_ROLES];
-
-		for (int r = 0; r < MK_GAR_ROLES; r++) {
-			busy_s[r] = atomicExch(&l->ws.busy[r], 0ull);
-			cur_s[r] = split[r];
-		}
-		const unsigned long long t0 = *l->ws.t_start;
-
-		/* The first call of a shape has no start yet (zeroed): nothing measured. */
-		mk_gar_adapt(busy_s, &l->split, (int)gridDim.x, l->ws.ctl,
-			     t0 != 0 && t0 != ~0ull ? mk_globaltimer_ns() - t0 : 0, cur_s);
-		for (int r = 0; r < MK_GAR_ROLES; r++)
-			l->ws.split[r] = cur_s[r];
-	}
+	if (l->adaptive)
+		mk_gar_adapt_last(l->ws.busy, &l->split, l->ws.ctl, *l->ws.t_start, split, l->ws.split);
 	for (int t = 0; t < MK_GAR_TICKETS; t++)
 		l->ws.tickets[t] = 0;
 	*l->ws.t_start = ~0ull;

@@ -9,6 +9,7 @@
 #include <errno.h>
 
 #include "fused/attn/attn_engine.cuh"
+#include "fused/ops/adapt_dev.cuh"
 #include "fused/ops/ring_attention.h"
 #include "fused/runtime/device.cuh"
 
@@ -161,23 +162,8 @@ MK_DEV void ring_last_out(const struct mk_ring_launch *l, unsigned int e, const 
 			l->seen[l->nnodes + n] += 1;
 		}
 	}
-	if (l->adaptive) {
-		/* shared, not local: the rule indexes them at run time */
-		__shared__ unsigned long long busy_s[MK_GAR_ROLES];
-		__shared__ int cur_s[MK_GAR_ROLES];
-
-		for (int r = 0; r < MK_GAR_ROLES; r++) {
-			busy_s[r] = atomicExch(&f->busy[r], 0ull);
-			cur_s[r] = split[r];
-		}
-		const unsigned long long t0 = f->t_start;
-
-		/* The first call of a shape has no start yet (zeroed): nothing measured. */
-		mk_gar_adapt(busy_s, &l->split, (int)gridDim.x, &f->ctl,
-			     t0 != 0 && t0 != ~0ull ? mk_globaltimer_ns() - t0 : 0, cur_s);
-		for (int r = 0; r < MK_GAR_ROLES; r++)
-			f->split[r] = cur_s[r];
-	}
+	if (l->adaptive)
+		mk_gar_adapt_last(f->busy, &l->split, &f->ctl, f->t_start, split, f->split);
 	f->copied = 0;
 	f->units = 0;
 	f->done = 0;

@@ -14,6 +14,7 @@
 #include <errno.h>
 
 #include "fused/gemm/gemm.h"
+#include "fused/ops/adapt_dev.cuh"
 #include "fused/ops/seqpar.h"
 #include "fused/runtime/device.cuh"
 
@@ -250,22 +251,8 @@ MK_DEV void sp_last_out(const struct mk_sp_common *cm, unsigned int e, unsigned 
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
-	if (cm->adaptive) {
-		/* shared, not local: the rule indexes them at run time */
-		__shared__ unsigned long long busy_s[MK_GAR_ROLES];
-		__shared__ int cur_s[MK_GAR_ROLES];
-		const unsigned long long t0 = *ws->t_start;
-
-		for (int r = 0; r < MK_GAR_ROLES; r++) {
-			busy_s[r] = atomicExch(&ws->busy[r], 0ull);
-			cur_s[r] = split_s[r];
-		}
-		/* The first call of a shape has no start yet (zeroed): nothing measured. */
-		mk_gar_adapt(busy_s, &cm->split, (int)gridDim.x, ws->ctl,
-			     t0 != 0 && t0 != ~0ull ? mk_globaltimer_ns() - t0 : 0, cur_s);
-		for (int r = 0; r < MK_GAR_ROLES; r++)
-			ws->split[r] = cur_s[r];
-	}
+	if (cm->adaptive)
+		mk_gar_adapt_last(ws->busy, &cm->split, ws->ctl, *ws->t_start, split_s, ws->split);
 	for (int t = 0; t < MK_SP_TICKETS; t++)
 		ws->tickets[t] = 0;
 	*ws->t_start = ~0ull;

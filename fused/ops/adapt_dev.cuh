@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The adaptive controller's step at the end of a fused call (device side of
+ * gemm_allreduce_plan.h's rule), shared by mkGemmAllReduce, the seqpar ops and ring attention.
+ */
+#ifndef MK_FUSED_OPS_ADAPT_DEV_CUH
+#define MK_FUSED_OPS_ADAPT_DEV_CUH
+
+#include "fused/common/ptx.cuh"
+#include "fused/common/wait.cuh"
+#include "fused/ops/gemm_allreduce_plan.h"
+
+/*
+ * Run by one thread of the last CTA out. `busy`: each role's busy time, summed by the CTAs
+ * (zeroed here for the next call); `t0`: when the call's first CTA passed its entry wait (0 or
+ * ~0: the first call of a shape, nothing measured); `ran`: the split the call ran with; `next`:
+ * where the next call reads its split. The search's state is worked on in shared memory and
+ * written back once: run on global memory, each of its dependent reads and writes waited a
+ * round trip, which on a 50 us call came to a few per cent.
+ */
+MK_DEV void mk_gar_adapt_last(unsigned long long *busy, const struct mk_gar_split *sp,
+			      struct mk_gar_ctl *ctl, unsigned long long t0, const int *ran,
+			      int *next)
+{
+	/* shared, not local: the rule indexes them at run time */
+	__shared__ unsigned long long busy_s[MK_GAR_ROLES];
+	__shared__ int cur_s[MK_GAR_ROLES];
+	__shared__ struct mk_gar_ctl ctl_s;
+	const unsigned long long t = t0 != 0 && t0 != ~0ull ? mk_globaltimer_ns() - t0 : 0;
+
+	for (int r = 0; r < MK_GAR_ROLES; r++) {
+		busy_s[r] = atomicExch(&busy[r], 0ull);
+		cur_s[r] = ran[r];
+	}
+	ctl_s = *ctl;
+	mk_gar_adapt(busy_s, sp, (int)gridDim.x, &ctl_s, t, cur_s);
+	*ctl = ctl_s;
+	for (int r = 0; r < MK_GAR_ROLES; r++)
+		next[r] = cur_s[r];
+}
+
+#endif
