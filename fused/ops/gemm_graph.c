@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * Repeated small cuBLASLt calls replayed as CUDA graphs (gemm_graph.h). Per thread, a small
- * table of calls keyed by everything the captured work depends on; a key's first calls run
- * directly, the next one is captured on the thread's private stream and every later one
- * launches the captured graph on the caller's stream.
+ * Repeated small cuBLASLt calls replayed as CUDA graphs (gemm_graph.h). Per thread, a table of
+ * calls keyed by everything the captured work depends on; a key's first calls run directly,
+ * the next one is captured on the thread's private stream and every later one launches the
+ * captured graph on the caller's stream.
  */
 #define MK_LOG_PREFIX "mkernel"
 
@@ -22,7 +22,14 @@
 MK_PARAM_DECLARE_INT(gemm_graph);	   /* fused/gemm/gemm_params.c */
 MK_PARAM_DECLARE_INT(gemm_graph_max_flop); /* fused/gemm/gemm_params.c */
 
-#define GRAPH_CACHE	  32 /* keys per thread; a collision replaces the older key */
+/*
+ * Keys per thread: GRAPH_SETS sets of GRAPH_WAYS, a new key replacing its set's least recently
+ * used. A decode step calls each layer's GEMMs with that layer's weights, so a model makes a few
+ * hundred keys (4 GEMMs x 32 layers x a batch size or two) that must all stay, and two keys
+ * that hash to one set must not evict each other.
+ */
+#define GRAPH_SETS	  128
+#define GRAPH_WAYS	  4
 #define GRAPH_MAX_DEVICES 64
 
 struct graph_entry {
@@ -30,10 +37,12 @@ struct graph_entry {
 	bool valid;
 	bool failed;   /* the capture failed: this key runs directly */
 	uint32_t seen; /* calls with this key before its capture */
+	uint64_t used; /* graph_clock at its last call: the least recently used is replaced */
 	cudaGraphExec_t exec;
 };
 
-static __thread struct graph_entry graph_cache[GRAPH_CACHE];
+static __thread struct graph_entry graph_cache[GRAPH_SETS][GRAPH_WAYS];
+static __thread uint64_t graph_clock;
 /* Captures go to a stream of the thread's own: the caller's may hold other work in flight. */
 static __thread cudaStream_t graph_streams[GRAPH_MAX_DEVICES];
 
@@ -51,7 +60,7 @@ static unsigned int graph_slot(const struct mk_gemm_graph_call *x)
 	h = mk_gemm_hash(h, (uintptr_t)x->a);
 	h = mk_gemm_hash(h, (uintptr_t)x->b);
 	h = mk_gemm_hash(h, (uintptr_t)x->c);
-	return mk_gemm_slot(h, GRAPH_CACHE);
+	return mk_gemm_slot(h, GRAPH_SETS);
 }
 
 /* Forget an entry; an executable graph still in flight is freed when it completes. */
@@ -60,6 +69,28 @@ static void graph_drop(struct graph_entry *e)
 	if (e->exec != NULL)
 		(void)cudaGraphExecDestroy(e->exec);
 	memset(e, 0, sizeof(*e));
+}
+
+/* The key's entry, or NULL after giving it its set's free or least recently used entry. */
+static struct graph_entry *graph_find(const struct mk_gemm_graph_call *x)
+{
+	struct graph_entry *set = graph_cache[graph_slot(x)], *old = &set[0];
+
+	graph_clock++;
+	for (int w = 0; w < GRAPH_WAYS; w++) {
+		if (set[w].valid && graph_key_eq(&set[w].key, x)) {
+			set[w].used = graph_clock;
+			return &set[w];
+		}
+		if (old->valid && (!set[w].valid || set[w].used < old->used))
+			old = &set[w];
+	}
+	graph_drop(old);
+	old->key = *x;
+	old->valid = true;
+	old->seen = 1;
+	old->used = graph_clock;
+	return NULL;
 }
 
 static int graph_stream(int dev, cudaStream_t *out)
@@ -112,14 +143,9 @@ bool mk_gemm_graph_run(const struct mk_gemm_graph_call *x, cudaStream_t stream)
 	if (direct_calls <= 0 || 2.0 * x->shape.m * (double)x->shape.n * x->shape.k >
 					 (double)mk_param_gemm_graph_max_flop())
 		return false;
-	e = &graph_cache[graph_slot(x)];
-	if (!e->valid || !graph_key_eq(&e->key, x)) {
-		graph_drop(e);
-		e->key = *x;
-		e->valid = true;
-		e->seen = 1;
-		return false;
-	}
+	e = graph_find(x);
+	if (e == NULL)
+		return false; /* a new key: its first call */
 	if (e->failed || (e->exec == NULL && e->seen++ < direct_calls))
 		return false;
 	/* a capturing caller records the plain call into its own graph */

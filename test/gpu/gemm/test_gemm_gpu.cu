@@ -1107,6 +1107,35 @@ static int t_graph_call(const struct t_buf *t, void *c, const struct mk_gemm_pic
 	return rc == 0 && t_check(t, (const __nv_bfloat16 *)c, NULL, 1.0f, 1.0f / 256, &worst) == 0;
 }
 
+/*
+ * A model's layers: T_GRAPH_KEYS keys of one shape, each with its own C, called in turn. Every
+ * one replays from its fourth call: the keys must not evict each other (a table of one entry
+ * per slot lost most of them to collisions).
+ */
+#define T_GRAPH_KEYS 32
+
+static void t_graph_many(const struct t_buf *t, const struct mk_gemm_pick *lt)
+{
+	void *cs[T_GRAPH_KEYS];
+	struct mk_gemm_ran ran;
+	int replayed = 0, right = 1;
+
+	for (int i = 0; i < T_GRAPH_KEYS; i++)
+		T_CHECK_CUDA(cudaMalloc(&cs[i], (size_t)t->m * t->n * 2 + 16));
+	for (int turn = 0; turn < 4; turn++) {
+		for (int i = 0; i < T_GRAPH_KEYS; i++) {
+			right &= t_graph_call(t, cs[i], lt, &ran);
+			replayed += turn == 3 && ran.graph;
+		}
+	}
+	t_report(right && replayed == T_GRAPH_KEYS,
+		 "%s: %d keys of one shape in turn: %d replayed at their fourth call, every result "
+		 "right",
+		 t_case, T_GRAPH_KEYS, replayed);
+	for (int i = 0; i < T_GRAPH_KEYS; i++)
+		cudaFree(cs[i]);
+}
+
 static void t_graph_replay(void)
 {
 	const int m = 48, n = 1000, k = 1032; /* a shape no other case uses: a fresh key */
@@ -1163,7 +1192,9 @@ static void t_graph_replay(void)
 	t_report(right && !ran.graph, "%s: MKERNEL_GEMM_GRAPH=0: direct, right", t_case);
 	t_set_env("MKERNEL_GEMM_GRAPH", NULL);
 	right = t_graph_call(&t, t.c, &lt, &ran);
-	t_report(right && ran.graph, "%s: default again: the kept graph replays, right", t_case);
+	t_report(right && ran.graph, "%s: default again: the kept graph replays (%s), right (%s)",
+		 t_case, ran.graph ? "yes" : "no", right ? "yes" : "no");
+	t_graph_many(&t, &lt);
 	cudaFree(c2);
 	t_free(&t);
 }
