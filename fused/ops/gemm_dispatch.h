@@ -42,13 +42,21 @@ static inline unsigned long long mk_gemm_key_hash(const struct mk_gemm_key *key)
 }
 
 /*
- * A slot out of `slots` for hash `h`. The product's low bits depend only on the words' low bits,
- * which shapes (multiples of 64) and device pointers (512-byte aligned) leave equal: the slot
- * folds the high half in, or every such key lands in one slot and the caches thrash.
+ * A slot out of `slots` for hash `h`. One FNV step per 64-bit word mixes poorly: a product's
+ * low bits depend only on the words' low bits, which shapes (multiples of 64) and device
+ * pointers (512-byte aligned) leave equal, and its sparse prime carries a pointer's middle bits
+ * (buffers 96 KiB apart) hardly anywhere. So the slot comes after a full 64-bit mix (the
+ * finaliser of MurmurHash3), which every input bit reaches; without it, 32 buffers of one
+ * shape all landed in one set of the graph cache.
  */
 static inline unsigned int mk_gemm_slot(unsigned long long h, unsigned int slots)
 {
-	return (unsigned int)((h ^ (h >> 32)) % slots);
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return (unsigned int)(h % slots);
 }
 
 static inline unsigned int mk_gemm_key_slot(const struct mk_gemm_key *key, unsigned int slots)

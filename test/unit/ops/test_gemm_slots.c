@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * The gemm op's per-thread caches (plans, decisions, replayed graphs) pick a slot from a hash of
- * the key. Keys users make differ only in high bits: shapes are multiples of 64 and device
- * pointers are 512-byte aligned. These tests fail when such keys share a few slots, as they did
- * when the slot came from the hash's low bits alone (every layer of one shape in one slot, each
- * call replacing the last and never replaying).
+ * the key. Keys users make differ only in some bits: shapes are multiples of 64, device
+ * pointers are 512-byte aligned and small buffers lie a few KiB apart. These tests fail when
+ * such keys share a few slots, as they did when the slot came from the hash's low bits (every
+ * layer of one shape in one slot) and then from its two halves folded (32 buffers 96 KiB apart
+ * in one set of the graph cache: none replayed).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,23 +55,52 @@ static void test_shapes_spread(void **state)
 	assert_true(distinct(slot, n) >= 12);
 }
 
-/* One shape, 32 layers with their own weights and outputs 2 MiB apart: the graph cache's key. */
-static void test_pointers_spread(void **state)
+/*
+ * One shape, 32 keys whose pointers differ by `stride` only (an output buffer each, as
+ * cudaMalloc hands out small buffers: 96 KiB and a bit apart within one 2 MiB page; or a layer's
+ * weights, 32 MiB apart): the graph cache's key, over its 128 sets.
+ */
+static int pointer_sets(uintptr_t stride, int which)
 {
-	const struct mk_gemm_key shape = { .dev = 0, .m = 16, .n = 4096, .k = 4096, .b_nk = 1 };
+	const struct mk_gemm_key shape = { .dev = 0, .m = 48, .n = 1000, .k = 1032, .b_nk = 1 };
 	const uintptr_t base = (uintptr_t)0x7f0000000000ull;
 	unsigned int slot[32];
+	char used[128] = { 0 };
+	int count = 0;
 
-	(void)state;
 	for (int i = 0; i < 32; i++) {
 		unsigned long long h = mk_gemm_key_hash(&shape);
+		uintptr_t p[3] = { base, base + ((uintptr_t)1 << 36), base + ((uintptr_t)1 << 38) };
 
-		h = mk_gemm_hash(h, base + (uintptr_t)i * (2u << 20));
-		h = mk_gemm_hash(h, base + ((uintptr_t)1 << 36) + (uintptr_t)i * (64u << 20));
-		h = mk_gemm_hash(h, base + ((uintptr_t)1 << 38) + (uintptr_t)i * (1u << 20));
-		slot[i] = mk_gemm_slot(h, SLOTS);
+		p[which] += (uintptr_t)i * stride;
+		h = mk_gemm_hash(h, p[0]);
+		h = mk_gemm_hash(h, p[1]);
+		h = mk_gemm_hash(h, p[2]);
+		slot[i] = mk_gemm_slot(h, 128);
 	}
-	assert_true(distinct(slot, 32) >= 16);
+	for (int i = 0; i < 32; i++) {
+		count += !used[slot[i]];
+		used[slot[i]] = 1;
+	}
+	return count;
+}
+
+static void test_pointers_spread(void **state)
+{
+	static const uintptr_t strides[] = { 0x18200, 2u << 20, 32u << 20, 512 };
+
+	(void)state;
+	/* 32 random keys over 128 sets fill about 28; 20 or more means every pointer bit counts */
+	for (size_t s = 0; s < sizeof(strides) / sizeof(strides[0]); s++) {
+		for (int which = 0; which < 3; which++) {
+			const int sets = pointer_sets(strides[s], which);
+
+			if (sets < 20)
+				print_message("stride %#lx, pointer %d: %d sets\n",
+					      (unsigned long)strides[s], which, sets);
+			assert_true(sets >= 20);
+		}
+	}
 }
 
 /* The slot is a function of the key alone: the same key finds its entry again. */
