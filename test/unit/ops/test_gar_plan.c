@@ -362,9 +362,10 @@ static void test_climb_measures_a_probe_in_pairs(void **state)
 /*
  * A neighbour that slows every call by 12 % for a while and then not (ranks sharing a GPU, one
  * of them probing): a probe measured while the neighbour is quiet must not win against best
- * times taken while it was busy. Here the probe is 6 % slower than the best, and its calls fall
- * only in the quiet phases: judged against the best's running time it would win; judged in pairs
- * it is lost.
+ * times taken while it was busy. Here the probe is 6 % slower than the best, the warm-up falls in
+ * a busy phase, the probe's first call in a quiet one, and the phase flips at each of its calls:
+ * judged against the best's running time it won (the rule before the pairs); judged in pairs it
+ * is lost.
  */
 static void test_climb_pairs_cancel_a_neighbour(void **state)
 {
@@ -390,7 +391,7 @@ static void test_climb_pairs_cancel_a_neighbour(void **state)
 
 /*
  * The spread seen at the best count sets the bar: a gain inside it is measured up to
- * MK_GAR_PROBE_MAX pairs and not taken; a probe one spread slower (not two) is given up after
+ * MK_GAR_PROBE_MAX pairs and not taken; a probe 1.5 spreads slower (not two) is given up after
  * its first pair; a large gain wins at its first pair.
  */
 static int pair_call(struct mk_gar_ctl *ctl, int c, int probe, unsigned long long probe_t,
