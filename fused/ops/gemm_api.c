@@ -36,10 +36,10 @@ MK_PARAM_DECLARE_INT(gemm_force_fallback); /* fused/gemm/gemm_params.c */
 MK_PARAM_DECLARE_STR(gemm_path);
 MK_PARAM_DECLARE_INT(gemm_workspace);
 
-#define DISP_CACHE 32 /* shapes per thread; a collision replaces the older entry */
+#define DISP_SETS 8 /* x MK_GEMM_WAYS shapes per thread */
 
 struct disp_entry {
-	int valid;
+	struct mk_gemm_way way;
 	struct mk_gemm_key key;	  /* x0: A and B 16-byte aligned */
 	struct mk_gemm_pick pick; /* the decision for this shape (engine or cuBLASLt) */
 	const char *why;
@@ -53,7 +53,8 @@ struct disp_entry {
 	struct mk_gemm_tmaps maps;
 };
 
-static __thread struct disp_entry disp_cache[DISP_CACHE];
+static __thread struct disp_entry disp_cache[DISP_SETS][MK_GEMM_WAYS];
+static __thread unsigned long long disp_clock;
 static __thread struct mk_gemm_ran disp_last;
 
 static int disp_tile_of(unsigned int bm, unsigned int bn)
@@ -295,6 +296,20 @@ static int disp_blas(const struct disp_call *x, int use_lt, cudaStream_t stream,
 	return mk_fallback_gemm_bf16(x->a, x->b, x->c, x->m, x->n, x->k, x->b_nk, stream);
 }
 
+/* The thread's entry for key: the one holding it, else a free or least recently used one, empty. */
+static struct disp_entry *disp_entry_for(const struct mk_gemm_key *key)
+{
+	struct disp_entry *set = disp_cache[mk_gemm_key_slot(key, DISP_SETS)];
+	int w = mk_gemm_way_find(set, sizeof(set[0]), offsetof(struct disp_entry, way),
+				 offsetof(struct disp_entry, key), key);
+
+	if (w < 0) {
+		w = mk_gemm_way_victim(set, sizeof(set[0]), offsetof(struct disp_entry, way));
+		memset(&set[w], 0, sizeof(set[w]));
+	}
+	return &set[w];
+}
+
 int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
 		     cudaStream_t stream, const struct mk_gemm_pick *force,
 		     struct mk_gemm_ran *ran_out)
@@ -329,13 +344,13 @@ int mk_gemm_dispatch(const void *a, const void *b, void *c, int m, int n, int k,
 		forced.path = MK_GEMM_PATH_AUTO;
 	}
 
-	e = &disp_cache[mk_gemm_key_slot(&key, DISP_CACHE)];
-	if (!e->valid || !mk_gemm_key_eq(&e->key, &key)) {
-		memset(e, 0, sizeof(*e));
+	e = disp_entry_for(&key);
+	if (!e->way.valid) {
 		e->key = key;
 		disp_decide(&x, dev_ok, &e->pick, &e->why);
-		e->valid = 1;
+		e->way.valid = 1;
 	}
+	e->way.used = ++disp_clock;
 	if (forced.path == MK_GEMM_PATH_AUTO) {
 		ran.pick = e->pick;
 		ran.why = e->why;

@@ -70,6 +70,58 @@ static inline int mk_gemm_key_eq(const struct mk_gemm_key *x, const struct mk_ge
 	       x->b_nk == y->b_nk && x->x0 == y->x0 && x->x1 == y->x1;
 }
 
+/*
+ * The caches (decisions, cuBLASLt plans, replayed graphs) are set-associative, MK_GEMM_WAYS
+ * entries a set, a new key taking a free way or the least recently used one: a decode step's
+ * GEMMs come back at every step, and two of them whose keys share a slot evicted each other at
+ * every call when a set was one entry (a new cuBLASLt heuristic query, a new decision, no graph
+ * replay).
+ */
+#define MK_GEMM_WAYS 4
+
+/* What each cache entry keeps for that: whether it holds a key, and when it was last used. */
+struct mk_gemm_way {
+	unsigned long long used; /* its cache's clock at its last use */
+	int valid;
+};
+
+/* The entry of way w of a set: entries `stride` bytes apart, their mk_gemm_way `off` bytes in. */
+static inline const struct mk_gemm_way *mk_gemm_way_at(const void *set, size_t stride, size_t off,
+						       int w)
+{
+	return (const struct mk_gemm_way *)((const char *)set + (size_t)w * stride + off);
+}
+
+/* The way a new key takes in a set: a free one, else the least recently used. */
+static inline int mk_gemm_way_victim(const void *set, size_t stride, size_t off)
+{
+	int victim = 0;
+
+	for (int w = 0; w < MK_GEMM_WAYS; w++) {
+		const struct mk_gemm_way *x = mk_gemm_way_at(set, stride, off, w);
+
+		if (!x->valid)
+			return w;
+		if (x->used < mk_gemm_way_at(set, stride, off, victim)->used)
+			victim = w;
+	}
+	return victim;
+}
+
+/* The way of a set whose entry holds `key` (its mk_gemm_key `key_off` bytes in), or -1. */
+static inline int mk_gemm_way_find(const void *set, size_t stride, size_t off, size_t key_off,
+				   const struct mk_gemm_key *key)
+{
+	for (int w = 0; w < MK_GEMM_WAYS; w++) {
+		const char *e = (const char *)set + (size_t)w * stride;
+
+		if (mk_gemm_way_at(set, stride, off, w)->valid &&
+		    mk_gemm_key_eq((const struct mk_gemm_key *)(e + key_off), key))
+			return w;
+	}
+	return -1;
+}
+
 enum mk_gemm_path {
 	MK_GEMM_PATH_AUTO = 0,	   /* the calibration decides (requests only) */
 	MK_GEMM_PATH_ENGINE = 1,   /* mkernel's engine, variant tile x splits */

@@ -105,10 +105,10 @@ int mk_fallback_gemm_bf16(const void *a, const void *b, void *c, int m, int n, i
 /* ---- cuBLASLt ---- */
 
 #define BLAS_MAX_DEVICES 64
-#define BLAS_CACHE	 64 /* shapes per thread; a collision replaces the older entry */
+#define BLAS_SETS	 16 /* x MK_GEMM_WAYS shapes per thread */
 
 struct blas_plan {
-	int valid;
+	struct mk_gemm_way way; /* valid: the plan's descriptors are held */
 	struct mk_gemm_key key; /* x0, x1: A/B and C types */
 	size_t ws_cap;		/* workspace the heuristic was allowed */
 	cublasLtMatmulDesc_t desc;
@@ -119,7 +119,8 @@ struct blas_plan {
 
 static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 static cublasLtHandle_t blas_handles[BLAS_MAX_DEVICES];
-static __thread struct blas_plan blas_cache[BLAS_CACHE];
+static __thread struct blas_plan blas_cache[BLAS_SETS][MK_GEMM_WAYS];
+static __thread unsigned long long blas_clock;
 
 static int blas_handle(int dev, cublasLtHandle_t *out)
 {
@@ -138,13 +139,13 @@ static int blas_handle(int dev, cublasLtHandle_t *out)
 
 static void blas_plan_free(struct blas_plan *p)
 {
-	if (!p->valid)
+	if (!p->way.valid)
 		return;
 	cublasLtMatrixLayoutDestroy(p->la);
 	cublasLtMatrixLayoutDestroy(p->lb);
 	cublasLtMatrixLayoutDestroy(p->lc);
 	cublasLtMatmulDescDestroy(p->desc);
-	p->valid = 0;
+	p->way.valid = 0;
 }
 
 /* Descriptors, layouts and the heuristic's first algorithm for the plan's key. 0 or -errno. */
@@ -185,7 +186,7 @@ static int blas_plan_make(cublasLtHandle_t lt, struct blas_plan *p)
 		p->algo = res.algo;
 		p->ws_need = res.workspaceSize;
 		cublasLtMatmulPreferenceDestroy(pref);
-		p->valid = 1;
+		p->way.valid = 1;
 		return 0;
 	}
 undo:
@@ -201,13 +202,21 @@ undo:
 	return rc;
 }
 
-/* The thread's cache slot for key, and whether it holds key's plan for this workspace size. */
+/*
+ * The thread's entry for key (the one holding it, else the one a new plan would take: free or
+ * least recently used; nothing is changed), and whether it holds key's plan for this workspace
+ * size.
+ */
 static struct blas_plan *blas_plan_slot(const struct mk_gemm_key *key, size_t ws_bytes, bool *hit)
 {
-	struct blas_plan *p = &blas_cache[mk_gemm_key_slot(key, BLAS_CACHE)];
+	struct blas_plan *set = blas_cache[mk_gemm_key_slot(key, BLAS_SETS)];
+	int w = mk_gemm_way_find(set, sizeof(set[0]), offsetof(struct blas_plan, way),
+				 offsetof(struct blas_plan, key), key);
 
-	*hit = p->valid && mk_gemm_key_eq(&p->key, key) && p->ws_cap == ws_bytes;
-	return p;
+	*hit = w >= 0 && set[w].ws_cap == ws_bytes;
+	if (w < 0)
+		w = mk_gemm_way_victim(set, sizeof(set[0]), offsetof(struct blas_plan, way));
+	return &set[w];
 }
 
 int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int n, int k, int b_nk,
@@ -240,6 +249,7 @@ int mk_gemm_blaslt_on(int dev, const void *a, const void *b, void *c, int m, int
 	} else {
 		lt = blas_handles[key.dev]; /* set once before any plan of this device */
 	}
+	p->way.used = ++blas_clock;
 	st = cublasLtMatmul(lt, p->desc, &one, b, p->la, a, p->lb, &zero, c, p->lc, c, p->lc,
 			    &p->algo, p->ws_need ? ws : NULL, p->ws_need, stream);
 	if (st != CUBLAS_STATUS_SUCCESS) {

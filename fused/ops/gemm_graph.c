@@ -23,26 +23,23 @@ MK_PARAM_DECLARE_INT(gemm_graph);	   /* fused/gemm/gemm_params.c */
 MK_PARAM_DECLARE_INT(gemm_graph_max_flop); /* fused/gemm/gemm_params.c */
 
 /*
- * Keys per thread: GRAPH_SETS sets of GRAPH_WAYS, a new key replacing its set's least recently
- * used. A decode step calls each layer's GEMMs with that layer's weights, so a model makes a few
- * hundred keys (4 GEMMs x 32 layers x a batch size or two) that must all stay, and two keys
- * that hash to one set must not evict each other.
+ * GRAPH_SETS x MK_GEMM_WAYS keys per thread: a decode step calls each layer's GEMMs with that
+ * layer's weights, so a model makes a few hundred keys (4 GEMMs x 32 layers x a batch size or
+ * two) that must all stay.
  */
 #define GRAPH_SETS	  128
-#define GRAPH_WAYS	  4
 #define GRAPH_MAX_DEVICES 64
 
 struct graph_entry {
 	struct mk_gemm_graph_call key;
-	bool valid;
+	struct mk_gemm_way way;
 	bool failed;   /* the capture failed: this key runs directly */
 	uint32_t seen; /* calls with this key before its capture */
-	uint64_t used; /* graph_clock at its last call: the least recently used is replaced */
 	cudaGraphExec_t exec;
 };
 
-static __thread struct graph_entry graph_cache[GRAPH_SETS][GRAPH_WAYS];
-static __thread uint64_t graph_clock;
+static __thread struct graph_entry graph_cache[GRAPH_SETS][MK_GEMM_WAYS];
+static __thread unsigned long long graph_clock;
 /* Captures go to a stream of the thread's own: the caller's may hold other work in flight. */
 static __thread cudaStream_t graph_streams[GRAPH_MAX_DEVICES];
 
@@ -74,22 +71,21 @@ static void graph_drop(struct graph_entry *e)
 /* The key's entry, or NULL after giving it its set's free or least recently used entry. */
 static struct graph_entry *graph_find(const struct mk_gemm_graph_call *x)
 {
-	struct graph_entry *set = graph_cache[graph_slot(x)], *old = &set[0];
+	struct graph_entry *set = graph_cache[graph_slot(x)], *e;
 
 	graph_clock++;
-	for (int w = 0; w < GRAPH_WAYS; w++) {
-		if (set[w].valid && graph_key_eq(&set[w].key, x)) {
-			set[w].used = graph_clock;
+	for (int w = 0; w < MK_GEMM_WAYS; w++) {
+		if (set[w].way.valid && graph_key_eq(&set[w].key, x)) {
+			set[w].way.used = graph_clock;
 			return &set[w];
 		}
-		if (old->valid && (!set[w].valid || set[w].used < old->used))
-			old = &set[w];
 	}
-	graph_drop(old);
-	old->key = *x;
-	old->valid = true;
-	old->seen = 1;
-	old->used = graph_clock;
+	e = &set[mk_gemm_way_victim(set, sizeof(set[0]), offsetof(struct graph_entry, way))];
+	graph_drop(e);
+	e->key = *x;
+	e->way.valid = 1;
+	e->way.used = graph_clock;
+	e->seen = 1;
 	return NULL;
 }
 

@@ -115,12 +115,85 @@ static void test_slot_stable(void **state)
 	assert_true(mk_gemm_key_eq(&a, &b));
 }
 
+/* An entry as the caches lay theirs out: other fields around the way and the key. */
+struct t_entry {
+	int payload;
+	struct mk_gemm_key key;
+	struct mk_gemm_way way;
+};
+
+#define T_FIND(set, k)                                                                             \
+	mk_gemm_way_find(set, sizeof(set[0]), offsetof(struct t_entry, way),                       \
+			 offsetof(struct t_entry, key), k)
+#define T_VICTIM(set) mk_gemm_way_victim(set, sizeof(set[0]), offsetof(struct t_entry, way))
+
+/* One set as a cache uses it: the key's way on a hit, else a free way, else the oldest. */
+static int t_use(struct t_entry *set, const struct mk_gemm_key *key, unsigned long long now)
+{
+	int w = T_FIND(set, key);
+
+	if (w < 0) {
+		w = T_VICTIM(set);
+		memset(&set[w], 0, sizeof(set[w]));
+		set[w].key = *key;
+		set[w].way.valid = 1;
+	}
+	set[w].way.used = now;
+	return w;
+}
+
+/*
+ * MK_GEMM_WAYS keys of one set all stay however they alternate; one more takes the least
+ * recently used way, and only that key is missed next.
+ */
+static void test_ways_keep_a_set(void **state)
+{
+	struct t_entry set[MK_GEMM_WAYS];
+	struct mk_gemm_key keys[MK_GEMM_WAYS + 1];
+	unsigned long long now = 0;
+	int way_of[MK_GEMM_WAYS];
+
+	(void)state;
+	memset(set, 0, sizeof(set));
+	for (int i = 0; i <= MK_GEMM_WAYS; i++)
+		keys[i] = (struct mk_gemm_key){ .dev = 0, .m = 64 * (i + 1), .n = 4096, .k = 4096 };
+	/* a free way for each new key, the ways in order */
+	for (int i = 0; i < MK_GEMM_WAYS; i++) {
+		assert_int_equal(T_FIND(set, &keys[i]), -1);
+		way_of[i] = t_use(set, &keys[i], ++now);
+		assert_int_equal(way_of[i], i);
+	}
+	/* 100 rounds in changing orders: every call a hit, in its own way */
+	for (int r = 0; r < 100; r++) {
+		for (int j = 0; j < MK_GEMM_WAYS; j++) {
+			const int i = (j * (r % 3 + 1) + r) % MK_GEMM_WAYS;
+
+			assert_int_equal(T_FIND(set, &keys[i]), way_of[i]);
+			(void)t_use(set, &keys[i], ++now);
+		}
+	}
+	/* touching every key but 2 leaves 2 the least recently used */
+	for (int i = 0; i < MK_GEMM_WAYS; i++)
+		if (i != 2)
+			(void)t_use(set, &keys[i], ++now);
+	assert_int_equal(T_VICTIM(set), way_of[2]);
+	assert_int_equal(t_use(set, &keys[MK_GEMM_WAYS], ++now), way_of[2]);
+	assert_int_equal(T_FIND(set, &keys[2]), -1);
+	for (int i = 0; i < MK_GEMM_WAYS; i++)
+		if (i != 2)
+			assert_int_equal(T_FIND(set, &keys[i]), way_of[i]);
+	/* a freed way is taken before any older one */
+	set[1].way.valid = 0;
+	assert_int_equal(T_VICTIM(set), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shapes_spread),
 		cmocka_unit_test(test_pointers_spread),
 		cmocka_unit_test(test_slot_stable),
+		cmocka_unit_test(test_ways_keep_a_set),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
