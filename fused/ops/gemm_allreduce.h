@@ -139,8 +139,9 @@ struct mk_comm_op;
  * call's ([ctas][MK_GAR_TRACE_WORDS], ctas = the grid). 0 or -errno. */
 int mk_gar_trace(struct mk_comm *c, int on);
 int mk_gar_trace_read(struct mk_comm *c, unsigned long long *out, int *ctas);
-/* The split the next call of the current shape starts from (the adaptive controller's). */
-int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES]);
+/* The split the next call of the current shape starts from (the adaptive controller's), and
+ * the controller's state when `ctl` is not NULL. */
+int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES], struct mk_gar_ctl *ctl);
 
 /* gemm_allreduce_mem.c: the op's record on a comm (its state's slot). */
 extern const struct mk_comm_op mk_comm_op_gemm_allreduce;

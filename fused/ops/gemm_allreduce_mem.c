@@ -354,17 +354,21 @@ int mk_gar_trace_read(struct mk_comm *c, unsigned long long *out, int *ctas)
 		       : -EIO;
 }
 
-int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES])
+int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES], struct mk_gar_ctl *ctl)
 {
 	const struct mk_gar_state *st = gar_state_of(c);
 	const struct mk_gar_shape *s = st != NULL ? st->shape : NULL;
+	struct gar_words wd;
 
 	if (s == NULL)
 		return -EINVAL;
-	return cudaMemcpy(out, (unsigned int *)s->flags + gar_words_of(s->tiles, s->rows).split,
-			  MK_GAR_ROLES * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess
-		       ? 0
-		       : -EIO;
+	wd = gar_words_of(s->tiles, s->rows);
+	if (cudaMemcpy(out, (unsigned int *)s->flags + wd.split, MK_GAR_ROLES * sizeof(int),
+		       cudaMemcpyDeviceToHost) != cudaSuccess ||
+	    (ctl != NULL && cudaMemcpy(ctl, (char *)s->flags + wd.ctl_bytes, sizeof(*ctl),
+				       cudaMemcpyDeviceToHost) != cudaSuccess))
+		return -EIO;
+	return 0;
 }
 
 int mk_gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int m, int n, int k,

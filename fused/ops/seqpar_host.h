@@ -178,10 +178,11 @@ int mk_sp_last_pipe_pieces(struct mk_comm *c, int op);
 int mk_sp_scratch_counts(struct mk_comm *c, int op, unsigned long counts[2]);
 
 /* Benchmarks: record per-CTA timestamps in later calls (on = 1), read the last call's
- * ([ctas][MK_SP_TRACE_WORDS]); the split the next call of the current shape starts from. */
+ * ([ctas][MK_SP_TRACE_WORDS]); the split the next call of the current shape starts from, and
+ * the adaptive controller's state when `ctl` is not NULL. */
 int mk_sp_trace(struct mk_comm *c, int op, int on);
 int mk_sp_trace_read(struct mk_comm *c, int op, unsigned long long *out, int *ctas);
-int mk_sp_split_now(struct mk_comm *c, int op, int out[MK_GAR_ROLES]);
+int mk_sp_split_now(struct mk_comm *c, int op, int out[MK_GAR_ROLES], struct mk_gar_ctl *ctl);
 
 #ifdef __cplusplus
 }

@@ -389,15 +389,17 @@ int mk_sp_trace_read(struct mk_comm *c, int op, unsigned long long *out, int *ct
 		       : -EIO;
 }
 
-int mk_sp_split_now(struct mk_comm *c, int op, int out[MK_GAR_ROLES])
+int mk_sp_split_now(struct mk_comm *c, int op, int out[MK_GAR_ROLES], struct mk_gar_ctl *ctl)
 {
 	const struct mk_sp_state *st = mk_sp_state_of(c, op);
 	const struct mk_sp_shape *s = st != NULL ? st->shape : NULL;
 
 	if (s == NULL)
 		return -EINVAL;
-	return cudaMemcpy(out, (unsigned int *)s->flags + s->words.split,
-			  MK_GAR_ROLES * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess
-		       ? 0
-		       : -EIO;
+	if (cudaMemcpy(out, (unsigned int *)s->flags + s->words.split, MK_GAR_ROLES * sizeof(int),
+		       cudaMemcpyDeviceToHost) != cudaSuccess ||
+	    (ctl != NULL && cudaMemcpy(ctl, (char *)s->flags + s->words.ctl_bytes, sizeof(*ctl),
+				       cudaMemcpyDeviceToHost) != cudaSuccess))
+		return -EIO;
+	return 0;
 }

@@ -613,7 +613,9 @@ static void bench_trace(mkComm_t comm, const struct problem *p)
 /*
  * Static splits (communication CTAs per used role: share / 32 .. share / 4, through
  * MKERNEL_ROLE_SPLIT), the policy engine's static split and the adaptive controller (after a
- * warm-up of split_warm_calls(): 3 s of calls, 20 to 160, enough for its search to settle),
+ * warm-up of split_warm_calls(): 3 s of calls, 20 to 400, enough for its search to settle;
+ * whether it had settled, and how many timed adaptive calls were still search calls, are in
+ * the record),
  * measured in interleaved rounds (one call of each per round, each round starting one later,
  * MK_SPLIT_ROUNDS rounds, medians) so that drift of the shared GPU hits all of them alike. The
  * controller's state stays with the shape while static calls run in between. Goal: adaptive
@@ -641,7 +643,8 @@ static void bench_splits(mkComm_t comm, ncclComm_t nccl, const struct problem *p
 		  rounds = MK_SPLIT_ROUNDS;
 	float t[MK_SPLIT_CONFIGS][MK_SPLIT_ROUNDS], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS];
 	float best = 1e30f;
-	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
+	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 }, settled = 0, searching = 0;
+	struct mk_gar_ctl ctl;
 
 	split_config(5, share, &c);
 	{
@@ -651,15 +654,20 @@ static void bench_splits(mkComm_t comm, ncclComm_t nccl, const struct problem *p
 		rank_max_f32(&ms, 1, nccl);
 		(void)time_fused(comm, p, split_warm_calls(ms), 1);
 	}
+	if (mk_gar_split_now(comm, now, &ctl) == 0)
+		settled = !split_searching(&ctl);
 	for (int r = 0; r < rounds; r++) {
 		for (int j = 0; j < MK_SPLIT_CONFIGS; j++) {
 			const int i = (j + r) % MK_SPLIT_CONFIGS; /* each round starts one later */
 
 			split_config(i, share, &c);
+			/* outside the timed window: is this adaptive call a search call? */
+			if (i == MK_SPLIT_CONFIGS - 1 && mk_gar_split_now(comm, now, &ctl) == 0)
+				searching += split_searching(&ctl);
 			t[i][r] = time_fused(comm, p, 0, 1);
 		}
 	}
-	if (mk_gar_split_now(comm, now) != 0)
+	if (mk_gar_split_now(comm, now, NULL) != 0)
 		expect(0, "adaptive split readable");
 	set_env("MKERNEL_SM_POLICY", "static");
 	split_half_medians(t, rounds, hm);
@@ -684,9 +692,10 @@ static void bench_splits(mkComm_t comm, ncclComm_t nccl, const struct problem *p
 		printf("},\"policy_static_ms\":%.4f,\"best_static_ms\":%.4f,\"best_static_comm\":%d,"
 		       "\"adaptive_ms\":%.4f,\"adaptive_split\":[%d,%d,%d,%d],"
 		       "\"best_static_over_adaptive\":%.3f,"
-		       "\"heldout_best_static_over_adaptive\":%.3f,\"emulated\":true}\n",
+		       "\"heldout_best_static_over_adaptive\":%.3f,\"settled_after_warmup\":%d,"
+		       "\"adaptive_rounds_searching\":%d,\"emulated\":true}\n",
 		       med[4], best, best_c, med[5], now[0], now[1], now[2], now[3], best / med[5],
-		       split_heldout_ratio(hm));
+		       split_heldout_ratio(hm), settled, searching);
 }
 
 /*

@@ -1114,7 +1114,8 @@ static void bench_splits(struct bench *x)
 	const int rounds = MK_SPLIT_ROUNDS;
 	float t[MK_SPLIT_CONFIGS][MK_SPLIT_ROUNDS], med[MK_SPLIT_CONFIGS], hm[2][MK_SPLIT_CONFIGS];
 	float best = 1e30f;
-	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 };
+	int best_c = 0, c, now[MK_GAR_ROLES] = { 0, 0, 0, 0 }, settled = 0, searching = 0;
+	struct mk_gar_ctl ctl;
 
 	split_config(5, &c);
 	{
@@ -1129,16 +1130,21 @@ static void bench_splits(struct bench *x)
 		for (int i = 0; i < warm; i++)
 			(void)time_step(x, ST_FUSED);
 	}
+	if (mk_sp_split_now(g_comm, g_op, now, &ctl) == 0)
+		settled = !split_searching(&ctl);
 	for (int r = 0; r < rounds; r++) {
 		for (int j = 0; j < MK_SPLIT_CONFIGS; j++) {
 			const int i = (j + r) % MK_SPLIT_CONFIGS; /* each round starts one later */
 
 			split_config(i, &c);
+			/* outside the timed window: is this adaptive call a search call? */
+			if (i == MK_SPLIT_CONFIGS - 1 && mk_sp_split_now(g_comm, g_op, now, &ctl) == 0)
+				searching += split_searching(&ctl);
 			t[i][r] = time_step(x, ST_FUSED);
 		}
 	}
 	split_config(5, &c);
-	if (mk_sp_split_now(g_comm, g_op, now) != 0)
+	if (mk_sp_split_now(g_comm, g_op, now, NULL) != 0)
 		expect(0, "adaptive split readable");
 	split_half_medians(t, rounds, hm); /* before median() sorts the rounds */
 	max_over_ranks(hm[0], MK_SPLIT_CONFIGS);
@@ -1166,9 +1172,10 @@ static void bench_splits(struct bench *x)
 		printf("},\"policy_static_ms\":%.4f,\"best_static_ms\":%.4f,\"best_static_comm\":%d,"
 		       "\"adaptive_ms\":%.4f,\"adaptive_split\":[%d,%d,%d,%d],"
 		       "\"best_static_over_adaptive\":%.3f,"
-		       "\"heldout_best_static_over_adaptive\":%.3f,\"emulated\":true}\n",
+		       "\"heldout_best_static_over_adaptive\":%.3f,\"settled_after_warmup\":%d,"
+		       "\"adaptive_rounds_searching\":%d,\"emulated\":true}\n",
 		       med[4], best, best_c, med[5], now[0], now[1], now[2], now[3], best / med[5],
-		       split_heldout_ratio(hm));
+		       split_heldout_ratio(hm), settled, searching);
 		fflush(stdout);
 	}
 }
