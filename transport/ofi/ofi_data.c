@@ -203,13 +203,12 @@ static int ofi_write_split(struct mk_ofi_conn *conn, int lane, const char *src, 
 
 /*
  * A write small enough to inject, from host memory: the provider copies it at the post and
- * reports nothing, so its completion event is made here and waits in the stash for the next
- * poll (the source is free once the call returns, which is all MK_EV_WRITE_DONE promises). A
- * failure after the post breaks the connection, which the next post or poll reports.
+ * reports nothing. 0 or -errno; a failure after the post breaks the connection, which the next
+ * post or poll reports.
  */
-static int ofi_inject(struct mk_ofi_conn *conn, int lane, const void *src, size_t len, uint64_t dst,
-		      const struct mk_rkey *rkey, uint64_t data, bool has_imm, void *ctx,
-		      uint64_t now)
+static int ofi_inject_post(struct mk_ofi_conn *conn, int lane, const void *src, size_t len,
+			   uint64_t dst, const struct mk_rkey *rkey, uint64_t data, bool has_imm,
+			   uint64_t now)
 {
 	struct ofi_rma_msg m;
 	ssize_t rc;
@@ -222,12 +221,54 @@ static int ofi_inject(struct mk_ofi_conn *conn, int lane, const void *src, size_
 	conn->blocked = false;
 	conn->refused_idle_ns = 0;
 	conn->last_post_ns = now;
+	return 0;
+}
+
+/*
+ * An injected write's completion event, made here: it waits in the stash for the next poll
+ * (the source is free once the post returned, which is all MK_EV_WRITE_DONE promises).
+ */
+static void ofi_inject_done(struct mk_ofi_conn *conn, size_t len, void *ctx)
+{
 	conn->stash[conn->nstash++] = (struct mk_event){
 		.type = MK_EV_WRITE_DONE,
 		.ctx = ctx,
 		.len = len,
 	};
-	return 0;
+}
+
+static int ofi_inject(struct mk_ofi_conn *conn, int lane, const void *src, size_t len, uint64_t dst,
+		      const struct mk_rkey *rkey, uint64_t data, bool has_imm, void *ctx,
+		      uint64_t now)
+{
+	int rc = ofi_inject_post(conn, lane, src, len, dst, rkey, data, has_imm, now);
+
+	if (rc == 0)
+		ofi_inject_done(conn, len, ctx);
+	return rc;
+}
+
+/*
+ * shm's split (ofi_write_split, quiet_lead) with both parts injected, from host memory: the
+ * leading bytes quiet, the trailing `tail` with the immediate, and the caller's one event made
+ * here. Through the CQ each part cost the writer a completion to read, which made the eager
+ * path's 4 KiB message slower than a rendezvous' single inject. When the second part is
+ * refused after the first went out, the caller posts the whole write again, which writes the
+ * same leading bytes again (its quiet entry is dropped at the target as before).
+ */
+static int ofi_inject_split(struct mk_ofi_conn *conn, int lane, const char *src, size_t len,
+			    uint64_t dst, const struct mk_rkey *rkey, uint64_t data, size_t tail,
+			    void *ctx, uint64_t now)
+{
+	const size_t lead = len - tail;
+	int rc = ofi_inject_post(conn, lane, src, lead, dst, rkey, MK_OFI_QUIET_DATA, true, now);
+
+	if (rc == 0)
+		rc = ofi_inject_post(conn, lane, src + lead, tail, dst + lead, rkey, data, true,
+				     now);
+	if (rc == 0)
+		ofi_inject_done(conn, len, ctx);
+	return rc;
 }
 
 static bool ofi_can_inject(const struct mk_ofi_conn *conn, size_t len, const struct mk_bmr *mr)
@@ -262,9 +303,14 @@ int mk_ofi_write(struct mk_conn *c, int lane, const void *src, size_t len, struc
 	}
 	if (ofi_can_inject(conn, len, src_mr))
 		return ofi_inject(conn, lane, src, len, dst, rkey, data, has_imm, ctx, now);
-	if (has_imm && conn->quiet_max != 0 && len > conn->quiet_max && len <= 2 * conn->quiet_max)
+	if (has_imm && conn->quiet_max != 0 && len > conn->quiet_max &&
+	    len <= 2 * conn->quiet_max) {
+		if (ofi_can_inject(conn, conn->quiet_max, src_mr))
+			return ofi_inject_split(conn, lane, src, len, dst, rkey, data,
+						conn->quiet_max, ctx, now);
 		return ofi_write_split(conn, lane, src, len, src_mr, dst, rkey, data, ctx, now,
 				       conn->quiet_max, true);
+	}
 	if (has_imm && conn->split_min != 0 && len >= conn->split_min)
 		return ofi_write_split(conn, lane, src, len, src_mr, dst, rkey, data, ctx, now,
 				       MK_OFI_SPLIT_TAIL, false);

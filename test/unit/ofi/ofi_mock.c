@@ -346,6 +346,9 @@ static ssize_t m_injectdata(struct fid_ep *e, const void *buf, size_t len, uint6
 	if (mock.write_rc)
 		return mock.write_rc;
 	ep->ninjects++;
+	ep->prev_inject_len = ep->inject_len;
+	ep->prev_inject_data = ep->inject_data;
+	ep->prev_inject_raddr = ep->inject_raddr;
 	ep->inject_len = len;
 	ep->inject_data = data;
 	ep->inject_has_data = true;

@@ -44,6 +44,9 @@ struct mock_ep {
 	uint64_t inject_data;
 	bool inject_has_data;
 	uint64_t inject_raddr;
+	/* the fi_inject_writedata before the last one */
+	size_t prev_inject_len;
+	uint64_t prev_inject_data, prev_inject_raddr;
 	/* the write/read before the last one */
 	struct iovec prev_iov;
 	struct fi_rma_iov prev_rma_iov;

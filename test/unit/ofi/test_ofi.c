@@ -1022,6 +1022,57 @@ static void test_shm_split_writes(void **state)
 	close_pair(&p);
 }
 
+/*
+ * shm: the same split from registered host memory goes as two injects, the quiet leading bytes
+ * first, and the caller's one event is made at once: nothing to read from the CQ. With no room
+ * left for that event, the split goes through the CQ as above.
+ */
+static void test_shm_split_writes_injected(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_rkey own;
+	struct mk_event ev[4];
+	struct mk_bmr *mr;
+	struct pair p;
+	int ctx, n, w;
+
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	open_pair_inject(&p, "shm", FI_MR_VIRT_ADDR, 8, 4096);
+	assert_int_equal(tp->reg_mr(0, region, 8192, NULL, &mr, &own), 0);
+	n = p.cb->nwrites;
+	w = p.cb->ninjects;
+	assert_int_equal(tp->write(p.c, 0, region, 4128, mr, 0x1000, &rk, true, 9, &ctx), 0);
+	assert_int_equal(p.cb->nwrites, n);
+	assert_int_equal(p.cb->ninjects, w + 2);
+	assert_int_equal(p.cb->prev_inject_len, 32);
+	assert_int_equal(p.cb->prev_inject_data, MK_OFI_QUIET_DATA);
+	assert_int_equal(p.cb->prev_inject_raddr, 0x1000);
+	assert_int_equal(p.cb->inject_len, 4096);
+	assert_true(p.cb->inject_has_data);
+	assert_int_equal(p.cb->inject_data, (4128ull << 32) | 9);
+	assert_int_equal(p.cb->inject_raddr, 0x1020);
+	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	assert_int_equal(ev[0].len, 4128);
+	assert_int_equal(ev[0].status, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0); /* one event for the two parts */
+	/* twice the inject size: two injects of 4096 */
+	assert_int_equal(tp->write(p.c, 0, region, 8192, mr, 0, &rk, true, 1, &ctx), 0);
+	assert_int_equal(p.cb->ninjects, w + 4);
+	assert_int_equal(p.cb->prev_inject_len, 4096);
+	assert_int_equal(p.cb->inject_len, 4096);
+	poll_one(p.c, MK_EV_WRITE_DONE);
+	/* the stash full of injected writes' events: the split goes through the CQ */
+	for (int i = 0; i < MK_OFI_STASH; i++)
+		assert_int_equal(tp->write(p.c, 0, region, 64, mr, 0, &rk, true, 1, NULL), 0);
+	n = p.cb->nwrites;
+	assert_int_equal(tp->write(p.c, 0, region, 4128, mr, 0x1000, &rk, true, 9, &ctx), 0);
+	assert_int_equal(p.cb->nwrites, n + 2);
+	assert_int_equal(p.cb->prev_data, MK_OFI_QUIET_DATA);
+	assert_int_equal(tp->dereg_mr(0, mr), 0);
+	close_pair(&p);
+}
+
 /* An error of the quiet part reaches the caller as its completion's status, in either order. */
 static void test_shm_split_write_lead_error(void **state)
 {
@@ -1987,6 +2038,7 @@ int main(void)
 		T(test_write_offsets_app_keys_len_in_data),
 		T(test_write_virt_addr_and_4_byte_cq_data),
 		T(test_shm_quiet_writes),
+		T(test_shm_split_writes_injected),
 		T(test_shm_split_writes),
 		T(test_shm_split_write_lead_error),
 		T(test_shm_split_write_needs_two_slots),
