@@ -153,7 +153,9 @@ MK_GAR_HD unsigned long long mk_gar_slack(const struct mk_gar_ctl *s)
 
 MK_GAR_HD unsigned long long mk_gar_clamp(const struct mk_gar_ctl *s, unsigned long long t)
 {
-	return t > s->best_t + mk_gar_slack(s) ? s->best_t + mk_gar_slack(s) : t;
+	const unsigned long long most = s->best_t + mk_gar_slack(s);
+
+	return t > most ? most : t;
 }
 
 /* A probe that did not win: try the other side, then halve the step. */

@@ -906,6 +906,16 @@ static struct mk_event poll_one(struct mk_conn *c, enum mk_event_type type)
 	return ev[0];
 }
 
+/* The caller's one write completion: ctx, whole length and status. */
+static void write_done(struct mk_conn *c, const void *ctx, size_t len, int status)
+{
+	struct mk_event ev = poll_one(c, MK_EV_WRITE_DONE);
+
+	assert_ptr_equal(ev.ctx, ctx);
+	assert_int_equal(ev.len, len);
+	assert_int_equal(ev.status, status);
+}
+
 static void test_write_offsets_app_keys_len_in_data(void **state)
 {
 	struct mk_rkey rk = { .base = 0x10000, .key = 42 };
@@ -995,10 +1005,7 @@ static void test_shm_split_writes(void **state)
 	mock_cq_push(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, 0, 0);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0);
 	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
-	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
-	assert_ptr_equal(ev[0].ctx, &ctx);
-	assert_int_equal(ev[0].len, 4128);
-	assert_int_equal(ev[0].status, 0);
+	write_done(p.c, &ctx, 4128, 0);
 	/* the target: the quiet part's entry dropped, the immediate with the whole length */
 	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 32, MK_OFI_QUIET_DATA);
 	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 4096, (4128ull << 32) | 9);
@@ -1051,10 +1058,7 @@ static void test_shm_split_writes_injected(void **state)
 	assert_true(p.cb->inject_has_data);
 	assert_int_equal(p.cb->inject_data, (4128ull << 32) | 9);
 	assert_int_equal(p.cb->inject_raddr, 0x1020);
-	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
-	assert_ptr_equal(ev[0].ctx, &ctx);
-	assert_int_equal(ev[0].len, 4128);
-	assert_int_equal(ev[0].status, 0);
+	write_done(p.c, &ctx, 4128, 0);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0); /* one event for the two parts */
 	/* twice the inject size: two injects of 4096 */
 	assert_int_equal(tp->write(p.c, 0, region, 8192, mr, 0, &rk, true, 1, &ctx), 0);
@@ -1087,10 +1091,7 @@ static void test_shm_split_write_lead_error(void **state)
 	mock_cq_push_err(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, FI_EIO);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0);
 	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
-	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
-	assert_ptr_equal(ev[0].ctx, &ctx);
-	assert_int_equal(ev[0].status, -EIO);
-	assert_int_equal(ev[0].len, 5000);
+	write_done(p.c, &ctx, 5000, -EIO);
 	/* the second part first, then the quiet part's error */
 	assert_int_equal(tp->write(p.c, 0, region, 5000, NULL, 0, &rk, true, 3, &ctx), 0);
 	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
@@ -1156,10 +1157,7 @@ static void test_large_writes_split(void **state)
 	mock_cq_push(p.cb, p.cb->prev_context, FI_RMA | FI_WRITE, 0, 0);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0);
 	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
-	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
-	assert_ptr_equal(ev[0].ctx, &ctx);
-	assert_int_equal(ev[0].len, mib);
-	assert_int_equal(ev[0].status, 0);
+	write_done(p.c, &ctx, mib, 0);
 	/* the target: the plain part makes no entry; the immediate has the whole length */
 	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, MK_OFI_SPLIT_TAIL,
 		     ((uint64_t)mib << 32) | 7);
@@ -1283,10 +1281,7 @@ static void test_inject_small_host_writes(void **state)
 	assert_true(p.cb->inject_has_data);
 	assert_int_equal(p.cb->inject_data, (64ull << 32) | 7);
 	assert_int_equal(p.cb->inject_raddr, 0x40);
-	ev[0] = poll_one(p.c, MK_EV_WRITE_DONE);
-	assert_ptr_equal(ev[0].ctx, &ctx);
-	assert_int_equal(ev[0].status, 0);
-	assert_int_equal(ev[0].len, 64);
+	write_done(p.c, &ctx, 64, 0);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0); /* one event, not two */
 	/* without an immediate: fi_inject_write */
 	assert_int_equal(tp->write(p.c, 0, region, 8, mr, 0x10000, &rk, false, 0, &ctx), 0);

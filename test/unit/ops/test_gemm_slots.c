@@ -18,14 +18,17 @@
 #include "fused/ops/gemm_dispatch.h"
 
 #define SLOTS 32
+#define SETS  128 /* the graph cache's */
 
-static int distinct(const unsigned int *slot, int n)
+/* How many of `slots` the n slots fill. */
+static int distinct(const unsigned int *slot, int n, unsigned int slots)
 {
-	char used[SLOTS] = { 0 };
+	char used[SETS] = { 0 };
 	int count = 0;
 
+	assert_true(slots <= SETS);
 	for (int i = 0; i < n; i++) {
-		assert_true(slot[i] < SLOTS);
+		assert_true(slot[i] < slots);
 		count += !used[slot[i]];
 		used[slot[i]] = 1;
 	}
@@ -52,7 +55,7 @@ static void test_shapes_spread(void **state)
 			slot[n++] = mk_gemm_key_slot(&key, SLOTS);
 		}
 	/* 24 random keys in 32 slots fill about 17; sharing 8 or fewer means the hash is lost */
-	assert_true(distinct(slot, n) >= 12);
+	assert_true(distinct(slot, n, SLOTS) >= 12);
 }
 
 /*
@@ -65,8 +68,6 @@ static int pointer_sets(uintptr_t stride, int which)
 	const struct mk_gemm_key shape = { .dev = 0, .m = 48, .n = 1000, .k = 1032, .b_nk = 1 };
 	const uintptr_t base = (uintptr_t)0x7f0000000000ull;
 	unsigned int slot[32];
-	char used[128] = { 0 };
-	int count = 0;
 
 	for (int i = 0; i < 32; i++) {
 		unsigned long long h = mk_gemm_key_hash(&shape);
@@ -76,13 +77,9 @@ static int pointer_sets(uintptr_t stride, int which)
 		h = mk_gemm_hash(h, p[0]);
 		h = mk_gemm_hash(h, p[1]);
 		h = mk_gemm_hash(h, p[2]);
-		slot[i] = mk_gemm_slot(h, 128);
+		slot[i] = mk_gemm_slot(h, SETS);
 	}
-	for (int i = 0; i < 32; i++) {
-		count += !used[slot[i]];
-		used[slot[i]] = 1;
-	}
-	return count;
+	return distinct(slot, 32, SETS);
 }
 
 static void test_pointers_spread(void **state)
