@@ -207,13 +207,13 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 {
 	extern __shared__ __align__(1024) unsigned char agg_dyn[];
 	__shared__ unsigned int e_s, total_s;
-	__shared__ int split_s[MK_GAR_ROLES];
+	__shared__ int split_s[MK_GAR_ROLES], measure_s;
 	const struct mk_sp_common *cm = &l.cm;
 	const int b = blockIdx.x;
 	unsigned long long busy[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 	int stage, rc;
 
-	rc = sp_begin(cm, &e_s, &total_s, split_s);
+	rc = sp_begin(cm, &e_s, &total_s, split_s, &measure_s);
 	/* CTAs are numbered copy (role intra), send, forward (role reduce), then compute. */
 	stage = b < split_s[MK_GAR_INTRA]			? AGG_COPY
 		: b < split_s[MK_GAR_INTRA] + split_s[MK_GAR_SEND] ? AGG_SEND
@@ -240,12 +240,12 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 		busy[MK_GAR_COMPUTE] += sp_now() - t0;
 	}
 	sp_trace(cm, 6);
-	if (sp_end(cm, busy)) {
+	if (sp_end(cm, busy, measure_s)) {
 		/* Every arrival of this call was counted (the engine waited for all of them): zero
 		 * the flags before the call count that lets node peers write the next call's. */
 		for (int tm = threadIdx.x; tm < cm->geom.tiles_m; tm += blockDim.x)
 			l.a_ready[cm->local_rank][tm] = 0;
-		sp_last_out(cm, e_s, total_s, split_s);
+		sp_last_out(cm, e_s, total_s, split_s, measure_s);
 	}
 }
 

@@ -460,7 +460,7 @@ MK_DEV int gar_entry(const struct mk_gar_launch *l, unsigned int e, unsigned int
  * e + 1) and tells the other nodes' peers that this call is over.
  */
 MK_DEV void gar_last_out(const struct mk_gar_launch *l, unsigned int e, unsigned int total,
-			 const int *split)
+			 const int *split, int measured)
 {
 	if (l->nnodes > 1) {
 		for (int i = threadIdx.x; i < l->nnodes * l->rows; i += blockDim.x) {
@@ -471,7 +471,7 @@ MK_DEV void gar_last_out(const struct mk_gar_launch *l, unsigned int e, unsigned
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
-	if (l->adaptive)
+	if (measured)
 		mk_gar_adapt_last(l->ws.busy, &l->split, l->ws.ctl, *l->ws.t_start, split, l->ws.split);
 	for (int t = 0; t < MK_GAR_TICKETS; t++)
 		l->ws.tickets[t] = 0;
@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 {
 	extern __shared__ __align__(1024) unsigned char gar_dyn[];
 	__shared__ unsigned int e_s, total_s;
-	__shared__ int rc_s, last_s, split_s[MK_GAR_ROLES];
+	__shared__ int rc_s, last_s, split_s[MK_GAR_ROLES], measure_s;
 	const int b = blockIdx.x;
 	unsigned long long busy[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 	int first, rc;
@@ -514,10 +514,11 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 			mk_dev_record_error(l.ws.error, rc_s);
 		for (int r = 0; r < MK_GAR_ROLES; r++)
 			split_s[r] = l.adaptive ? l.ws.split[r] : l.split.sms[r];
+		measure_s = mk_gar_measures(l.adaptive, l.ws.ctl);
 	}
 	__syncthreads();
 	gar_trace(&l, 1);
-	if (l.adaptive && threadIdx.x == 0)
+	if (measure_s && threadIdx.x == 0)
 		atomicMin(l.ws.t_start, mk_globaltimer_ns()); /* the call's duration starts here */
 	rc = rc_s;
 	/* The role this CTA starts in: CTAs are numbered compute first, then intra, send, reduce. */
@@ -561,7 +562,7 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 	/* The last CTA out closes the call. */
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		if (l.adaptive) {
+		if (measure_s) {
 			for (int r = 0; r < MK_GAR_ROLES; r++) {
 				if (busy[r] != 0)
 					atomicAdd(&l.ws.busy[r], busy[r]);
@@ -574,7 +575,7 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 	}
 	__syncthreads();
 	if (last_s)
-		gar_last_out(&l, e_s, total_s, split_s);
+		gar_last_out(&l, e_s, total_s, split_s, measure_s);
 	gar_trace(&l, 7);
 }
 

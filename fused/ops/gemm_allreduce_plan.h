@@ -270,6 +270,17 @@ MK_GAR_HD int mk_gar_climb_next(struct mk_gar_ctl *s, int cur, unsigned long lon
 	return s->best_c;
 }
 
+/*
+ * The search is over: warmed up, no probe pending, step 0. Nothing moves a settled split again
+ * (mk_gar_climb_next returns best_c for ever), so the kernels stop measuring: a settled call
+ * runs as a static one at the settled split, without the duration's atomic, the busy sums and
+ * the last CTA's step.
+ */
+MK_GAR_HD int mk_gar_settled(const struct mk_gar_ctl *s)
+{
+	return s->best_t != 0 && s->warm >= MK_GAR_WARM && s->step == 0 && s->pend_c == 0;
+}
+
 /* The search's next count (unchanged for an unmeasured call), kept within [lo, hi]. */
 MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
 {

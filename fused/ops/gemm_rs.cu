@@ -201,12 +201,12 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 {
 	extern __shared__ __align__(1024) unsigned char grs_dyn[];
 	__shared__ unsigned int e_s, total_s;
-	__shared__ int split_s[MK_GAR_ROLES];
+	__shared__ int split_s[MK_GAR_ROLES], measure_s;
 	const struct mk_sp_common *cm = &l.cm;
 	unsigned long long busy[MK_GAR_ROLES] = { 0, 0, 0, 0 };
 	int first, rc;
 
-	rc = sp_begin(cm, &e_s, &total_s, split_s);
+	rc = sp_begin(cm, &e_s, &total_s, split_s, &measure_s);
 	/* The role this CTA starts in: CTAs are numbered compute first, then intra, send, reduce. */
 	first = MK_GAR_REDUCE;
 	for (int r = 0, acc = 0; r < MK_GAR_REDUCE; r++) {
@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 	if (rc == 0 && cm->nnodes > 1)
 		rc = grs_reduce(&l, e_s, &busy[MK_GAR_REDUCE]);
 	sp_trace(cm, 5);
-	if (sp_end(cm, busy))
-		sp_last_out(cm, e_s, total_s, split_s);
+	if (sp_end(cm, busy, measure_s))
+		sp_last_out(cm, e_s, total_s, split_s, measure_s);
 }
 
 extern "C" int mk_grs_prepare(void)

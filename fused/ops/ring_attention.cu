@@ -152,7 +152,8 @@ MK_DEV int ring_land(const struct mk_ring_launch *l, unsigned int e, int idx, in
  * controller on the call's duration and the roles' busy time, the call's counters reset, and
  * the call number stored for node peers (their entry waits for it).
  */
-MK_DEV void ring_last_out(const struct mk_ring_launch *l, unsigned int e, const int *split)
+MK_DEV void ring_last_out(const struct mk_ring_launch *l, unsigned int e, const int *split,
+			  int measured)
 {
 	struct mk_ring_flags *f = l->flags;
 
@@ -162,7 +163,7 @@ MK_DEV void ring_last_out(const struct mk_ring_launch *l, unsigned int e, const 
 			l->seen[l->nnodes + n] += 1;
 		}
 	}
-	if (l->adaptive)
+	if (measured)
 		mk_gar_adapt_last(f->busy, &l->split, &f->ctl, f->t_start, split, f->split);
 	f->copied = 0;
 	f->units = 0;
@@ -185,7 +186,7 @@ MK_DEV void ring_body(const struct mk_attn_tmaps *maps, const struct mk_ring_lau
 	 * threads 32 registers, and a runtime-indexed local array would go to the stack.
 	 */
 	__shared__ unsigned int e_s;
-	__shared__ int split_s[MK_GAR_ROLES], last_s;
+	__shared__ int split_s[MK_GAR_ROLES], last_s, measure_s;
 	__shared__ unsigned long long busy_s[MK_GAR_ROLES], t0_s;
 	const int b = blockIdx.x;
 	int rc, first = MK_RING_COMPUTE, idx = 0, acc = 0;
@@ -197,9 +198,10 @@ MK_DEV void ring_body(const struct mk_attn_tmaps *maps, const struct mk_ring_lau
 			split_s[r] = l->adaptive ? l->flags->split[r] : l->split.sms[r];
 			busy_s[r] = 0;
 		}
+		measure_s = mk_gar_measures(l->adaptive, &l->flags->ctl);
 	}
 	rc = ring_fail(l, ring_share(threadIdx.x == 0 ? ring_entry(l, e_s) : 0));
-	if (l->adaptive && threadIdx.x == 0)
+	if (measure_s && threadIdx.x == 0)
 		atomicMin(&l->flags->t_start, mk_globaltimer_ns());
 	/* CTAs are numbered publish, send, land, then compute */
 	for (int r = MK_RING_PUBLISH; r < MK_GAR_ROLES; r++) {
@@ -254,7 +256,7 @@ MK_DEV void ring_body(const struct mk_attn_tmaps *maps, const struct mk_ring_lau
 	/* the last CTA out closes the call */
 	if (threadIdx.x == 0) {
 		busy_s[MK_RING_COMPUTE] += mk_globaltimer_ns() - t0_s;
-		if (l->adaptive) {
+		if (measure_s) {
 			for (int r = 0; r < MK_GAR_ROLES; r++) {
 				if (busy_s[r] != 0)
 					atomicAdd(&l->flags->busy[r], busy_s[r]);
@@ -267,7 +269,7 @@ MK_DEV void ring_body(const struct mk_attn_tmaps *maps, const struct mk_ring_lau
 	}
 	__syncthreads();
 	if (last_s && threadIdx.x == 0)
-		ring_last_out(l, e_s, split_s);
+		ring_last_out(l, e_s, split_s, measure_s);
 }
 
 extern "C" __global__ void __launch_bounds__(MK_ATTN_THREADS(128), 1)

@@ -204,12 +204,13 @@ MK_DEV int sp_entry(const struct mk_sp_common *cm, unsigned int e, unsigned int 
 }
 
 /*
- * Every CTA at a call's start: thread 0 reads the call numbers, passes the entry and reads the
- * split the call runs with into split_s; the result is shared. The call's duration (for the
- * adaptive controller) starts when the first CTA passed.
+ * Every CTA at a call's start: thread 0 reads the call numbers, passes the entry, reads the
+ * split the call runs with into split_s and whether it measures for the adaptive controller
+ * into measure_s (both shared memory); the result is shared. The call's duration starts when
+ * the first CTA passed.
  */
 MK_DEV int sp_begin(const struct mk_sp_common *cm, unsigned int *e_s, unsigned int *total_s,
-		    int *split_s)
+		    int *split_s, int *measure_s)
 {
 	int rc = 0;
 
@@ -222,7 +223,8 @@ MK_DEV int sp_begin(const struct mk_sp_common *cm, unsigned int *e_s, unsigned i
 			mk_dev_record_error(cm->ws.error, rc);
 		for (int r = 0; r < MK_GAR_ROLES; r++)
 			split_s[r] = cm->adaptive ? cm->ws.split[r] : cm->split.sms[r];
-		if (cm->adaptive)
+		*measure_s = mk_gar_measures(cm->adaptive, cm->ws.ctl);
+		if (*measure_s)
 			atomicMin(cm->ws.t_start, mk_globaltimer_ns());
 	}
 	rc = sp_share(rc);
@@ -237,7 +239,7 @@ MK_DEV int sp_begin(const struct mk_sp_common *cm, unsigned int *e_s, unsigned i
  * and tells the other nodes' peers that this call is over.
  */
 MK_DEV void sp_last_out(const struct mk_sp_common *cm, unsigned int e, unsigned int total,
-			const int *split_s)
+			const int *split_s, int measured)
 {
 	const struct mk_sp_ws *ws = &cm->ws;
 	const int nch = cm->geom.nch;
@@ -251,7 +253,7 @@ MK_DEV void sp_last_out(const struct mk_sp_common *cm, unsigned int e, unsigned 
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
-	if (cm->adaptive)
+	if (measured)
 		mk_gar_adapt_last(ws->busy, &cm->split, ws->ctl, *ws->t_start, split_s, ws->split);
 	for (int t = 0; t < MK_SP_TICKETS; t++)
 		ws->tickets[t] = 0;
@@ -273,17 +275,17 @@ MK_DEV void sp_last_out(const struct mk_sp_common *cm, unsigned int e, unsigned 
 }
 
 /*
- * Every CTA at the end of a call: adds its busy time per role (adaptive), counts itself out;
- * returns 1 in the CTA that left last (all of its threads), which then closes the call.
+ * Every CTA at the end of a call: adds its busy time per role (a measured call), counts itself
+ * out; returns 1 in the CTA that left last (all of its threads), which then closes the call.
  */
-MK_DEV int sp_end(const struct mk_sp_common *cm, const unsigned long long *busy)
+MK_DEV int sp_end(const struct mk_sp_common *cm, const unsigned long long *busy, int measured)
 {
 	__shared__ int last_s;
 
 	sp_trace(cm, MK_SP_TRACE_WORDS - 1);
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		if (cm->adaptive) {
+		if (measured) {
 #pragma unroll
 			for (int r = 0; r < MK_GAR_ROLES; r++) {
 				if (busy[r] != 0)

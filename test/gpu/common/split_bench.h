@@ -50,7 +50,7 @@ static int split_warm_calls(float call_ms)
  */
 static int split_searching(const struct mk_gar_ctl *s)
 {
-	return s->best_t == 0 || s->warm < MK_GAR_WARM || s->step != 0 || s->pend_c != 0;
+	return !mk_gar_settled(s);
 }
 
 /* v[0..count) becomes its maximum over all ranks (host floats, through a device copy). */

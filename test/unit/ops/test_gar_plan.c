@@ -168,11 +168,6 @@ static unsigned long long valley_f(int c, int best)
 	return valley(c, best);
 }
 
-static bool settled(const struct mk_gar_ctl *s)
-{
-	return s->best_t != 0 && s->warm == MK_GAR_WARM && s->step == 0 && s->pend_c == 0;
-}
-
 static void test_climb_finds_the_valley(void **state)
 {
 	(void)state;
@@ -184,7 +179,7 @@ static void test_climb_finds_the_valley(void **state)
 			/* without noise: settles within 60 calls (9 at the start, two at a winning
 			 * probe, one back at the best after a lost one) at a count within 3 % of
 			 * the best time */
-			while (calls < 61 && !settled(&ctl)) {
+			while (calls < 61 && !mk_gar_settled(&ctl)) {
 				c = mk_gar_climb(&ctl, c, valley(c, best), 3, 62);
 				calls++;
 				assert_true(c >= 3 && c <= 62);
@@ -241,7 +236,7 @@ static void test_climb_with_noise(void **state)
 					continue;
 				noise_state = seed * 7919u;
 				ctl = run_climb(start, 300, 3, 3, 62, valley_f, best, &c);
-				assert_true(settled(&ctl));
+				assert_true(mk_gar_settled(&ctl));
 				assert_int_equal(c, ctl.best_c);
 				assert_true(valley(ctl.best_c, best) * 1000 <=
 					    valley(start, best) * 1030);
@@ -278,7 +273,7 @@ static void test_climb_finds_a_distant_best_under_noise(void **state)
 
 		noise_state = seed * 7919u;
 		ctl = run_climb(13, 300, 5, 1, 32, slope_f, 0, &c);
-		assert_true(settled(&ctl));
+		assert_true(mk_gar_settled(&ctl));
 		under += slope_f(2, 0) * 100 < slope_f(ctl.best_c, 0) * 95;
 		worse_than_start += ctl.best_c > 13;
 	}
