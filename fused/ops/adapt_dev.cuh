@@ -11,16 +11,6 @@
 #include "fused/ops/gemm_allreduce_plan.h"
 
 /*
- * Whether a call measures for the controller (its CTAs' thread 0, at entry): adaptive and the
- * search not settled. ctl was written by the shape's previous call, which ended before this
- * one began (same stream, or the entry's wait on it).
- */
-MK_DEV int mk_gar_measures(int adaptive, const struct mk_gar_ctl *ctl)
-{
-	return adaptive && !mk_gar_settled(ctl);
-}
-
-/*
  * Run by one thread of the last CTA out. `busy`: each role's busy time, summed by the CTAs
  * (zeroed here for the next call); `t0`: when the call's first CTA passed its entry wait (0 or
  * ~0: the first call of a shape, nothing measured); `ran`: the split the call ran with; `next`:

@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 			mk_dev_record_error(l.ws.error, rc_s);
 		for (int r = 0; r < MK_GAR_ROLES; r++)
 			split_s[r] = l.adaptive ? l.ws.split[r] : l.split.sms[r];
-		measure_s = mk_gar_measures(l.adaptive, l.ws.ctl);
+		measure_s = mk_gar_measures(l.adaptive, l.local_rank, l.ws.ctl);
 	}
 	__syncthreads();
 	gar_trace(&l, 1);

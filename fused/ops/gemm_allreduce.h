@@ -67,10 +67,10 @@ struct mk_gar_ws_dev {
 	unsigned int *exits;			/* CTAs that left the current call */
 	unsigned int *tickets;			/* [MK_GAR_TICKETS] */
 	unsigned int *row_done;			/* per row of my slice: tiles summed, all calls */
-	int *split;				/* [MK_GAR_ROLES]: the split calls run with */
-	unsigned long long *busy;		/* [MK_GAR_ROLES]: ns worked in the current call */
-	unsigned long long *t_start;		/* first CTA past the entry wait (global timer) */
-	struct mk_gar_ctl *ctl;			/* the adaptive controller's search */
+	int *split; /* [MK_GAR_ROLES]: the split calls run with (the node leader's words) */
+	unsigned long long *busy;    /* [MK_GAR_ROLES]: ns worked in the current call */
+	unsigned long long *t_start; /* first CTA past the entry wait (global timer) */
+	struct mk_gar_ctl *ctl;	     /* the adaptive controller's search */
 	/* across nodes */
 	uint64_t w_off;		  /* heap offset of my W */
 	uint64_t land_off;	  /* heap offset of the landing area: (nnodes - 1) x my slice */

@@ -359,13 +359,16 @@ int mk_gar_split_now(struct mk_comm *c, int out[MK_GAR_ROLES], struct mk_gar_ctl
 	const struct mk_gar_state *st = gar_state_of(c);
 	const struct mk_gar_shape *s = st != NULL ? st->shape : NULL;
 	struct gar_words wd;
+	const char *lead;
 
 	if (s == NULL)
 		return -EINVAL;
 	wd = gar_words_of(s->tiles, s->rows);
-	if (cudaMemcpy(out, (unsigned int *)s->flags + wd.split, MK_GAR_ROLES * sizeof(int),
+	/* the node's leader's words: its search drives every rank of the node */
+	lead = gar_at_peer(c, 0, s->flags);
+	if (cudaMemcpy(out, (unsigned int *)lead + wd.split, MK_GAR_ROLES * sizeof(int),
 		       cudaMemcpyDeviceToHost) != cudaSuccess ||
-	    (ctl != NULL && cudaMemcpy(ctl, (char *)s->flags + wd.ctl_bytes, sizeof(*ctl),
+	    (ctl != NULL && cudaMemcpy(ctl, lead + wd.ctl_bytes, sizeof(*ctl),
 				       cudaMemcpyDeviceToHost) != cudaSuccess))
 		return -EIO;
 	return 0;
@@ -417,7 +420,8 @@ int mk_gar_fused(struct mk_comm *c, const void *a, const void *b, void *cc, int 
 	l.ws.calls = flags + wd.calls;
 	l.ws.exits = flags + wd.exits;
 	l.ws.tickets = flags + wd.tickets;
-	l.ws.split = (int *)(flags + wd.split);
+	/* the node's leader's: one search per node (fused/ops/adapt_dev.cuh) */
+	l.ws.split = (int *)gar_at_peer(c, 0, flags + wd.split);
 	l.ws.row_done = flags + wd.row_done;
 	l.ws.busy = (unsigned long long *)((char *)s->flags + wd.busy_bytes);
 	l.ws.t_start = (unsigned long long *)((char *)s->flags + wd.t_start_bytes);

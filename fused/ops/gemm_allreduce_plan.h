@@ -281,6 +281,20 @@ MK_GAR_HD int mk_gar_settled(const struct mk_gar_ctl *s)
 	return s->best_t != 0 && s->warm >= MK_GAR_WARM && s->step == 0 && s->pend_c == 0;
 }
 
+/*
+ * Whether a call measures for the controller (the kernels' thread 0, after the entry's wait):
+ * adaptive, on the node's leader (local rank 0), and the search not settled. One search per
+ * node: ranks of a node wait on each other's tiles, so a call lasts as long on each of them and
+ * every rank runs the split the leader's search wrote (its split words, read after the entry
+ * waited for the leader's previous call); with a search on every rank, each took the others'
+ * probes for its own and they settled on splits that were slower together (GEMM+ReduceScatter
+ * on layout b at 4096: 0.64 of the best static split, docs/benchmarks.md, section 13).
+ */
+MK_GAR_HD int mk_gar_measures(int adaptive, int local_rank, const struct mk_gar_ctl *ctl)
+{
+	return adaptive && local_rank == 0 && !mk_gar_settled(ctl);
+}
+
 /* The search's next count (unchanged for an unmeasured call), kept within [lo, hi]. */
 MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
 {

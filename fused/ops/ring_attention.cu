@@ -189,18 +189,20 @@ MK_DEV void ring_body(const struct mk_attn_tmaps *maps, const struct mk_ring_lau
 	__shared__ int split_s[MK_GAR_ROLES], last_s, measure_s;
 	__shared__ unsigned long long busy_s[MK_GAR_ROLES], t0_s;
 	const int b = blockIdx.x;
-	int rc, first = MK_RING_COMPUTE, idx = 0, acc = 0;
+	int rc = 0, first = MK_RING_COMPUTE, idx = 0, acc = 0;
 
 	if (threadIdx.x == 0) {
 		ring_l_s = l;
 		e_s = *(volatile unsigned int *)&l->flags->calls + 1;
+		/* the split after the entry: the leader's previous call wrote it */
+		rc = ring_entry(l, e_s);
 		for (int r = 0; r < MK_GAR_ROLES; r++) {
-			split_s[r] = l->adaptive ? l->flags->split[r] : l->split.sms[r];
+			split_s[r] = l->adaptive ? l->lead->split[r] : l->split.sms[r];
 			busy_s[r] = 0;
 		}
-		measure_s = mk_gar_measures(l->adaptive, &l->flags->ctl);
+		measure_s = mk_gar_measures(l->adaptive, l->local, &l->flags->ctl);
 	}
-	rc = ring_fail(l, ring_share(threadIdx.x == 0 ? ring_entry(l, e_s) : 0));
+	rc = ring_fail(l, ring_share(rc));
 	if (measure_s && threadIdx.x == 0)
 		atomicMin(&l->flags->t_start, mk_globaltimer_ns());
 	/* CTAs are numbered publish, send, land, then compute */

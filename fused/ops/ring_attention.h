@@ -67,6 +67,7 @@ struct mk_ring_launch {
 	int adaptive;
 	struct mk_gar_split split;		/* the static split and the controller's bounds */
 	struct mk_ring_flags *flags;		/* mine */
+	const struct mk_ring_flags *lead;	/* the node leader's: its split drives us all */
 	unsigned int *peer_calls[MK_MAX_LOCAL]; /* node peers' call counters (mine at local) */
 	unsigned long long *seen;  /* [2 nnodes]: arrivals consumed, kv then free words */
 	const int *remote;	   /* device [nnodes]: rank of my local index on node n */

@@ -417,6 +417,8 @@ int mk_ring_fused(struct mk_comm *c, const struct mk_ring_call *x, const struct 
 		l->adaptive = adaptive;
 		l->split = *sp;
 		l->flags = f;
+		l->lead = (const struct mk_ring_flags *)(ring_at_peer(c, 0, s->heap) +
+							 s->mem.flags_off);
 		for (int p = 0; p < c->topo.nlocal; p++)
 			l->peer_calls[p] = &((struct mk_ring_flags *)(ring_at_peer(c, p, s->heap) +
 								      s->mem.flags_off))

@@ -42,10 +42,10 @@ struct mk_sp_ws {
 	unsigned int *peer_calls[MK_MAX_LOCAL]; /* node peers' (mine at my local rank) */
 	unsigned int *exits;			/* CTAs that left the current call */
 	unsigned int *tickets;			/* [MK_SP_TICKETS] */
-	int *split;				/* [MK_GAR_ROLES]: the split calls run with */
-	unsigned long long *busy;		/* [MK_GAR_ROLES]: ns worked in the current call */
-	unsigned long long *t_start;		/* first CTA past the entry wait */
-	struct mk_gar_ctl *ctl;			/* the adaptive controller's search */
+	int *split; /* [MK_GAR_ROLES]: the split calls run with (the node leader's words) */
+	unsigned long long *busy;    /* [MK_GAR_ROLES]: ns worked in the current call */
+	unsigned long long *t_start; /* first CTA past the entry wait */
+	struct mk_gar_ctl *ctl;	     /* the adaptive controller's search */
 	/* the comm's lifetime (device memory) */
 	const int *remote;	  /* [nnodes]: rank of my local rank on node n */
 	unsigned long long *seen; /* [words of the window]: arrivals consumed per signal word */

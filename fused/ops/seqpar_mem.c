@@ -345,7 +345,8 @@ void mk_sp_common_fill(struct mk_comm *c, int op, const struct mk_sp_state *st,
 	cm->ws.calls = flags + wd->calls;
 	cm->ws.exits = flags + wd->exits;
 	cm->ws.tickets = flags + wd->tickets;
-	cm->ws.split = (int *)(flags + wd->split);
+	/* the node's leader's: one search per node (fused/ops/adapt_dev.cuh) */
+	cm->ws.split = (int *)mk_sp_at_peer(c, 0, flags + wd->split);
 	cm->ws.busy = (unsigned long long *)((char *)s->flags + wd->busy_bytes);
 	cm->ws.t_start = (unsigned long long *)((char *)s->flags + wd->t_start_bytes);
 	cm->ws.ctl = (struct mk_gar_ctl *)((char *)s->flags + wd->ctl_bytes);
@@ -393,12 +394,15 @@ int mk_sp_split_now(struct mk_comm *c, int op, int out[MK_GAR_ROLES], struct mk_
 {
 	const struct mk_sp_state *st = mk_sp_state_of(c, op);
 	const struct mk_sp_shape *s = st != NULL ? st->shape : NULL;
+	const char *lead;
 
 	if (s == NULL)
 		return -EINVAL;
-	if (cudaMemcpy(out, (unsigned int *)s->flags + s->words.split, MK_GAR_ROLES * sizeof(int),
+	/* the node's leader's words: its search drives every rank of the node */
+	lead = mk_sp_at_peer(c, 0, s->flags);
+	if (cudaMemcpy(out, (const unsigned int *)lead + s->words.split, MK_GAR_ROLES * sizeof(int),
 		       cudaMemcpyDeviceToHost) != cudaSuccess ||
-	    (ctl != NULL && cudaMemcpy(ctl, (char *)s->flags + s->words.ctl_bytes, sizeof(*ctl),
+	    (ctl != NULL && cudaMemcpy(ctl, lead + s->words.ctl_bytes, sizeof(*ctl),
 				       cudaMemcpyDeviceToHost) != cudaSuccess))
 		return -EIO;
 	return 0;

@@ -433,6 +433,32 @@ static void test_climb_margin_follows_noise(void **state)
 	assert_int_equal(ctl.best_c, 15);
 }
 
+/*
+ * Who measures: the node's leader alone, adaptive, until its search settles; from then on
+ * every call runs as a static one at the settled split.
+ */
+static void test_measures_leader_until_settled(void **state)
+{
+	struct mk_gar_ctl ctl;
+	int calls = 0, last = 8;
+
+	(void)state;
+	memset(&ctl, 0, sizeof(ctl));
+	assert_true(mk_gar_measures(1, 0, &ctl)); /* nothing measured yet */
+	assert_false(mk_gar_measures(1, 1, &ctl));
+	assert_false(mk_gar_measures(0, 0, &ctl));
+	while (mk_gar_measures(1, 0, &ctl) && calls < 400) {
+		last = mk_gar_climb(&ctl, last, valley(last, 12), 1, 32);
+		calls++;
+	}
+	assert_true(mk_gar_settled(&ctl));
+	assert_true(calls > MK_GAR_WARM);
+	assert_false(mk_gar_measures(1, 0, &ctl));
+	/* a settled search never moves again, which is why it need not be fed */
+	assert_int_equal(mk_gar_climb(&ctl, ctl.best_c, valley(ctl.best_c, 12) / 2, 1, 32),
+			 ctl.best_c);
+}
+
 static void test_climb_bounds_and_no_measure(void **state)
 {
 	struct mk_gar_ctl ctl = { 0 };
@@ -618,6 +644,7 @@ int main(void)
 		cmocka_unit_test(test_climb_pairs_cancel_a_neighbour),
 		cmocka_unit_test(test_climb_margin_follows_noise),
 		cmocka_unit_test(test_climb_bounds_and_no_measure),
+		cmocka_unit_test(test_measures_leader_until_settled),
 		cmocka_unit_test(test_oneshot_slices_cover_all_lines),
 		cmocka_unit_test(test_oneshot_grid),
 		cmocka_unit_test(test_adapt_shares_by_busy_time),
