@@ -16,9 +16,8 @@
  * ~0: the first call of a shape, nothing measured); `ran`: the split the call ran with; `next`:
  * where the next call reads its split. The search's state is worked on in shared memory and
  * written back once, so that its dependent reads and writes do not each wait a round trip to
- * global memory while the call's last CTA holds its SM (on layout b at M 2048, a 55 us call
- * that runs about 3 us longer adaptive than static at the same split, this did not measurably
- * change that: docs/benchmarks.md, section 7).
+ * global memory while the call's last CTA holds its SM. Only measured calls run it
+ * (mk_gar_measures: the node's leader, until its search settles).
  */
 MK_DEV void mk_gar_adapt_last(unsigned long long *busy, const struct mk_gar_split *sp,
 			      struct mk_gar_ctl *ctl, unsigned long long t0, const int *ran,
