@@ -11,6 +11,30 @@
 #include "fused/ops/gemm_allreduce_plan.h"
 
 /*
+ * The split a call runs with, into split_s (its CTAs' thread 0, after the entry's wait): the
+ * node leader's words `lead` when adaptive, the static split otherwise; returns whether the
+ * call measures for the controller (mk_gar_measures). A rank whose grid the leader's split does
+ * not fill (another share of its GPU's SMs than the leader's) runs its static split and does
+ * not measure: the leader's counts are for the leader's grid.
+ */
+MK_DEV int mk_gar_split_take(int adaptive, int local_rank, const int *lead,
+			     const struct mk_gar_split *sp, const struct mk_gar_ctl *ctl,
+			     int *split_s)
+{
+	int sum = 0;
+
+	for (int r = 0; r < MK_GAR_ROLES; r++) {
+		split_s[r] = adaptive ? lead[r] : sp->sms[r];
+		sum += split_s[r];
+	}
+	if (sum == (int)gridDim.x)
+		return mk_gar_measures(adaptive, local_rank, ctl);
+	for (int r = 0; r < MK_GAR_ROLES; r++)
+		split_s[r] = sp->sms[r];
+	return 0;
+}
+
+/*
  * Run by one thread of the last CTA out. `busy`: each role's busy time, summed by the CTAs
  * (zeroed here for the next call); `t0`: when the call's first CTA passed its entry wait (0 or
  * ~0: the first call of a shape, nothing measured); `ran`: the split the call ran with; `next`:

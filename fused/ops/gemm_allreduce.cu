@@ -512,9 +512,8 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 		rc_s = gar_entry(&l, e_s, total_s);
 		if (rc_s)
 			mk_dev_record_error(l.ws.error, rc_s);
-		for (int r = 0; r < MK_GAR_ROLES; r++)
-			split_s[r] = l.adaptive ? l.ws.split[r] : l.split.sms[r];
-		measure_s = mk_gar_measures(l.adaptive, l.local_rank, l.ws.ctl);
+		measure_s = mk_gar_split_take(l.adaptive, l.local_rank, l.ws.split, &l.split,
+					      l.ws.ctl, split_s);
 	}
 	__syncthreads();
 	gar_trace(&l, 1);

@@ -196,11 +196,10 @@ MK_DEV void ring_body(const struct mk_attn_tmaps *maps, const struct mk_ring_lau
 		e_s = *(volatile unsigned int *)&l->flags->calls + 1;
 		/* the split after the entry: the leader's previous call wrote it */
 		rc = ring_entry(l, e_s);
-		for (int r = 0; r < MK_GAR_ROLES; r++) {
-			split_s[r] = l->adaptive ? l->lead->split[r] : l->split.sms[r];
+		for (int r = 0; r < MK_GAR_ROLES; r++)
 			busy_s[r] = 0;
-		}
-		measure_s = mk_gar_measures(l->adaptive, l->local, &l->flags->ctl);
+		measure_s = mk_gar_split_take(l->adaptive, l->local, l->lead->split, &l->split,
+					      &l->flags->ctl, split_s);
 	}
 	rc = ring_fail(l, ring_share(rc));
 	if (measure_s && threadIdx.x == 0)

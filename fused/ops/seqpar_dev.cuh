@@ -221,9 +221,8 @@ MK_DEV int sp_begin(const struct mk_sp_common *cm, unsigned int *e_s, unsigned i
 		rc = sp_entry(cm, *e_s, *total_s);
 		if (rc)
 			mk_dev_record_error(cm->ws.error, rc);
-		for (int r = 0; r < MK_GAR_ROLES; r++)
-			split_s[r] = cm->adaptive ? cm->ws.split[r] : cm->split.sms[r];
-		*measure_s = mk_gar_measures(cm->adaptive, cm->local_rank, cm->ws.ctl);
+		*measure_s = mk_gar_split_take(cm->adaptive, cm->local_rank, cm->ws.split,
+					       &cm->split, cm->ws.ctl, split_s);
 		if (*measure_s)
 			atomicMin(cm->ws.t_start, mk_globaltimer_ns());
 	}
