@@ -10,28 +10,13 @@
 #include "fused/common/wait.cuh"
 #include "fused/ops/gemm_allreduce_plan.h"
 
-/*
- * The split a call runs with, into split_s (its CTAs' thread 0, after the entry's wait): the
- * node leader's words `lead` when adaptive, the static split otherwise; returns whether the
- * call measures for the controller (mk_gar_measures). A rank whose grid the leader's split does
- * not fill (another share of its GPU's SMs than the leader's) runs its static split and does
- * not measure: the leader's counts are for the leader's grid.
- */
+/* The split a call runs with (its CTAs' thread 0, after the entry's wait): mk_gar_split_pick
+ * over this launch's grid. */
 MK_DEV int mk_gar_split_take(int adaptive, int local_rank, const int *lead,
 			     const struct mk_gar_split *sp, const struct mk_gar_ctl *ctl,
 			     int *split_s)
 {
-	int sum = 0;
-
-	for (int r = 0; r < MK_GAR_ROLES; r++) {
-		split_s[r] = adaptive ? lead[r] : sp->sms[r];
-		sum += split_s[r];
-	}
-	if (sum == (int)gridDim.x)
-		return mk_gar_measures(adaptive, local_rank, ctl);
-	for (int r = 0; r < MK_GAR_ROLES; r++)
-		split_s[r] = sp->sms[r];
-	return 0;
+	return mk_gar_split_pick(adaptive, local_rank, lead, sp, ctl, (int)gridDim.x, split_s);
 }
 
 /*

@@ -295,6 +295,30 @@ MK_GAR_HD int mk_gar_measures(int adaptive, int local_rank, const struct mk_gar_
 	return adaptive && local_rank == 0 && !mk_gar_settled(ctl);
 }
 
+/*
+ * The split a call of `grid` CTAs runs with, into split: the node leader's words `lead` when
+ * adaptive, the static split otherwise; returns whether the call measures for the controller
+ * (mk_gar_measures). A rank whose grid the leader's split does not fill (another share of its
+ * GPU's SMs than the leader's) runs its static split and does not measure: the leader's counts
+ * are for the leader's grid.
+ */
+MK_GAR_HD int mk_gar_split_pick(int adaptive, int local_rank, const int *lead,
+				const struct mk_gar_split *sp, const struct mk_gar_ctl *ctl,
+				int grid, int *split)
+{
+	int sum = 0;
+
+	for (int r = 0; r < MK_GAR_ROLES; r++) {
+		split[r] = adaptive ? lead[r] : sp->sms[r];
+		sum += split[r];
+	}
+	if (sum == grid)
+		return mk_gar_measures(adaptive, local_rank, ctl);
+	for (int r = 0; r < MK_GAR_ROLES; r++)
+		split[r] = sp->sms[r];
+	return 0;
+}
+
 /* The search's next count (unchanged for an unmeasured call), kept within [lo, hi]. */
 MK_GAR_HD int mk_gar_climb(struct mk_gar_ctl *s, int cur, unsigned long long t, int lo, int hi)
 {

@@ -459,6 +459,35 @@ static void test_measures_leader_until_settled(void **state)
 			 ctl.best_c);
 }
 
+/*
+ * The split a call takes: the leader's words when adaptive (the leader measures, the others do
+ * not), the static split when not adaptive, and the static split without measuring on a rank
+ * whose grid the leader's split does not fill.
+ */
+static void test_split_pick_follows_the_leader(void **state)
+{
+	const struct mk_gar_split sp = { .sms = { 60, 6, 0, 0 } };
+	const int lead[MK_GAR_ROLES] = { 62, 4, 0, 0 };
+	struct mk_gar_ctl ctl;
+	int got[MK_GAR_ROLES];
+
+	(void)state;
+	memset(&ctl, 0, sizeof(ctl));
+	assert_true(mk_gar_split_pick(1, 0, lead, &sp, &ctl, 66, got));
+	assert_memory_equal(got, lead, sizeof(got));
+	assert_false(mk_gar_split_pick(1, 1, lead, &sp, &ctl, 66, got));
+	assert_memory_equal(got, lead, sizeof(got));
+	assert_false(mk_gar_split_pick(0, 0, lead, &sp, &ctl, 66, got));
+	assert_memory_equal(got, sp.sms, sizeof(got));
+	/* a rank with 44 SMs beside a leader with 66: its own static split, unmeasured */
+	{
+		const struct mk_gar_split mine = { .sms = { 40, 4, 0, 0 } };
+
+		assert_false(mk_gar_split_pick(1, 1, lead, &mine, &ctl, 44, got));
+		assert_memory_equal(got, mine.sms, sizeof(got));
+	}
+}
+
 static void test_climb_bounds_and_no_measure(void **state)
 {
 	struct mk_gar_ctl ctl = { 0 };
@@ -645,6 +674,7 @@ int main(void)
 		cmocka_unit_test(test_climb_margin_follows_noise),
 		cmocka_unit_test(test_climb_bounds_and_no_measure),
 		cmocka_unit_test(test_measures_leader_until_settled),
+		cmocka_unit_test(test_split_pick_follows_the_leader),
 		cmocka_unit_test(test_oneshot_slices_cover_all_lines),
 		cmocka_unit_test(test_oneshot_grid),
 		cmocka_unit_test(test_adapt_shares_by_busy_time),
