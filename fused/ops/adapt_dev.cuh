@@ -19,6 +19,16 @@ MK_DEV int mk_gar_split_take(int adaptive, int local_rank, const int *lead,
 	return mk_gar_split_pick(adaptive, local_rank, lead, sp, ctl, (int)gridDim.x, split_s);
 }
 
+/* A CTA's busy time per role into the call's sums (thread 0 of a measured call). */
+MK_DEV void mk_gar_busy_add(unsigned long long *sum, const unsigned long long *busy)
+{
+#pragma unroll
+	for (int r = 0; r < MK_GAR_ROLES; r++) {
+		if (busy[r] != 0)
+			atomicAdd(&sum[r], busy[r]);
+	}
+}
+
 /*
  * Run by one thread of the last CTA out. `busy`: each role's busy time, summed by the CTAs
  * (zeroed here for the next call); `t0`: when the call's first CTA passed its entry wait (0 or

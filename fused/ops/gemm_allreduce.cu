@@ -561,12 +561,8 @@ __global__ void __launch_bounds__(MK_GEMM_THREADS, 1)
 	/* The last CTA out closes the call. */
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		if (measure_s) {
-			for (int r = 0; r < MK_GAR_ROLES; r++) {
-				if (busy[r] != 0)
-					atomicAdd(&l.ws.busy[r], busy[r]);
-			}
-		}
+		if (measure_s)
+			mk_gar_busy_add(l.ws.busy, busy);
 		__threadfence();
 		last_s = atomicAdd(l.ws.exits, 1u) == gridDim.x - 1;
 		if (last_s)

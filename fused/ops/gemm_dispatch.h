@@ -10,6 +10,7 @@
 #define MK_FUSED_OPS_GEMM_DISPATCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime.h>
 #include <library_types.h>
@@ -57,6 +58,20 @@ static inline unsigned int mk_gemm_slot(unsigned long long h, unsigned int slots
 	h *= 0xc4ceb9fe1a85ec53ull;
 	h ^= h >> 33;
 	return (unsigned int)(h % slots);
+}
+
+/*
+ * The hash of a call with its pointers (the graph cache's key): layers of one shape with their
+ * own weights are different keys.
+ */
+static inline unsigned long long mk_gemm_call_hash(const struct mk_gemm_key *shape, const void *a,
+						   const void *b, const void *c)
+{
+	unsigned long long h = mk_gemm_key_hash(shape);
+
+	h = mk_gemm_hash(h, (uintptr_t)a);
+	h = mk_gemm_hash(h, (uintptr_t)b);
+	return mk_gemm_hash(h, (uintptr_t)c);
 }
 
 static inline unsigned int mk_gemm_key_slot(const struct mk_gemm_key *key, unsigned int slots)

@@ -49,15 +49,9 @@ static bool graph_key_eq(const struct mk_gemm_graph_call *a, const struct mk_gem
 	       a->c == b->c && a->ws == b->ws && a->ws_bytes == b->ws_bytes;
 }
 
-/* The pointers count too: layers of one shape with their own weights are different keys. */
 static unsigned int graph_slot(const struct mk_gemm_graph_call *x)
 {
-	unsigned long long h = mk_gemm_key_hash(&x->shape);
-
-	h = mk_gemm_hash(h, (uintptr_t)x->a);
-	h = mk_gemm_hash(h, (uintptr_t)x->b);
-	h = mk_gemm_hash(h, (uintptr_t)x->c);
-	return mk_gemm_slot(h, GRAPH_SETS);
+	return mk_gemm_slot(mk_gemm_call_hash(&x->shape, x->a, x->b, x->c), GRAPH_SETS);
 }
 
 /* Forget an entry; an executable graph still in flight is freed when it completes. */

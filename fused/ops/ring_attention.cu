@@ -257,12 +257,8 @@ MK_DEV void ring_body(const struct mk_attn_tmaps *maps, const struct mk_ring_lau
 	/* the last CTA out closes the call */
 	if (threadIdx.x == 0) {
 		busy_s[MK_RING_COMPUTE] += mk_globaltimer_ns() - t0_s;
-		if (measure_s) {
-			for (int r = 0; r < MK_GAR_ROLES; r++) {
-				if (busy_s[r] != 0)
-					atomicAdd(&l->flags->busy[r], busy_s[r]);
-			}
-		}
+		if (measure_s)
+			mk_gar_busy_add(l->flags->busy, busy_s);
 		__threadfence();
 		last_s = atomicAdd(&l->flags->exits, 1u) == gridDim.x - 1;
 		if (last_s)

@@ -284,13 +284,8 @@ MK_DEV int sp_end(const struct mk_sp_common *cm, const unsigned long long *busy,
 	sp_trace(cm, MK_SP_TRACE_WORDS - 1);
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		if (measured) {
-#pragma unroll
-			for (int r = 0; r < MK_GAR_ROLES; r++) {
-				if (busy[r] != 0)
-					atomicAdd(&cm->ws.busy[r], busy[r]);
-			}
-		}
+		if (measured)
+			mk_gar_busy_add(cm->ws.busy, busy);
 		__threadfence();
 		last_s = atomicAdd(cm->ws.exits, 1u) == gridDim.x - 1;
 		if (last_s)

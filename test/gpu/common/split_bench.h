@@ -43,16 +43,6 @@ static int split_warm_calls(float call_ms)
 				       : (int)n;
 }
 
-/*
- * Whether the controller's next call is part of its search (warm-up, a probe or its pair, a step
- * left to try) rather than a call at the count it settled on: the benchmark counts such calls
- * among its timed adaptive ones, which are then not all at the settled split.
- */
-static int split_searching(const struct mk_gar_ctl *s)
-{
-	return !mk_gar_settled(s);
-}
-
 /* v[0..count) becomes its maximum over all ranks (host floats, through a device copy). */
 static void rank_max_f32(float *v, int count, ncclComm_t nccl)
 {

@@ -655,15 +655,16 @@ static void bench_splits(mkComm_t comm, ncclComm_t nccl, const struct problem *p
 		(void)time_fused(comm, p, split_warm_calls(ms), 1);
 	}
 	if (mk_gar_split_now(comm, now, &ctl) == 0)
-		settled = !split_searching(&ctl);
+		settled = mk_gar_settled(&ctl);
 	for (int r = 0; r < rounds; r++) {
 		for (int j = 0; j < MK_SPLIT_CONFIGS; j++) {
 			const int i = (j + r) % MK_SPLIT_CONFIGS; /* each round starts one later */
 
 			split_config(i, share, &c);
-			/* outside the timed window: is this adaptive call a search call? */
+			/* outside the timed window: is this adaptive call a search call (warm-up, a probe
+			 * or its pair, a step left), not one at the settled split? */
 			if (i == MK_SPLIT_CONFIGS - 1 && mk_gar_split_now(comm, now, &ctl) == 0)
-				searching += split_searching(&ctl);
+				searching += !mk_gar_settled(&ctl);
 			t[i][r] = time_fused(comm, p, 0, 1);
 		}
 	}

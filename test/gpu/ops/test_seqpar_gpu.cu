@@ -1131,15 +1131,16 @@ static void bench_splits(struct bench *x)
 			(void)time_step(x, ST_FUSED);
 	}
 	if (mk_sp_split_now(g_comm, g_op, now, &ctl) == 0)
-		settled = !split_searching(&ctl);
+		settled = mk_gar_settled(&ctl);
 	for (int r = 0; r < rounds; r++) {
 		for (int j = 0; j < MK_SPLIT_CONFIGS; j++) {
 			const int i = (j + r) % MK_SPLIT_CONFIGS; /* each round starts one later */
 
 			split_config(i, &c);
-			/* outside the timed window: is this adaptive call a search call? */
+			/* outside the timed window: is this adaptive call a search call (warm-up, a probe
+			 * or its pair, a step left), not one at the settled split? */
 			if (i == MK_SPLIT_CONFIGS - 1 && mk_sp_split_now(g_comm, g_op, now, &ctl) == 0)
-				searching += split_searching(&ctl);
+				searching += !mk_gar_settled(&ctl);
 			t[i][r] = time_step(x, ST_FUSED);
 		}
 	}

@@ -70,14 +70,12 @@ static int pointer_sets(uintptr_t stride, int which)
 	unsigned int slot[32];
 
 	for (int i = 0; i < 32; i++) {
-		unsigned long long h = mk_gemm_key_hash(&shape);
 		uintptr_t p[3] = { base, base + ((uintptr_t)1 << 36), base + ((uintptr_t)1 << 38) };
 
 		p[which] += (uintptr_t)i * stride;
-		h = mk_gemm_hash(h, p[0]);
-		h = mk_gemm_hash(h, p[1]);
-		h = mk_gemm_hash(h, p[2]);
-		slot[i] = mk_gemm_slot(h, SETS);
+		slot[i] = mk_gemm_slot(mk_gemm_call_hash(&shape, (const void *)p[0],
+							 (const void *)p[1], (const void *)p[2]),
+				       SETS);
 	}
 	return distinct(slot, 32, SETS);
 }
