@@ -15,7 +15,9 @@ the variables each run had) and writes:
     share/32 .. share/4 given to every role the layout uses), from runs under
     MKERNEL_ROLE_SPLIT=0,c,c,c (ring attention) and from runs under MKERNEL_TUNER_SM_SPLIT
     (MoE: the kernels take all communication CTAs as one number, written as INTRA). Shapes that
-    share an M (causal and not) are combined by the geometric mean of their times;
+    share an M (causal and not) are combined by the geometric mean of their times; a `*_splits`
+    record times every split in one run, so where several runs (other builds, other hosts) give
+    one M, each split is judged by the geometric mean of its time over its own run's fastest;
   - `link nvl LAT_US GBPS`: half the NCCL send/recv round trip between two GPUs of one node at
     the smallest size (the ping-pong records), and the all-to-all bandwidth per GPU and
     direction at the largest size over one node (the faster of mkAllToAll and NCCL's);
@@ -91,6 +93,10 @@ class Point:
     def __init__(self, op, nodes, local, m, share):
         self.op, self.nodes, self.local, self.m, self.share = op, nodes, local, m, share
         self.cands = {}  # comm CTAs -> [ms]
+        # comm CTAs -> [ms / the fastest split's ms of the same run], for records that time
+        # every split in one run: runs of other builds or hosts differ in speed, so their times
+        # are compared within each run, not pooled
+        self.rel = {}
         self.policy, self.adaptive = [], []
         self.shapes = set()
 
@@ -98,8 +104,14 @@ class Point:
         return (self.op, self.nodes, self.local, self.m)
 
     def best(self):
+        """The fastest split and its median time: by the geometric mean of its per-run ratios
+        where every split has them, else by the median of its times."""
         med = {c: statistics.median(v) for c, v in self.cands.items()}
-        c = min(med, key=lambda x: (med[x], x))
+        if self.rel and set(self.rel) == set(med):
+            rel = {c: geomean(v) for c, v in self.rel.items()}
+            c = min(rel, key=lambda x: (rel[x], x))
+        else:
+            c = min(med, key=lambda x: (med[x], x))
         return c, med[c]
 
 
@@ -177,10 +189,17 @@ class Sweep:
                 raise InputError(f"{where}: 'static' is not an object of split times")
             shape = (m, rec.get("n"), rec.get("k"))
             p = self.point(op, nodes, local, m, share_of(rec, self.sms, where), shape, where)
+            times = {}
             for c, ms in static.items():
                 if not str(c).isdigit():
                     raise InputError(f"{where}: static split '{c}' is not a CTA count")
-                p.cands.setdefault(int(c), []).append(num(static, c, where))
+                times[int(c)] = num(static, c, where)
+            fastest = min(times.values())
+            if fastest <= 0:
+                raise InputError(f"{where}: a static split's time is not positive")
+            for c, ms in times.items():
+                p.cands.setdefault(c, []).append(ms)
+                p.rel.setdefault(c, []).append(ms / fastest)
             p.policy.append(num(rec, "policy_static_ms", where))
             p.adaptive.append(num(rec, "adaptive_ms", where))
         elif bench in COLL_BENCHES and "coll_only_ms" in rec:
@@ -248,6 +267,8 @@ class Sweep:
             q = Point(op, nodes, local, m, ps[0].share)
             for c in common:
                 q.cands[c] = [geomean([statistics.median(p.cands[c]) for p in ps])]
+                if all(c in p.rel for p in ps):
+                    q.rel[c] = [geomean([geomean(p.rel[c]) for p in ps])]
             for attr in ("policy", "adaptive"):
                 if all(getattr(p, attr) for p in ps):
                     getattr(q, attr).append(geomean([statistics.median(getattr(p, attr))

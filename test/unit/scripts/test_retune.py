@@ -333,6 +333,20 @@ class Retune(unittest.TestCase):
         self.assertIn("leaves no compute CTA", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "nothing.txt")))
 
+    def test_runs_of_other_speeds_compared_within_each_run(self):
+        # three runs of one sweep, one of them twice as fast as the others (another build or
+        # host): 4 is 4 % ahead in the fast run, 8 is 2 % and 1 % ahead in the slow ones. Medians
+        # of the pooled times would take 8 (4: 10.2, 8: 10.0), which the fast run alone rules
+        # out; within each run, 4 costs least over the three (geometric means of the ratios to
+        # each run's fastest: 4 1.0098, 8 1.0132).
+        runs = ({4: 5.0, 8: 5.2}, {4: 10.2, 8: 10.0}, {4: 10.5, 8: 10.4})
+        recs = [dict(splits("gemm_allreduce_splits", 4096, 2, 2, st, 5.5, 5.5),
+                     **dict(TAGS_H, share=33)) for st in runs]
+        r = self.retune(recs)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(self.tmp, "case.txt")) as f:
+            self.assertIn("split gemm_allreduce 2 2 4096 33 4 4 4\n", f.read())
+
     def test_share_default(self):
         rec = dict(sweep_records()[0])
         del rec["share"]
