@@ -205,6 +205,23 @@ MK_GAR_HD void mk_gar_at_best(struct mk_gar_ctl *s, unsigned long long t)
 }
 
 /*
+ * The search's first step from the starting count `cur`: as far as the start itself (the first
+ * probe below is then out of range, so the first one doubles it), or a quarter of the range when
+ * that is more. The start (the static split: calibrated on one machine, from the table on
+ * others) can be several times too small, and under several per cent of run-to-run noise a step
+ * of a few CTAs gains too little to be told from noise, so the search stayed near it: on 2 nodes
+ * x 2 ranks at M 4096 (docs/benchmarks.md, section 7) 4 CTAs against the best static split's 12,
+ * at 0.924 of its speed. With half the start as the first step, 26 % of simulated searches on
+ * that curve under +-5 % noise ended below 0.95 of the best (test_gar_plan.c).
+ */
+MK_GAR_HD int mk_gar_first_step(int cur, int lo, int hi)
+{
+	const int step = cur > (hi - lo) / 4 ? cur : (hi - lo) / 4;
+
+	return step > 0 ? step : 1;
+}
+
+/*
  * The controller's search over the number of communication CTAs, fed with each call's
  * duration `t` (ns) at `cur` CTAs. The first measured call's count is the best so far (the
  * static split, calibrated where measured); it runs MK_GAR_WARM more times, which gives its
@@ -227,8 +244,7 @@ MK_GAR_HD int mk_gar_climb_next(struct mk_gar_ctl *s, int cur, unsigned long lon
 		s->best_c = cur;
 		s->noise = 0;
 		s->warm = 0;
-		s->step = cur / 2 > (hi - lo) / 8 ? cur / 2 : (hi - lo) / 8;
-		s->step = s->step > 0 ? s->step : 1;
+		s->step = mk_gar_first_step(cur, lo, hi);
 		s->up = 0;
 	} else if (s->pend_c != 0 && cur != s->best_c) {
 		s->pend_t += mk_gar_clamp(s, t); /* a probe's call: its pair at the best follows */
