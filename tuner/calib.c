@@ -657,6 +657,8 @@ int mk_calib_split_get(const struct mk_calib *c, int op, int nodes, int local, u
 
 		if (s->op != op || s->nodes != nodes || s->local != local)
 			continue;
+		if (c->sms > 0 && s->share < c->sms && s->share != sms)
+			continue; /* measured on a shared GPU: that share only */
 		d = fabs(log2((double)m / s->m));
 		if (best == NULL || d < best_d) {
 			best = s;

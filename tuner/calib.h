@@ -168,7 +168,12 @@ double mk_calib_gemm_us(const struct mk_calib *c, uint64_t m, uint64_t n, uint64
 /*
  * The measured static split for (op, nodes, local ranks) nearest to m rows (log2), scaled from
  * its SM share to `sms`: CTAs of the intra, send and reduce roles in comm[] (a role measured
- * with CTAs keeps at least one). 0, or -ENOENT when that op and layout were not measured.
+ * with CTAs keeps at least one). A split measured with ranks sharing the GPU (its share below
+ * the `device` record's SMs) holds for that share only and is not scaled: ranks that share a
+ * GPU contend for it, and over loopback their communication roles do far more work per byte
+ * than over NVLink or a NIC, so such a split scaled to a whole GPU (8 CTAs of 33 per role: 32
+ * of 132) would starve the GEMM on a real cluster. 0, or -ENOENT when that op and layout were
+ * not measured (at that share).
  */
 int mk_calib_split_get(const struct mk_calib *c, int op, int nodes, int local, uint64_t m, int sms,
 		       int comm[3]);

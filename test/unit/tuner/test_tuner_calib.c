@@ -437,6 +437,39 @@ static void test_split_records(void **state)
 	mk_calib_free(&c);
 }
 
+/*
+ * With the device's SMs known, a split measured with ranks sharing the GPU holds for that share
+ * alone (the emulation's 4 ranks of 33 SMs must not give a rank of a real cluster 32 CTAs per
+ * role); one measured on the whole GPU is scaled to any share.
+ */
+static void test_split_records_of_a_shared_gpu(void **state)
+{
+	struct mk_calib c;
+	const char *why;
+	int line, comm[3];
+
+	(void)state;
+	assert_int_equal(parse(HEADER "device 132 NVIDIA H200\n"
+				      "split gemm_allreduce 2 2 4096 33 8 8 8\n"
+				      "split gemm_allreduce 1 2 4096 66 2 0 2\n"
+				      "split gemm_allreduce 1 8 4096 132 16 0 8\n",
+			       &c, &line, &why),
+			 0);
+	assert_int_equal(mk_calib_split_get(&c, 0, 2, 2, 4096, 33, comm), 0);
+	assert_int_equal(comm[0], 8);
+	assert_int_equal(comm[2], 8);
+	assert_int_equal(mk_calib_split_get(&c, 0, 2, 2, 4096, 132, comm), -ENOENT);
+	assert_int_equal(mk_calib_split_get(&c, 0, 2, 2, 4096, 66, comm), -ENOENT);
+	assert_int_equal(mk_calib_split_get(&c, 0, 1, 2, 2048, 66, comm), 0);
+	assert_int_equal(comm[0], 2);
+	assert_int_equal(mk_calib_split_get(&c, 0, 1, 2, 2048, 132, comm), -ENOENT);
+	/* the whole GPU's: scaled */
+	assert_int_equal(mk_calib_split_get(&c, 0, 1, 8, 4096, 66, comm), 0);
+	assert_int_equal(comm[0], 8);
+	assert_int_equal(comm[2], 4);
+	mk_calib_free(&c);
+}
+
 /* Measured collectives: interpolated in log2(bytes), floors and bandwidth beyond the ends. */
 static void test_coll_records(void **state)
 {
@@ -578,6 +611,7 @@ int main(void)
 		cmocka_unit_test(test_choose_faster_cublas_call),
 		cmocka_unit_test(test_skinny_records),
 		cmocka_unit_test(test_split_records),
+		cmocka_unit_test(test_split_records_of_a_shared_gpu),
 		cmocka_unit_test(test_coll_records),
 		cmocka_unit_test_setup_teardown(test_env_file_used_when_valid, setup_env,
 						teardown_env),
