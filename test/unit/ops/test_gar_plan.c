@@ -217,6 +217,16 @@ static struct mk_gar_ctl run_climb(int start, int calls, int amp_pct, int lo, in
 	return ctl;
 }
 
+/* run_climb with the noise of `seed`, for the tests that look only at where the search ended. */
+static struct mk_gar_ctl seeded_climb(unsigned int seed, int start, int calls, int amp_pct, int lo,
+				      int hi, unsigned long long (*f)(int c, int arg), int arg)
+{
+	int last;
+
+	noise_state = seed * 7919u;
+	return run_climb(start, calls, amp_pct, lo, hi, f, arg, &last);
+}
+
 /*
  * With 3 % run-to-run noise and a valley 1 % per CTA deep, starting within 8 CTAs of the best
  * count (the static split): the search settles within 150 calls, never more than 3 % worse than
@@ -268,11 +278,8 @@ static void test_climb_finds_a_distant_best_under_noise(void **state)
 
 	(void)state;
 	for (unsigned int seed = 1; seed <= 200; seed++) {
-		struct mk_gar_ctl ctl;
-		int c;
+		const struct mk_gar_ctl ctl = seeded_climb(seed, 13, 300, 5, 1, 32, slope_f, 0);
 
-		noise_state = seed * 7919u;
-		ctl = run_climb(13, 300, 5, 1, 32, slope_f, 0, &c);
 		assert_true(mk_gar_settled(&ctl));
 		under += slope_f(2, 0) * 100 < slope_f(ctl.best_c, 0) * 95;
 		worse_than_start += ctl.best_c > 13;
@@ -309,11 +316,8 @@ static void test_climb_reaches_a_best_far_above_the_start(void **state)
 
 	(void)state;
 	for (unsigned int seed = 1; seed <= 200; seed++) {
-		struct mk_gar_ctl ctl;
-		int c;
+		const struct mk_gar_ctl ctl = seeded_climb(seed, 4, 400, 5, 3, 17, far_f, 0);
 
-		noise_state = seed * 7919u;
-		ctl = run_climb(4, 400, 5, 3, 17, far_f, 0, &c);
 		assert_true(mk_gar_settled(&ctl));
 		under += far_f(12, 0) * 100 < far_f(ctl.best_c, 0) * 95;
 	}
@@ -341,11 +345,8 @@ static void test_climb_ignores_a_heavy_tail(void **state)
 
 	(void)state;
 	for (unsigned int seed = 1; seed <= 200; seed++) {
-		struct mk_gar_ctl ctl;
-		int c;
+		const struct mk_gar_ctl ctl = seeded_climb(seed, 4, 150, 2, 1, 32, tail_f, 4);
 
-		noise_state = seed * 7919u;
-		ctl = run_climb(4, 150, 2, 1, 32, tail_f, 4, &c);
 		worse += ctl.best_c < 2 || ctl.best_c > 6;
 	}
 	print_message("heavy tail: %d of 200 runs ended more than 2 CTAs away\n", worse);
