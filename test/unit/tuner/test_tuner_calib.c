@@ -31,6 +31,16 @@ static int parse(const char *text, struct mk_calib *c, int *line, const char **w
 	return mk_calib_parse(text, strlen(text), c, line, why);
 }
 
+/* The text must be accepted; a rejection fails the test with its line and reason. */
+static void parse_ok(const char *text, struct mk_calib *c)
+{
+	const char *why = NULL;
+	int line = -1;
+
+	if (parse(text, c, &line, &why) != 0)
+		fail_msg("rejected at line %d: %s", line, why != NULL ? why : "(no reason)");
+}
+
 /* The text must be rejected at `want_line` with a reason containing `want`. */
 static void reject(const char *text, int want_line, const char *want)
 {
@@ -52,19 +62,16 @@ static void reject(const char *text, int want_line, const char *want)
 static void test_parse_every_record(void **state)
 {
 	struct mk_calib c;
-	const char *why;
-	int line;
 
 	(void)state;
-	assert_int_equal(parse("# a comment\n\n" HEADER "device 132 NVIDIA H200   # trailing\n"
-			       "gemm 16 4096 4096 nk cublas 11.5\n"
-			       "gemm 16 4096 4096 nk e64x256s8 9.25\n"
-			       "gemm 1 1024 1024 kn e128x128s1 5\r\n"
-			       "link nvl 1.5 380\n"
-			       "link net 8 45.5\n"
-			       "fused gemm_allreduce 6.5\n",
-			       &c, &line, &why),
-			 0);
+	parse_ok("# a comment\n\n" HEADER "device 132 NVIDIA H200   # trailing\n"
+		 "gemm 16 4096 4096 nk cublas 11.5\n"
+		 "gemm 16 4096 4096 nk e64x256s8 9.25\n"
+		 "gemm 1 1024 1024 kn e128x128s1 5\r\n"
+		 "link nvl 1.5 380\n"
+		 "link net 8 45.5\n"
+		 "fused gemm_allreduce 6.5\n",
+		 &c);
 	assert_int_equal(c.ngemm, 3);
 	assert_int_equal(c.sms, 132);
 	assert_string_equal(c.device, "NVIDIA H200");
@@ -151,12 +158,11 @@ static void test_parse_rejects_malformed_records(void **state)
 static void test_builtin_table_is_valid(void **state)
 {
 	struct mk_calib c;
-	const char *why;
 	struct mk_calib_choice ch;
-	int line, engine = 0, blas = 0, skinny = 0;
+	int engine = 0, blas = 0, skinny = 0;
 
 	(void)state;
-	assert_int_equal(parse(mk_calib_builtin, &c, &line, &why), 0);
+	parse_ok(mk_calib_builtin, &c);
 	assert_true(c.ngemm >= 2);
 	for (size_t i = 0; i < c.ngemm; i++) {
 		engine += c.gemm[i].engine == 1;
@@ -412,15 +418,13 @@ static void test_lookup_skips_paths_the_caller_cannot_run(void **state)
 static void test_split_records(void **state)
 {
 	struct mk_calib c;
-	const char *why;
-	int line, comm[3];
+	int comm[3];
 
 	(void)state;
-	assert_int_equal(parse(HEADER "split gemm_allreduce 1 2 2048 66 4 0 0\n"
-				      "split gemm_allreduce 1 2 16384 66 2 0 0\n"
-				      "split gemm_allreduce 2 2 2048 33 0 1 1\n",
-			       &c, &line, &why),
-			 0);
+	parse_ok(HEADER "split gemm_allreduce 1 2 2048 66 4 0 0\n"
+			"split gemm_allreduce 1 2 16384 66 2 0 0\n"
+			"split gemm_allreduce 2 2 2048 33 0 1 1\n",
+		 &c);
 	assert_int_equal(c.nsplit, 3);
 	assert_int_equal(mk_calib_split_get(&c, 0, 1, 2, 3000, 66, comm), 0);
 	assert_int_equal(comm[0], 4); /* 3000 is nearer 2048 than 16384 */
@@ -445,16 +449,14 @@ static void test_split_records(void **state)
 static void test_split_records_of_a_shared_gpu(void **state)
 {
 	struct mk_calib c;
-	const char *why;
-	int line, comm[3];
+	int comm[3];
 
 	(void)state;
-	assert_int_equal(parse(HEADER "device 132 NVIDIA H200\n"
-				      "split gemm_allreduce 2 2 4096 33 8 8 8\n"
-				      "split gemm_allreduce 1 2 4096 66 2 0 2\n"
-				      "split gemm_allreduce 1 8 4096 132 16 0 8\n",
-			       &c, &line, &why),
-			 0);
+	parse_ok(HEADER "device 132 NVIDIA H200\n"
+			"split gemm_allreduce 2 2 4096 33 8 8 8\n"
+			"split gemm_allreduce 1 2 4096 66 2 0 2\n"
+			"split gemm_allreduce 1 8 4096 132 16 0 8\n",
+		 &c);
 	assert_int_equal(mk_calib_split_get(&c, 0, 2, 2, 4096, 33, comm), 0);
 	assert_int_equal(comm[0], 8);
 	assert_int_equal(comm[2], 8);
@@ -474,17 +476,14 @@ static void test_split_records_of_a_shared_gpu(void **state)
 static void test_coll_records(void **state)
 {
 	struct mk_calib c;
-	const char *why;
-	int line;
 
 	(void)state;
-	assert_int_equal(parse(HEADER "coll allreduce nccl 1 2 1024 10\n"
-				      "coll allreduce nccl 1 2 4096 30\n"
-				      "coll allreduce nccl 1 2 1048576 100\n"
-				      "coll allreduce oneshot 1 2 1024 4\n"
-				      "coll allreduce fused 1 2 1024 7\n",
-			       &c, &line, &why),
-			 0);
+	parse_ok(HEADER "coll allreduce nccl 1 2 1024 10\n"
+			"coll allreduce nccl 1 2 4096 30\n"
+			"coll allreduce nccl 1 2 1048576 100\n"
+			"coll allreduce oneshot 1 2 1024 4\n"
+			"coll allreduce fused 1 2 1024 7\n",
+		 &c);
 	assert_int_equal(c.ncoll, 5);
 	assert_true(fabs(mk_calib_coll_us(&c, 4, MK_CALIB_FUSED, 1, 2, 512) - 7) < 1e-9);
 	/* exact, between (2048: halfway in log2 from 1024 to 4096), below, above */
@@ -518,19 +517,16 @@ static void test_choose_faster_cublas_call(void **state)
 {
 	struct mk_calib c;
 	struct mk_calib_choice ch;
-	const char *why;
-	int line;
 
 	(void)state;
-	assert_int_equal(parse(HEADER "gemm 1024 1024 1024 nk cublas 47.7\n"
-				      "gemm 1024 1024 1024 nk gemmex 35.0\n"
-				      "gemm 1024 1024 1024 nk e128x128s1 40.0\n"
-				      "gemm 4096 4096 4096 nk cublas 190\n"
-				      "gemm 4096 4096 4096 nk gemmex 210\n"
-				      "gemm 256 4096 4096 nk cublas 18.66\n"
-				      "gemm 256 4096 4096 nk gemmex 18.30\n",
-			       &c, &line, &why),
-			 0);
+	parse_ok(HEADER "gemm 1024 1024 1024 nk cublas 47.7\n"
+			"gemm 1024 1024 1024 nk gemmex 35.0\n"
+			"gemm 1024 1024 1024 nk e128x128s1 40.0\n"
+			"gemm 4096 4096 4096 nk cublas 190\n"
+			"gemm 4096 4096 4096 nk gemmex 210\n"
+			"gemm 256 4096 4096 nk cublas 18.66\n"
+			"gemm 256 4096 4096 nk gemmex 18.30\n",
+		 &c);
 	assert_int_equal(c.ngemm, 7);
 	assert_int_equal(mk_calib_gemm_choose(&c, 1001, 1003, 1000, 1, NULL, NULL, &ch), 0);
 	assert_int_equal(ch.engine, 0); /* 40 us loses to gemmex's 35 */
@@ -574,18 +570,15 @@ static void test_skinny_records(void **state)
 {
 	struct mk_calib c;
 	struct mk_calib_choice ch;
-	const char *why;
-	int line;
 
 	(void)state;
-	assert_int_equal(parse(HEADER "gemm 16 4096 4096 nk cublas 13.1\n"
-				      "gemm 16 4096 4096 nk gemmex 12.5\n"
-				      "gemm 16 4096 4096 nk skinny 9.0\n"
-				      "gemm 16 4096 4096 nk e64x128s1 11.0\n"
-				      "gemm 16 1024 1024 nk gemmex 7.0\n"
-				      "gemm 16 1024 1024 nk skinny 6.98\n",
-			       &c, &line, &why),
-			 0);
+	parse_ok(HEADER "gemm 16 4096 4096 nk cublas 13.1\n"
+			"gemm 16 4096 4096 nk gemmex 12.5\n"
+			"gemm 16 4096 4096 nk skinny 9.0\n"
+			"gemm 16 4096 4096 nk e64x128s1 11.0\n"
+			"gemm 16 1024 1024 nk gemmex 7.0\n"
+			"gemm 16 1024 1024 nk skinny 6.98\n",
+		 &c);
 	assert_int_equal(mk_calib_gemm_choose(&c, 7, 4000, 4096, 1, NULL, NULL, &ch), 0);
 	assert_int_equal(ch.engine, MK_CALIB_SKINNY);
 	/* cuBLAS stands as Lt's 13.1: GemmEx's 12.5 is within MK_CALIB_GEMMEX_MARGIN */
