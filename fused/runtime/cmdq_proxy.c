@@ -187,6 +187,9 @@ int mk_proxy_create(const struct mk_proxy_attr *attr, struct mk_proxy **out)
 	for (int r = 0; r < attr->nranks; r++) {
 		p->peers[r].pub = attr->peers[r];
 		pthread_mutex_init(&p->peers[r].lock, NULL);
+		/* the GPU names any lane in its commands, unannounced: every lane is read */
+		if (attr->peers[r].conn != NULL)
+			attr->peers[r].conn->lanes_wanted = 1;
 	}
 	for (int q = 0; q < attr->nqueues; q++)
 		p->queues[q] = attr->queues[q];

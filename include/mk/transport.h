@@ -141,6 +141,13 @@ struct mk_conn {
 	 * two readings per CQ read were 15 % of a small-message receiver's samples on shm.
 	 */
 	uint64_t polled_ns;
+	/*
+	 * Set by the consumer: receives it announced as striped (MK_RDV_CTS_WIDE) whose data
+	 * has not all landed. A backend whose CQ read costs system calls even when idle (the
+	 * socket providers) reads lanes other than 0 only while this, or ops of its own on them,
+	 * say something may arrive there: every other message travels on lane 0.
+	 */
+	uint32_t lanes_wanted;
 };
 
 /* A listening endpoint; accepts exactly one connection (as NCCL uses it). */

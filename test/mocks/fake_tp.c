@@ -63,6 +63,7 @@ static uint32_t next_id = 1;
 static struct fake_bmr *regs;
 static uint64_t next_key = 100;
 static int nwrites;
+static int nunread; /* writes on a lane other than 0 while the target did not want them */
 /* fused devices live as long as the process, as NCCL's do: fake_tp_reset leaves them */
 static int nvdevs;
 static int vdev_n[FAKE_MAX_VDEVS];
@@ -78,6 +79,7 @@ void fake_tp_reset(void)
 	memset(&fake_tp_faults, 0, sizeof(fake_tp_faults));
 	memset(listeners, 0, sizeof(listeners));
 	nwrites = 0;
+	nunread = 0;
 }
 
 int fake_tp_live_regs(void)
@@ -92,6 +94,11 @@ int fake_tp_live_regs(void)
 int fake_tp_writes(void)
 {
 	return nwrites;
+}
+
+int fake_tp_unread_lane_writes(void)
+{
+	return nunread;
 }
 
 static int fake_init(void)
@@ -342,6 +349,9 @@ static int fake_write(struct mk_conn *base, int lane, const void *src, size_t le
 	if (c->inflight >= max)
 		return -EAGAIN;
 	nwrites++;
+	/* a socket provider would move such a write only once the target reads that lane */
+	if (lane != 0 && c->peer != NULL && c->peer->base.lanes_wanted == 0)
+		nunread++;
 	if (fake_tp_faults.blackhole)
 		return 0;
 	if (c->peer == NULL || c->peer->dead || c->dead) {

@@ -43,5 +43,10 @@ void fake_tp_reset(void);
 void fake_tp_kill_peer(struct mk_conn *c);
 int fake_tp_live_regs(void);
 int fake_tp_writes(void);
+/*
+ * Writes on lanes other than 0 that reached a peer whose consumer did not say it reads them
+ * (mk_conn.lanes_wanted 0): a socket provider would leave them unread for a while.
+ */
+int fake_tp_unread_lane_writes(void);
 
 #endif

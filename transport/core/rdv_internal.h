@@ -52,14 +52,21 @@ struct mk_rdv_cts {
 	uint64_t rkey_key;
 	uint64_t rkey_key2; /* the keys of NICs 2 and 3 of a fused device */
 	int32_t tag;
-	uint16_t nsub; /* sub-receives in this group */
-	uint16_t idx;  /* this entry's index in the group */
-	uint32_t flags;
+	uint16_t nsub;	  /* sub-receives in this group */
+	uint16_t idx;	  /* this entry's index in the group */
+	uint32_t flags;	  /* MK_RDV_CTS_* */
 	uint32_t credits; /* eager messages the receiver had taken out of its slots */
 	uint32_t pad;
 	uint32_t seq; /* written last; valid when equal to the group's sequence */
 };
 _Static_assert(sizeof(struct mk_rdv_cts) == 64, "CTS entry is 64 bytes");
+
+/*
+ * The receiver reads every lane for this receive (mk_conn.lanes_wanted) until its data is in:
+ * the sender may stripe it. The receiver decides, so a sender with another MKERNEL_STRIPE_MIN
+ * never writes on a lane nobody reads.
+ */
+#define MK_RDV_CTS_WIDE 1u
 
 #define MK_RDV_IMM_SEQ_BITS 10
 #define MK_RDV_IMM_SEQ_MASK ((1u << MK_RDV_IMM_SEQ_BITS) - 1)
@@ -153,6 +160,7 @@ struct mk_rdv_req {
 	uint8_t segs_seen[MK_RDV_MAX_RECVS];
 	uint8_t segs_total[MK_RDV_MAX_RECVS];
 	uint8_t etaken; /* sub-receives an eager message was matched to (bit i) */
+	bool wide;	/* counted in the connection's lanes_wanted until its data is in */
 	/* flush */
 	bool flushed;
 };

@@ -30,6 +30,18 @@ static bool recv_eager_filled(const struct mk_rdv_req *req)
 	return req->etaken == mk_rdv_subs_all((unsigned)req->n);
 }
 
+/*
+ * A striped receive's data is all in: the lanes other than 0 need no reads for it any more. A
+ * request whose data never comes (the connection failed) keeps them read: harmless.
+ */
+static void recv_wide_check(struct mk_rdv_recv *r, struct mk_rdv_req *req)
+{
+	if (req->wide && recv_data_in(req)) {
+		req->wide = false;
+		r->cs.conn->lanes_wanted--;
+	}
+}
+
 /* Nothing of the request is in flight: its slot and CTS staging entries may be reused. */
 static bool recv_complete(const struct mk_rdv_req *req)
 {
@@ -78,6 +90,7 @@ static bool recv_imm(struct mk_rdv_recv *r, const struct mk_event *ev)
 			"(sequence %u, index %u)",
 			req->n, req->seq, idx);
 	}
+	recv_wide_check(r, req);
 	if (req->state == MK_RDV_REQ_LINGER && recv_complete(req))
 		req->state = MK_RDV_REQ_FREE; /* reported done earlier; its data is now in */
 	return true;
@@ -329,6 +342,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	uint32_t seq = r->next_seq;
 	struct mk_rdv_req *req = &r->reqs[seq % MK_RDV_CTS_GROUPS];
 	struct mk_rdv_cts *cts = mk_rdv_staging(r, seq);
+	struct mk_conn *c = r->cs.conn;
 	int rc;
 
 	*out = NULL;
@@ -342,7 +356,12 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 		if (!recv_room(r, seq))
 			return 0;
 	}
+	req->wide = false;
 	for (int i = 0; i < n; i++) {
+		/* what the sender stripes over the lanes (send_nseg), and only that */
+		bool wide = c->nlanes > 1 && sizes[i] > (size_t)mk_param_stripe_min();
+
+		req->wide |= wide;
 		cts[i] = (struct mk_rdv_cts){
 			.addr = (uint64_t)(uintptr_t)data[i],
 			.size = sizes[i],
@@ -352,9 +371,11 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 			.tag = tags != NULL ? tags[i] : 0,
 			.nsub = (uint16_t)n,
 			.idx = (uint16_t)i,
+			.flags = wide ? MK_RDV_CTS_WIDE : 0,
 			.seq = seq,
 		};
 	}
+	c->lanes_wanted += req->wide; /* before its CTS can reach the sender */
 	memset(req->got, 0, sizeof(req->got));
 	memset(req->segs_seen, 0, sizeof(req->segs_seen));
 	memset(req->segs_total, 0, sizeof(req->segs_total));
@@ -468,6 +489,7 @@ int mk_rdv_recv_test(struct mk_rdv_req *req, int *done, size_t *sizes)
 		return 0;
 	}
 	if (recv_data_in(req)) {
+		recv_wide_check(r, req); /* eager messages may have filled it */
 		*done = 1;
 		if (sizes != NULL)
 			for (int i = 0; i < req->n; i++)

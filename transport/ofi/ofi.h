@@ -217,6 +217,7 @@ struct mk_ofi_op {
 	uint8_t kind;  /* enum mk_ofi_op_kind */
 	bool expired;  /* reported as timed out; free silently on completion */
 	uint8_t parts; /* completions still due before the caller's event (a split write: 2) */
+	uint8_t lane;  /* posted on it (counted in the connection's side_out when not 0) */
 	int status;    /* first error among the parts */
 	struct mk_ofi_op *whole; /* MK_OFI_OP_LEAD: the caller's op it belongs to, or NULL */
 	struct mk_ofi_op *next_free;
@@ -254,6 +255,8 @@ struct mk_ofi_conn {
 	struct mk_ofi_dev *dev;
 	int nlanes;	/* lanes open (lane 0 first, the others once the peer's count is known) */
 	int poll_first; /* lane whose CQ poll() reads first, rotating so none starves */
+	int side_out;	/* ops posted on lanes other than 0 whose completion is not read */
+	unsigned polls; /* poll() calls: every MK_OFI_LANE_SWEEP-th reads every lane */
 	bool peer_inserted; /* every lane knows the peer's endpoint */
 	enum mk_ofi_conn_state state;
 	int err; /* latched connection error, returned by write/poll */

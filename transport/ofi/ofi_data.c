@@ -2,8 +2,9 @@
 /*
  * Data path of the libfabric backend: one-sided write (optionally with a 32-bit immediate as
  * remote CQ data), read, and poll(), which is also what makes manual-progress providers move
- * data at the target. A write or read goes out on the lane the caller names; poll() reads every
- * lane's CQ, starting with a different one each call. Nothing here allocates or blocks; op
+ * data at the target. A write or read goes out on the lane the caller names; poll() reads lane
+ * 0's CQ, and the others' while striped data may move on them, starting with a different one
+ * each call. Nothing here allocates or blocks; op
  * contexts come from a fixed per-connection pool and a full pool or queue is -EAGAIN.
  */
 #include <pthread.h>
@@ -21,12 +22,15 @@ static struct mk_ofi_op *ofi_op_get(struct mk_ofi_conn *conn)
 		op->parts = 1;
 		op->status = 0;
 		op->whole = NULL;
+		op->lane = 0; /* until a post on another lane succeeds */
 	}
 	return op;
 }
 
 static void ofi_op_put(struct mk_ofi_conn *conn, struct mk_ofi_op *op)
 {
+	if (op->lane != 0)
+		conn->side_out--;
 	op->kind = MK_OFI_OP_FREE;
 	op->expired = false;
 	op->next_free = conn->free_ops;
@@ -140,6 +144,8 @@ static int ofi_post_rma(struct mk_ofi_conn *conn, int lane, struct mk_ofi_op *op
 	op->kind = (uint8_t)kind;
 	op->user = ctx;
 	op->len = len;
+	op->lane = (uint8_t)lane;
+	conn->side_out += lane != 0;
 	conn->inflight++;
 	conn->posted++;
 	return 0;
@@ -503,6 +509,12 @@ static void ofi_check_stall(struct mk_ofi_conn *conn, struct ofi_sink *s, uint64
 	}
 }
 
+/*
+ * Calls of poll() between reads of lanes nothing is expected on: a guard (an error entry, a
+ * stranger's write), cheap at one in 64.
+ */
+#define MK_OFI_LANE_SWEEP 64
+
 /* One fi_cq_read on one lane; false when the lane had nothing to report. */
 static bool ofi_lane_drain(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, struct ofi_sink *s,
 			   uint64_t now)
@@ -599,11 +611,17 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	if (mk_unlikely(!conn->rx_posted))
 		mk_ofi_stray_rearm(conn); /* a post refused earlier (-FI_EAGAIN) */
 	/*
-	 * Every lane, each call, once the connection is up: the target must poll for writes to
-	 * land (manual progress). Setup messages travel on lane 0 only, and each idle lane's read
-	 * costs system calls on the socket providers, so setup polls lane 0 alone.
+	 * The target must read a lane's CQ for writes on it to land (manual progress), and each
+	 * idle lane's read costs system calls on the socket providers (two lanes read on every
+	 * call lost 8 B-64 KiB points of the tcp sweep). Everything but striped data travels on
+	 * lane 0, so the others are read only while striped data may come (the consumer's
+	 * lanes_wanted) or go (our ops on them), and on every MK_OFI_LANE_SWEEP-th call for
+	 * anything else. Setup polls lane 0 alone.
 	 */
-	nlanes = conn->state == MK_OFI_READY ? conn->nlanes : 1;
+	nlanes = 1;
+	if (conn->state == MK_OFI_READY && (conn->base.lanes_wanted > 0 || conn->side_out > 0 ||
+					    conn->polls++ % MK_OFI_LANE_SWEEP == 0))
+		nlanes = conn->nlanes;
 	if (conn->sep != NULL)
 		heard = ofi_sep_drain(conn, &s, nlanes, now);
 	else

@@ -143,6 +143,17 @@ static void test_rdv_send_larger_than_recv_fails_both_sides(void **state)
 	pair_close(&p);
 }
 
+/* Deregister both buffers, close the pair, free the buffers. */
+static void pair_close_free(struct pair *p, struct mk_mr *smr, struct mk_mr *rmr, char *sbuf,
+			    char *rbuf)
+{
+	mk_rdv_dereg(p->s, smr);
+	mk_rdv_dereg(p->r, rmr);
+	pair_close(p);
+	free(sbuf);
+	free(rbuf);
+}
+
 /* 32 receives and 32 sends in flight; message i must land in receive i. */
 static void run_in_flight(uint32_t first_seq, int rounds, size_t msg)
 {
@@ -196,11 +207,7 @@ static void run_in_flight(uint32_t first_seq, int rounds, size_t msg)
 					 (round * N + i) & 0xff);
 		}
 	}
-	mk_rdv_dereg(p.s, smr);
-	mk_rdv_dereg(p.r, rmr);
-	pair_close(&p);
-	free(sbuf);
-	free(rbuf);
+	pair_close_free(&p, smr, rmr, sbuf, rbuf);
 }
 
 static void test_rdv_32_in_flight_keep_posting_order(void **state)
@@ -284,7 +291,13 @@ static void test_rdv_multi_recv_unknown_tag_is_an_error(void **state)
 	pair_close(&p);
 }
 
-static void test_rdv_zero_bytes_and_striping(void **state)
+/* The transport connection under a receive comm (its lanes_wanted). */
+static struct mk_conn *recv_conn(struct mk_rdv_comm *r)
+{
+	return container_of(r, struct mk_rdv_recv, head)->cs.conn;
+}
+
+static void test_rdv_zero_bytes_striping_and_who_decides(void **state)
 {
 	size_t big = (size_t)3 << 20; /* 3 MiB over 4 lanes: 4 segments */
 	char *sbuf = malloc(big), *rbuf = calloc(1, big);
@@ -317,11 +330,38 @@ static void test_rdv_zero_bytes_and_striping(void **state)
 	assert_int_equal(got, big);
 	assert_memory_equal(sbuf, rbuf, big);
 	assert_int_equal(fake_tp_writes() - writes, 1 + 4); /* one CTS + four segments */
-	mk_rdv_dereg(p.s, smr);
-	mk_rdv_dereg(p.r, rmr);
-	pair_close(&p);
-	free(sbuf);
-	free(rbuf);
+	/* the receiver read the other lanes while the segments could come, and not after */
+	assert_int_equal(fake_tp_unread_lane_writes(), 0);
+	assert_int_equal(recv_conn(p.r)->lanes_wanted, 0);
+	/*
+	 * The receiver decides: a receive of at most its MKERNEL_STRIPE_MIN leaves the other
+	 * lanes unread and its CTS says so; a sender that would stripe the message (a smaller
+	 * threshold of its own) sends it in one segment on lane 0.
+	 */
+	sreq = rreq = NULL;
+	setenv("MKERNEL_STRIPE_MIN", "3145728", 1);
+	mk_param_reset_all();
+	writes = fake_tp_writes();
+	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq), 0);
+	assert_int_equal(recv_conn(p.r)->lanes_wanted, 0);
+	unsetenv("MKERNEL_STRIPE_MIN");
+	mk_param_reset_all();
+	while (sreq == NULL)
+		assert_int_equal(mk_rdv_isend(p.s, sbuf, big, tag, smr, &sreq), 0);
+	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+	assert_int_equal(got, big);
+	assert_int_equal(fake_tp_writes() - writes, 1 + 1); /* its CTS and one segment */
+	/* a wide receive keeps them read until its data is in, also where a small send fills it */
+	sreq = rreq = NULL;
+	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq), 0);
+	assert_int_equal(recv_conn(p.r)->lanes_wanted, 1);
+	while (sreq == NULL)
+		assert_int_equal(mk_rdv_isend(p.s, sbuf, 100, tag, smr, &sreq), 0);
+	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+	assert_int_equal(got, 100);
+	assert_int_equal(recv_conn(p.r)->lanes_wanted, 0);
+	assert_int_equal(fake_tp_unread_lane_writes(), 0);
+	pair_close_free(&p, smr, rmr, sbuf, rbuf);
 }
 
 static void test_rdv_optional_completion_finishes_early_and_data_still_lands(void **state)
@@ -579,7 +619,7 @@ int main(void)
 		cmocka_unit_test_setup(test_rdv_sequence_wraps_past_2_pow_32, setup),
 		cmocka_unit_test_setup(test_rdv_multi_recv_routes_by_tag_and_looks_ahead, setup),
 		cmocka_unit_test_setup(test_rdv_multi_recv_unknown_tag_is_an_error, setup),
-		cmocka_unit_test_setup(test_rdv_zero_bytes_and_striping, setup),
+		cmocka_unit_test_setup(test_rdv_zero_bytes_striping_and_who_decides, setup),
 		cmocka_unit_test_setup(
 			test_rdv_optional_completion_finishes_early_and_data_still_lands, setup),
 		cmocka_unit_test_setup(

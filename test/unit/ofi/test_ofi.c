@@ -833,6 +833,44 @@ static void test_lanes_poll_takes_turns(void **state)
 	close_pair(&p);
 }
 
+/*
+ * Lanes other than 0 are read only while something may move on them: the consumer's
+ * lanes_wanted (a striped receive announced), ops of ours posted on them, or one poll in
+ * MK_OFI_LANE_SWEEP (64) as a guard. Each idle read is system calls on the socket providers.
+ */
+static void test_lanes_idle_ones_read_only_when_expected(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev[4];
+	int ctx, n, polls;
+	struct pair p;
+
+	open_lanes(&p, 2);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0); /* the first poll is a sweep */
+	mock_cq_push(lane_ep(p.a, 1), NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, 7);
+	assert_int_equal(tp->poll(p.a, ev, 4), 0); /* nobody expects anything on lane 1 */
+	p.a->lanes_wanted = 1;
+	assert_int_equal(tp->poll(p.a, ev, 4), 1);
+	assert_int_equal(ev[0].imm, 7);
+	/* unannounced, the guard sweep still finds it within 64 polls */
+	p.a->lanes_wanted = 0;
+	mock_cq_push(lane_ep(p.a, 1), NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, 8);
+	for (polls = 1; (n = tp->poll(p.a, ev, 4)) == 0; polls++)
+		assert_true(polls < 64);
+	assert_int_equal(n, 1);
+	assert_int_equal(ev[0].imm, 8);
+	/* our own write on lane 1 keeps that lane read until its completion is in */
+	assert_int_equal(tp->poll(p.c, ev, 4), 0);
+	assert_int_equal(tp->write(p.c, 1, region, 64, NULL, 0, &rk, true, 9, &ctx), 0);
+	mock_cq_push(lane_ep(p.c, 1), lane_ep(p.c, 1)->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	assert_int_equal(tp->poll(p.c, ev, 4), 1);
+	assert_int_equal(ev[0].type, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev[0].ctx, &ctx);
+	mock_cq_push(lane_ep(p.c, 1), NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, 10);
+	assert_int_equal(tp->poll(p.c, ev, 4), 0); /* done: lane 1 idle again */
+	close_pair(&p);
+}
+
 /* A listener and a connection to it that asked for lanes (nothing delivered yet). */
 static void listen_and_connect(const char *lanes, struct mk_listener **l, struct mk_conn **c)
 {
@@ -2028,6 +2066,7 @@ int main(void)
 		T(test_lanes_pair_endpoint_by_endpoint),
 		T(test_lanes_write_on_the_named_endpoint),
 		T(test_lanes_poll_takes_turns),
+		T(test_lanes_idle_ones_read_only_when_expected),
 		T(test_lanes_reply_for_another_count_is_dropped),
 		T(test_lanes_open_failure_unwinds),
 		T(test_write_offsets_app_keys_len_in_data),
