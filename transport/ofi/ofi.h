@@ -256,7 +256,7 @@ struct mk_ofi_conn {
 	int nlanes;	/* lanes open (lane 0 first, the others once the peer's count is known) */
 	int poll_first; /* lane whose CQ poll() reads first, rotating so none starves */
 	int side_out;	/* ops posted on lanes other than 0 whose completion is not read */
-	unsigned polls; /* poll() calls: every MK_OFI_LANE_SWEEP-th reads every lane */
+	uint64_t swept_ns;  /* when poll() last read every lane (ofi_data.c) */
 	bool peer_inserted; /* every lane knows the peer's endpoint */
 	enum mk_ofi_conn_state state;
 	int err; /* latched connection error, returned by write/poll */

@@ -510,10 +510,11 @@ static void ofi_check_stall(struct mk_ofi_conn *conn, struct ofi_sink *s, uint64
 }
 
 /*
- * Calls of poll() between reads of lanes nothing is expected on: a guard (an error entry, a
- * stranger's write), cheap at one in 64.
+ * Time between reads of lanes nothing is expected on: a guard (an error entry, a stranger's
+ * write). By time, not by count of polls: a ping-pong of small messages polls every
+ * microsecond or two, and one idle read in 64 polls still cost it 2-6 % over net.
  */
-#define MK_OFI_LANE_SWEEP 64
+#define MK_OFI_LANE_SWEEP_NS 1000000ull
 
 /* One fi_cq_read on one lane; false when the lane had nothing to report. */
 static bool ofi_lane_drain(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, struct ofi_sink *s,
@@ -615,13 +616,16 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	 * idle lane's read costs system calls on the socket providers (two lanes read on every
 	 * call lost 8 B-64 KiB points of the tcp sweep). Everything but striped data travels on
 	 * lane 0, so the others are read only while striped data may come (the consumer's
-	 * lanes_wanted) or go (our ops on them), and on every MK_OFI_LANE_SWEEP-th call for
+	 * lanes_wanted) or go (our ops on them), and once per MK_OFI_LANE_SWEEP_NS for
 	 * anything else. Setup polls lane 0 alone.
 	 */
 	nlanes = 1;
-	if (conn->state == MK_OFI_READY && (conn->base.lanes_wanted > 0 || conn->side_out > 0 ||
-					    conn->polls++ % MK_OFI_LANE_SWEEP == 0))
+	if (conn->state == MK_OFI_READY && conn->nlanes > 1 &&
+	    (conn->base.lanes_wanted > 0 || conn->side_out > 0 ||
+	     now - conn->swept_ns >= MK_OFI_LANE_SWEEP_NS)) {
 		nlanes = conn->nlanes;
+		conn->swept_ns = now;
+	}
 	if (conn->sep != NULL)
 		heard = ofi_sep_drain(conn, &s, nlanes, now);
 	else
