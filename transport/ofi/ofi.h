@@ -109,6 +109,7 @@ struct mk_ofi_dev {
 	bool len_in_data;   /* remote-write length travels in cq data bits 32..63 */
 	size_t quiet_max;   /* writes without an immediate up to this size go quiet (0: none) */
 	size_t split_min;   /* writes with an immediate from this size go in two (0: none) */
+	int lanes;	    /* endpoints a connection it makes stripes over (MKERNEL_OFI_LANES) */
 	size_t inject_max;  /* host writes up to this size go as injects (0: none) */
 	/* lock guards refs, fabric and domain; data ops never take it. */
 	pthread_mutex_t lock;

@@ -189,14 +189,6 @@ static int ofi_lanes_add(struct mk_ofi_conn *conn, int n)
 	return 0;
 }
 
-/* MKERNEL_OFI_LANES, clamped to what a connection can carry. */
-static int ofi_lanes_wanted(void)
-{
-	int64_t n = mk_param_ofi_lanes();
-
-	return n < 1 ? 1 : n > MK_TP_MAX_LANES ? MK_TP_MAX_LANES : (int)n;
-}
-
 static void ofi_conn_free(struct mk_ofi_conn *conn);
 
 static int ofi_conn_create(int dev, int nlanes, enum mk_ofi_sep_role role, struct mk_ofi_conn **out)
@@ -653,6 +645,7 @@ int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_le
 {
 	struct mk_ofi_handle h;
 	struct mk_ofi_conn *conn;
+	struct mk_ofi_dev *d;
 	int rc;
 
 	*out = NULL;
@@ -661,7 +654,10 @@ int mk_ofi_connect(int dev, const void *handle, const void *blob, size_t blob_le
 	rc = mk_ofi_handle_decode(handle, &h);
 	if (rc)
 		return rc;
-	rc = ofi_conn_create(dev, ofi_lanes_wanted(), MK_OFI_SEP_CONNECTS, &conn);
+	d = mk_ofi_dev_at(dev);
+	if (d == NULL)
+		return -ENODEV;
+	rc = ofi_conn_create(dev, d->lanes, MK_OFI_SEP_CONNECTS, &conn);
 	if (rc)
 		return rc;
 	rc = ofi_insert_peer(conn, 0, h.addr, h.addrlen);

@@ -324,6 +324,20 @@ static size_t ofi_split_min(const struct mk_ofi_dev *d, const char *prov)
 	return (size_t)v > MK_OFI_SPLIT_TAIL ? (size_t)v : MK_OFI_SPLIT_TAIL + 1;
 }
 
+/*
+ * MKERNEL_OFI_LANES, clamped; -1 (the default) is the device's choice: two on the socket
+ * providers, where a second socket carries half of every large message (4-16 MiB 1.1-1.4x,
+ * small messages within 1-3 %: docs/benchmarks.md, section 1), one elsewhere.
+ */
+static int ofi_lanes(const char *prov)
+{
+	long long n = mk_param_ofi_lanes();
+
+	if (n < 0)
+		n = ofi_prov_sockets(prov) ? 2 : 1;
+	return n < 1 ? 1 : n > MK_TP_MAX_LANES ? MK_TP_MAX_LANES : (int)n;
+}
+
 static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, bool hmem)
 {
 	const long long inject = mk_param_ofi_inject(); /* MKERNEL_OFI_INJECT: 1 shm, 2 all */
@@ -373,6 +387,7 @@ static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, boo
 				? d->info->tx_attr->inject_size
 				: 0;
 	d->split_min = ofi_split_min(d, prov);
+	d->lanes = ofi_lanes(prov);
 	d->next_key = 1;
 	pthread_mutex_init(&d->lock, NULL);
 	ofi_fill_props(d, hmem);

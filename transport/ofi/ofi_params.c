@@ -20,10 +20,10 @@ MK_PARAM_INT(ofi_speed_mbps, "ofi", "MKERNEL_OFI_SPEED_MBPS", 0,
 MK_PARAM_INT(ofi_progress_thread, "ofi", "MKERNEL_OFI_PROGRESS_THREAD", 0,
 	     "1: one thread per connection drives the provider's progress (tcp/net/shm copy the "
 	     "bytes there), for hosts with spare cores; 0: progress only inside the caller's polls")
-MK_PARAM_INT(ofi_lanes, "ofi", "MKERNEL_OFI_LANES", 1,
+MK_PARAM_INT(ofi_lanes, "ofi", "MKERNEL_OFI_LANES", -1,
 	     "endpoints (lanes) one connection stripes over, each with its own CQ; messages above "
 	     "MKERNEL_STRIPE_MIN are split across them (1..16; the accepting side follows the "
-	     "connecting side)")
+	     "connecting side); -1 the device's choice: 2 on tcp;ofi_rxm and net, 1 elsewhere")
 MK_PARAM_INT(ofi_inject, "ofi", "MKERNEL_OFI_INJECT", 1,
 	     "writes from host memory up to the provider's inject size as fi_inject_write, their "
 	     "completion made at the post instead of read from the CQ: 1 on shm (4 KiB), 2 on "

@@ -39,8 +39,12 @@ static int setup(void **state)
 {
 	mock_reset();
 	clear_env();
-	/* most tests here are of an endpoint per connection; the sharing tests set their mode */
+	/*
+	 * most tests here are of an endpoint per connection and one lane; the sharing and lanes
+	 * tests set their own
+	 */
 	setenv("MKERNEL_OFI_SHARED_EP", "0", 1);
+	setenv("MKERNEL_OFI_LANES", "1", 1);
 	mk_ofi_lib_override(&mock_lib);
 	return 0;
 }
@@ -873,6 +877,32 @@ static void test_lanes_idle_ones_read_only_when_expected(void **state)
 	mock_cq_push(lane_ep(p.c, 1), NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, 10);
 	assert_int_equal(tp->poll(p.c, ev, 4), 0); /* done: lane 1 idle again */
 	close_pair(&p);
+}
+
+/* Unset, the lanes are the device's choice: two on the socket providers, one elsewhere. */
+static void test_lanes_default_per_provider(void **state)
+{
+	uint8_t handle[MK_TP_HANDLE_MAX];
+	struct mk_listener *l;
+	struct mk_conn *c;
+
+	set_env("MKERNEL_OFI_PROVIDER", "net");
+	unsetenv("MKERNEL_OFI_LANES");
+	mk_param_reset_all();
+	mock_info_add("net", "eth0", 0, 8);
+	init_ok(1);
+	assert_int_equal(tp->listen(0, handle, &l), 0);
+	assert_int_equal(tp->connect(0, handle, NULL, 0, &c), 0);
+	assert_int_equal(mock.ep_live, 1 + 2); /* the listener's lane 0 + our two */
+	assert_int_equal(c->nlanes, 2);
+	assert_int_equal(tp->close(c), 0);
+	assert_int_equal(tp->close_listen(l), 0);
+	tp->fini();
+	mock_reset();
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
+	init_ok(1);
+	assert_int_equal(mk_ofi_dev_at(0)->lanes, 1);
 }
 
 /* A listener and a connection to it that asked for lanes (nothing delivered yet). */
@@ -2071,6 +2101,7 @@ int main(void)
 		T(test_lanes_write_on_the_named_endpoint),
 		T(test_lanes_poll_takes_turns),
 		T(test_lanes_idle_ones_read_only_when_expected),
+		T(test_lanes_default_per_provider),
 		T(test_lanes_reply_for_another_count_is_dropped),
 		T(test_lanes_open_failure_unwinds),
 		T(test_write_offsets_app_keys_len_in_data),
