@@ -153,20 +153,24 @@ int mk_ofi_sep_count(int *conns);
  * connecting pair (setup below accepts from the me lower ranks and connects to the rest). An
  * endpoint per connection (a silent fall back) fails here.
  */
-static void shared_check(void)
+static void shared_check(const struct rank *r)
 {
 	const char *on = getenv("MKERNEL_OFI_SHARED_EP");
 	const char *prov = getenv("MKERNEL_OFI_PROVIDER");
 	int mode = on == NULL || *on == '\0' ? 2 : atoi(on);
-	int conns = 0, eps, sets, accepted = me, connected = nranks - 1 - me;
+	int conns = 0, eps, sets, lanes = 1, accepted = me, connected = nranks - 1 - me;
 
 	if (mode == 0 || (prov != NULL && strcmp(prov, "shm") == 0))
 		return;
 	sets = mode == 1 ? 1 : accepted > connected ? accepted : connected;
+	/* a set holds an endpoint per lane (two by default on the socket providers) */
+	for (int p = 0; p < nranks; p++)
+		if (r->peers[p].conn != NULL)
+			lanes = r->peers[p].conn->nlanes;
 	eps = mk_ofi_sep_count(&conns);
-	expect(eps == sets && conns == nranks - 1,
-	       "%d shared endpoints with %d connections (want %d with %d)", eps, conns, sets,
-	       nranks - 1);
+	expect(eps == sets * lanes && conns == nranks - 1,
+	       "%d shared endpoints with %d connections (want %d with %d)", eps, conns,
+	       sets * lanes, nranks - 1);
 }
 
 /* Connect to every other rank as a comm does: listen for lower ranks, connect to higher. */
@@ -221,7 +225,7 @@ static void setup(struct rank *r)
 		       "peer blob of %zu bytes", r->peers[p].conn->peer_blob_len);
 		memcpy(&r->peers[p].heap, r->peers[p].conn->peer_blob, sizeof(struct mk_rkey));
 	}
-	shared_check();
+	shared_check(r);
 }
 
 static void proxy_up(struct rank *r, int nthreads)
