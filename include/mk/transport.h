@@ -75,6 +75,8 @@ struct mk_dev_props {
 				     * well where MKERNEL_EAGER_BYTES is not set (0: no limit) */
 	int cq_read_rearms;	    /* 1: a poll() re-arms the provider's wakeup, so the next
 				     * completion pays a system call pair: poll only to wait */
+	uint32_t stripe_min;	    /* the size above which messages are striped over the lanes
+				     * where MKERNEL_STRIPE_MIN is not set (0: the core's default) */
 	int fused[MK_TP_MAX_FUSED]; /* their indexes */
 };
 

@@ -144,6 +144,7 @@ static int fake_dev_props(int dev, struct mk_dev_props *p)
 	p->rma_lands_unpolled = !fake_tp_faults.needs_poll; /* memcpy at post time */
 	p->eager_bytes = fake_tp_faults.eager_bytes;
 	p->cts_batch = fake_tp_faults.cts_batch;
+	p->stripe_min = fake_tp_faults.stripe_min;
 	p->cq_read_rearms = fake_tp_faults.cq_read_rearms;
 	return 0;
 }

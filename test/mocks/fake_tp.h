@@ -32,6 +32,7 @@ struct fake_tp_faults {
 	int poll_reads_clock; /* poll() reads the clock once and leaves it in polled_ns, as ofi */
 	unsigned eager_bytes; /* the devices' preferred eager size (props.eager_bytes), 0: none */
 	unsigned cts_batch;   /* the devices' held-CTS batch (props.cts_batch), 0: none */
+	unsigned stripe_min;  /* the devices' striping threshold (props.stripe_min), 0: none */
 	int cq_read_rearms;   /* props.cq_read_rearms, as the socket providers report */
 };
 

@@ -13,8 +13,9 @@ MK_PARAM_INT(
 	"1: share registrations of overlapping page ranges (refcounted); 0: register every call")
 MK_PARAM_INT(dump_params, "core", "MKERNEL_DUMP_PARAMS", 0,
 	     "1: log every parameter with its effective value and source at init")
-MK_PARAM_INT(stripe_min, "core", "MKERNEL_STRIPE_MIN", 131072,
-	     "bytes above which a message is striped over a connection's lanes (128-B aligned)")
+MK_PARAM_INT(stripe_min, "core", "MKERNEL_STRIPE_MIN", -1,
+	     "bytes above which a message is striped over a connection's lanes (128-B aligned); "
+	     "-1 the device's choice: 1 MiB on tcp;ofi_rxm and net, 128 KiB elsewhere")
 MK_PARAM_INT(
 	eager_bytes, "core", "MKERNEL_EAGER_BYTES", -1,
 	"largest message sent without waiting for the receiver's clear-to-send, through bounce "

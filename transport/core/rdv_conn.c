@@ -152,6 +152,19 @@ struct mk_rdv_blob mk_rdv_conn_blob(const struct mk_rdv_conn_state *cs)
 	};
 }
 
+/* MKERNEL_STRIPE_MIN, or where unset (-1) the device's choice, else the core's default. */
+static size_t rdv_stripe_min(struct mk_conn *conn)
+{
+	int64_t v = mk_param_stripe_min();
+	struct mk_dev_props props;
+
+	if (v < 0)
+		v = conn->ops->dev_props(conn->dev, &props) == 0 && props.stripe_min != 0
+			    ? props.stripe_min
+			    : MK_RDV_STRIPE_MIN_DEFAULT;
+	return (size_t)v;
+}
+
 int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, struct mk_rdv_blob *peer)
 {
 	int64_t share = mk_param_poll_share_ns();
@@ -163,6 +176,7 @@ int mk_rdv_conn_finish(struct mk_rdv_conn_state *cs, struct mk_conn *conn, struc
 	cs->now_ns = mk_now_ns();
 	cs->polls_shared = 0;
 	cs->share_ns = share > 0 ? (uint64_t)share : 0;
+	cs->stripe_min = rdv_stripe_min(conn);
 	if (conn->peer_blob_len < sizeof(*peer))
 		return -EPROTO;
 	memcpy(peer, conn->peer_blob, sizeof(*peer));

@@ -58,6 +58,9 @@ static inline void *mk_rdv_probe_src(const struct mk_rdv_region *r)
 	return (char *)r->base + r->len - 64;
 }
 
+/* Striped above this where neither MKERNEL_STRIPE_MIN nor the device says (dev_props) */
+#define MK_RDV_STRIPE_MIN_DEFAULT 131072
+
 struct mk_rdv_conn_state {
 	struct mk_conn *conn;
 	struct mk_rdv_region region;
@@ -85,6 +88,7 @@ struct mk_rdv_conn_state {
 	 */
 	uint64_t now_ns;
 	uint32_t quiet_reads; /* reads that heard nothing since the clock was last read */
+	size_t stripe_min; /* messages above it are striped (MKERNEL_STRIPE_MIN or the device's) */
 };
 
 /* A scratch region of len bytes (rounded to pages) registered on (ops, dev). 0 or -errno. */

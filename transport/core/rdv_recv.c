@@ -359,7 +359,7 @@ int mk_rdv_irecv(struct mk_rdv_comm *comm, int n, void **data, const size_t *siz
 	req->wide = false;
 	for (int i = 0; i < n; i++) {
 		/* what the sender stripes over the lanes (send_nseg), and only that */
-		bool wide = c->nlanes > 1 && sizes[i] > (size_t)mk_param_stripe_min();
+		bool wide = c->nlanes > 1 && sizes[i] > r->cs.stripe_min;
 
 		req->wide |= wide;
 		cts[i] = (struct mk_rdv_cts){

@@ -243,15 +243,16 @@ static void send_consume(struct mk_rdv_send *s, uint32_t seq, unsigned idx)
 }
 
 /* Segments of a send: one per lane where the receiver reads every lane for it, else one. */
-static unsigned send_nseg(const struct mk_conn *c, size_t size, const struct mk_rdv_cts *cts,
+static unsigned send_nseg(const struct mk_rdv_send *s, size_t size, const struct mk_rdv_cts *cts,
 			  size_t *chunk)
 {
+	const struct mk_conn *c = s->cs.conn;
 	unsigned lanes = c->nlanes > 1 ? (unsigned)c->nlanes : 1;
 	unsigned nseg = 1;
 
 	if (lanes > MK_RDV_MAX_SEGS)
 		lanes = MK_RDV_MAX_SEGS;
-	if (lanes > 1 && (cts->flags & MK_RDV_CTS_WIDE) && size > (size_t)mk_param_stripe_min())
+	if (lanes > 1 && (cts->flags & MK_RDV_CTS_WIDE) && size > s->cs.stripe_min)
 		nseg = lanes;
 	*chunk = MK_ALIGN_UP((size + nseg - 1) / nseg, (size_t)MK_RDV_CHUNK_ALIGN);
 	if (*chunk == 0) {
@@ -362,7 +363,7 @@ int mk_rdv_isend(struct mk_rdv_comm *comm, void *data, size_t size, int tag, str
 	req->seq = seq;
 	req->idx = idx;
 	req->trunc = size > cts->size;
-	req->nseg = req->trunc ? 1 : send_nseg(s->cs.conn, size, cts, &req->chunk);
+	req->nseg = req->trunc ? 1 : send_nseg(s, size, cts, &req->chunk);
 	if (req->trunc) {
 		req->chunk = 0;
 		MK_WARN("isend: %zu bytes do not fit the peer's %llu-byte receive (tag %d)", size,

@@ -291,10 +291,15 @@ static void test_rdv_multi_recv_unknown_tag_is_an_error(void **state)
 	pair_close(&p);
 }
 
-/* The transport connection under a receive comm (its lanes_wanted). */
+/* The connection state of a receive comm, and the transport connection under it. */
+static struct mk_rdv_conn_state *recv_cs(struct mk_rdv_comm *r)
+{
+	return &container_of(r, struct mk_rdv_recv, head)->cs;
+}
+
 static struct mk_conn *recv_conn(struct mk_rdv_comm *r)
 {
-	return container_of(r, struct mk_rdv_recv, head)->cs.conn;
+	return recv_cs(r)->conn;
 }
 
 static void test_rdv_zero_bytes_striping_and_who_decides(void **state)
@@ -334,18 +339,16 @@ static void test_rdv_zero_bytes_striping_and_who_decides(void **state)
 	assert_int_equal(fake_tp_unread_lane_writes(), 0);
 	assert_int_equal(recv_conn(p.r)->lanes_wanted, 0);
 	/*
-	 * The receiver decides: a receive of at most its MKERNEL_STRIPE_MIN leaves the other
-	 * lanes unread and its CTS says so; a sender that would stripe the message (a smaller
-	 * threshold of its own) sends it in one segment on lane 0.
+	 * The receiver decides: a receive of at most its threshold leaves the other lanes unread
+	 * and its CTS says so; a sender that would stripe the message (a smaller threshold of its
+	 * own, 128 KiB here) sends it in one segment on lane 0.
 	 */
 	sreq = rreq = NULL;
-	setenv("MKERNEL_STRIPE_MIN", "3145728", 1);
-	mk_param_reset_all();
+	recv_cs(p.r)->stripe_min = big;
 	writes = fake_tp_writes();
 	assert_int_equal(mk_rdv_irecv(p.r, 1, &d, &cap, &tag, &rmr, false, &rreq), 0);
 	assert_int_equal(recv_conn(p.r)->lanes_wanted, 0);
-	unsetenv("MKERNEL_STRIPE_MIN");
-	mk_param_reset_all();
+	recv_cs(p.r)->stripe_min = 131072;
 	while (sreq == NULL)
 		assert_int_equal(mk_rdv_isend(p.s, sbuf, big, tag, smr, &sreq), 0);
 	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
@@ -360,6 +363,54 @@ static void test_rdv_zero_bytes_striping_and_who_decides(void **state)
 	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
 	assert_int_equal(got, 100);
 	assert_int_equal(recv_conn(p.r)->lanes_wanted, 0);
+	assert_int_equal(fake_tp_unread_lane_writes(), 0);
+	pair_close_free(&p, smr, rmr, sbuf, rbuf);
+}
+
+/* Segments (writes after the CTS) of one size-byte send into a receive of cap bytes. */
+static int segments_of(struct pair *p, char *sbuf, struct mk_mr *smr, char *rbuf, struct mk_mr *rmr,
+		       size_t size, size_t cap)
+{
+	struct mk_rdv_req *sreq = NULL, *rreq = NULL;
+	void *d = rbuf;
+	size_t got = 0;
+	int tag = 0, writes = fake_tp_writes();
+
+	assert_int_equal(mk_rdv_irecv(p->r, 1, &d, &cap, &tag, &rmr, false, &rreq), 0);
+	while (sreq == NULL)
+		assert_int_equal(mk_rdv_isend(p->s, sbuf, size, tag, smr, &sreq), 0);
+	assert_int_equal(wait_both(sreq, rreq, &got, NULL), 0);
+	assert_int_equal(got, size);
+	return fake_tp_writes() - writes - 1;
+}
+
+/*
+ * Where MKERNEL_STRIPE_MIN is unset the device says where striping starts (the socket
+ * providers: 1 MiB); where it is set, it wins over the device.
+ */
+static void test_rdv_stripe_min_device_choice(void **state)
+{
+	size_t cap = (size_t)3 << 20;
+	char *sbuf = calloc(1, cap), *rbuf = calloc(1, cap);
+	struct mk_mr *smr, *rmr;
+	struct pair p;
+
+	fake_tp_faults.nlanes = 2;
+	fake_tp_faults.stripe_min = 1u << 20;
+	pair_open(&p);
+	smr = reg(p.s, sbuf, cap);
+	rmr = reg(p.r, rbuf, cap);
+	assert_int_equal(segments_of(&p, sbuf, smr, rbuf, rmr, (size_t)1 << 20, cap), 1);
+	assert_int_equal(segments_of(&p, sbuf, smr, rbuf, rmr, (size_t)2 << 20, cap), 2);
+	pair_close_free(&p, smr, rmr, sbuf, rbuf);
+	setenv("MKERNEL_STRIPE_MIN", "131072", 1);
+	mk_param_reset_all();
+	sbuf = calloc(1, cap);
+	rbuf = calloc(1, cap);
+	pair_open(&p);
+	smr = reg(p.s, sbuf, cap);
+	rmr = reg(p.r, rbuf, cap);
+	assert_int_equal(segments_of(&p, sbuf, smr, rbuf, rmr, (size_t)1 << 20, cap), 2);
 	assert_int_equal(fake_tp_unread_lane_writes(), 0);
 	pair_close_free(&p, smr, rmr, sbuf, rbuf);
 }
@@ -620,6 +671,7 @@ int main(void)
 		cmocka_unit_test_setup(test_rdv_multi_recv_routes_by_tag_and_looks_ahead, setup),
 		cmocka_unit_test_setup(test_rdv_multi_recv_unknown_tag_is_an_error, setup),
 		cmocka_unit_test_setup(test_rdv_zero_bytes_striping_and_who_decides, setup),
+		cmocka_unit_test_setup(test_rdv_stripe_min_device_choice, setup),
 		cmocka_unit_test_setup(
 			test_rdv_optional_completion_finishes_early_and_data_still_lands, setup),
 		cmocka_unit_test_setup(

@@ -228,7 +228,8 @@ static void test_props_filled(void **state)
 	assert_int_equal(p.eager_bytes, 65536);
 	assert_int_equal(p.cts_batch, 32);
 	assert_int_equal(p.eager_write_max, 0);
-	assert_int_equal(p.cq_read_rearms, 1); /* each fi_cq_read re-arms the wakeup socket */
+	assert_int_equal(p.cq_read_rearms, 1);	  /* each fi_cq_read re-arms the wakeup socket */
+	assert_int_equal(p.stripe_min, 1u << 20); /* two lanes here: striped above 1 MiB */
 	assert_int_equal(tp->dev_props(1, &p), -ENODEV);
 }
 
@@ -250,6 +251,7 @@ static void test_props_shm_keeps_the_core_eager_size(void **state)
 	assert_int_equal(p.eager_bytes, 65536);
 	assert_int_equal(p.cts_batch, 32);
 	assert_int_equal(p.cq_read_rearms, 1);
+	assert_int_equal(p.stripe_min, 1u << 20);
 	backend_restart();
 	set_env("MKERNEL_OFI_PROVIDER", "shm");
 	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
@@ -259,6 +261,7 @@ static void test_props_shm_keeps_the_core_eager_size(void **state)
 	assert_int_equal(p.cts_batch, 0);
 	assert_int_equal(p.eager_write_max, 8192); /* header and payload within 8 KiB */
 	assert_int_equal(p.cq_read_rearms, 0);
+	assert_int_equal(p.stripe_min, 0); /* the core's */
 	unsetenv("MKERNEL_OFI_PROVIDER");
 	mk_param_reset_all();
 }
