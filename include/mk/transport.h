@@ -144,10 +144,11 @@ struct mk_conn {
 	 */
 	uint64_t polled_ns;
 	/*
-	 * Set by the consumer: receives it announced as striped (MK_RDV_CTS_WIDE) whose data
-	 * has not all landed. A backend whose CQ read costs system calls even when idle (the
-	 * socket providers) reads lanes other than 0 only while this, or ops of its own on them,
-	 * say something may arrive there: every other message travels on lane 0.
+	 * Set by the consumer: how much it expects on lanes other than 0 (the rendezvous core:
+	 * its striped receives whose data has not all landed; the proxy: 1, as its GPU commands
+	 * name lanes unannounced). A backend whose CQ read costs system calls even when idle (the
+	 * socket providers) reads those lanes only while this, or ops of its own on them, say
+	 * something may arrive there.
 	 */
 	uint32_t lanes_wanted;
 };

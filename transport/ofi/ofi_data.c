@@ -4,8 +4,8 @@
  * remote CQ data), read, and poll(), which is also what makes manual-progress providers move
  * data at the target. A write or read goes out on the lane the caller names; poll() reads lane
  * 0's CQ, and the others' while striped data may move on them, starting with a different one
- * each call. Nothing here allocates or blocks; op
- * contexts come from a fixed per-connection pool and a full pool or queue is -EAGAIN.
+ * each call. Nothing here allocates or blocks; op contexts come from a fixed per-connection
+ * pool and a full pool or queue is -EAGAIN.
  */
 #include <pthread.h>
 #include <string.h>
