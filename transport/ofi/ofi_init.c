@@ -267,9 +267,9 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	 */
 	p->cts_batch = sockets ? 32 : 0;
 	/*
-	 * With two lanes there (ofi_lanes), 256-512 KiB messages ran 0.7-0.9x striped in two
-	 * and 1 MiB with one in flight 0.83-0.96x; unstriped up to 1 MiB they ran as on one lane
-	 * while 4-16 MiB kept 1.1-1.3x (docs/benchmarks.md, section 1).
+	 * With two lanes there (ofi_lanes), 256 KiB messages ran 0.69-0.89x striped in two and
+	 * 1 MiB with one in flight 0.85x; unstriped up to 1 MiB they ran as on one lane while
+	 * 4-16 MiB kept 1.1-1.3x (docs/benchmarks.md, section 1).
 	 */
 	p->stripe_min = sockets ? 1u << 20 : 0;
 	/*
