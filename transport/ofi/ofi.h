@@ -226,6 +226,20 @@ struct mk_ofi_op {
 };
 
 /*
+ * Completions a lane's progress thread has read, oldest first: the thread alone advances tail,
+ * poll() alone head (free-running counts; an entry is e[count % MK_OFI_RING]).
+ */
+#define MK_OFI_RING 256
+struct mk_ofi_ring_ent {
+	struct fi_cq_data_entry ent; /* an error entry: op_context and flags only */
+	int status;		     /* 0, or the error of an error entry */
+};
+struct mk_ofi_ring {
+	unsigned head, tail;
+	struct mk_ofi_ring_ent e[MK_OFI_RING];
+};
+
+/*
  * One endpoint of a connection with its own CQ and AV: lanes share nothing in the provider, so
  * polling one never waits on another's lock, and a message striped over them moves on as many
  * provider connections (sockets on tcp) at once.
@@ -243,6 +257,8 @@ struct mk_ofi_lane {
 	size_t addrlen;
 	pthread_t progress; /* MKERNEL_OFI_PROGRESS_THREAD: this lane's own */
 	bool progress_on;
+	/* what that thread read of the CQ, for poll() (ofi_progress.c); NULL: poll() reads */
+	struct mk_ofi_ring *ring;
 };
 
 enum mk_ofi_conn_state {
@@ -311,9 +327,10 @@ struct mk_ofi_conn {
 	int q_head, q_len, q_cap;
 	struct mk_ofi_op ctrl_op; /* context of setup sends on sep */
 	/*
-	 * MKERNEL_OFI_PROGRESS_THREAD: a thread per lane that only drives the provider's progress
-	 * (fi_cq_read of zero entries; the domain is FI_THREAD_SAFE), so socket copies run beside
-	 * the caller's thread and writes land while nobody polls. Completions stay with poll().
+	 * MKERNEL_OFI_PROGRESS_THREAD: a thread per lane drives the provider's progress (the
+	 * domain is FI_THREAD_SAFE), so socket copies run beside the caller's thread and writes
+	 * land while nobody polls; on endpoints of the connection's own it also reads the
+	 * completions into the lane's ring (ofi_progress.c).
 	 */
 	int progress_stop;
 	int inflight;
@@ -505,6 +522,11 @@ int mk_ofi_poll(struct mk_conn *c, struct mk_event *ev, int max);
  * the latched connection error when there are none.
  */
 int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max);
+/*
+ * Reads one error entry of cq into *err and logs it once: its status (a negative errno), or 0
+ * when there was none after all.
+ */
+int mk_ofi_cq_err_read(struct mk_ofi_conn *conn, struct fid_cq *cq, struct fi_cq_err_entry *err);
 
 /* shm only (ofi_shm.c); each is a no-op returning 0 on other providers */
 bool mk_ofi_is_shm(const struct mk_ofi_dev *d);
@@ -533,7 +555,12 @@ int mk_ofi_peer_gone(struct mk_ofi_conn *conn, uint64_t now);
  * in this process or another): inserting it would reach a region that no longer exists.
  */
 int mk_ofi_shm_peer_present(const struct mk_ofi_conn *conn, const void *addr, size_t len);
+
+/* ---- progress threads (ofi_progress.c) ---- */
+
+/* Starts a lane's thread per lane where MKERNEL_OFI_PROGRESS_THREAD asks; stop joins them. */
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);
+void mk_ofi_progress_stop(struct mk_ofi_conn *conn);
 
 /*
  * Provider calls that may wait on a lock a shm peer holds (ofi_guard.c): on a connection to a

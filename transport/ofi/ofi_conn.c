@@ -10,7 +10,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -263,37 +262,6 @@ undo_conn:
 	return rc;
 }
 
-static void *ofi_progress_main(void *arg)
-{
-	struct mk_ofi_lane *lane = arg;
-
-	while (!__atomic_load_n(&lane->conn->progress_stop, __ATOMIC_ACQUIRE) &&
-	       !lane->conn->wedged) {
-		/* progress only: completions stay queued */
-		mk_ofi_guarded_cq_read(lane->conn, lane->cq, NULL, 0, mk_now_ns());
-		sched_yield();
-	}
-	return NULL;
-}
-
-void mk_ofi_progress_start(struct mk_ofi_conn *conn)
-{
-	if (!mk_param_ofi_progress_thread())
-		return;
-	conn->progress_stop = 0;
-	for (int i = 0; i < conn->nlanes; i++) {
-		struct mk_ofi_lane *lane = &conn->lanes[i];
-
-		if (lane->progress_on)
-			continue;
-		if (pthread_create(&lane->progress, NULL, ofi_progress_main, lane) == 0)
-			lane->progress_on = true;
-		else
-			MK_WARN_ONCE("ofi: %s: no progress thread (%s); progress stays in poll()",
-				     conn->dev->props.name, strerror(errno));
-	}
-}
-
 /* Wedged connections stay referenced: kept on purpose, not leaked. */
 static pthread_mutex_t ofi_wedged_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mk_ofi_conn *ofi_wedged[64];
@@ -312,13 +280,7 @@ static int ofi_conn_close_all(struct mk_ofi_conn *conn)
 {
 	int rc = 0, r;
 
-	__atomic_store_n(&conn->progress_stop, 1, __ATOMIC_RELEASE);
-	for (int i = 0; i < conn->nlanes; i++) {
-		if (conn->lanes[i].progress_on) {
-			pthread_join(conn->lanes[i].progress, NULL);
-			conn->lanes[i].progress_on = false;
-		}
-	}
+	mk_ofi_progress_stop(conn);
 	mk_ofi_peer_unwatch(conn);
 	if (conn->sep != NULL) {
 		/* the endpoints are the device's; conn may outlive this call (parked) */

@@ -449,21 +449,27 @@ static void ofi_entry_failed(struct mk_ofi_conn *conn, struct ofi_sink *s, void 
 	ofi_op_done(conn, s, container_of(op_context, struct mk_ofi_op, ctx), status);
 }
 
+int mk_ofi_cq_err_read(struct mk_ofi_conn *conn, struct fid_cq *cq, struct fi_cq_err_entry *err)
+{
+	char buf[128];
+
+	if (fi_cq_readerr(cq, err, 0) != 1)
+		return 0;
+	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
+		     mk_ofi.lib->strerror(err->err),
+		     fi_cq_strerror(cq, err->prov_errno, err->err_data, buf, sizeof(buf)));
+	/* shm on 1.17 reports some errors already negated */
+	return err->err > 0 ? -err->err : err->err < 0 ? err->err : -EIO;
+}
+
 /* Reads one error entry; false when it was not this connection's (a shared CQ routed it on). */
 static bool ofi_entry_err(struct mk_ofi_conn *conn, struct fid_cq *cq, struct ofi_sink *s)
 {
 	struct fi_cq_err_entry err = { 0 };
-	char buf[128];
-	ssize_t rc = fi_cq_readerr(cq, &err, 0);
-	int status;
+	int status = mk_ofi_cq_err_read(conn, cq, &err);
 
-	if (rc != 1)
+	if (status == 0)
 		return true; /* as without sharing: an error entry counts as heard */
-	/* shm on 1.17 reports some errors already negated */
-	status = err.err > 0 ? -err.err : err.err < 0 ? err.err : -EIO;
-	MK_WARN_ONCE("ofi: %s completion error: %s (provider: %s)", conn->dev->props.name,
-		     mk_ofi.lib->strerror(err.err),
-		     fi_cq_strerror(cq, err.prov_errno, err.err_data, buf, sizeof(buf)));
 	if (conn->sep != NULL) {
 		/* a shared CQ: the entry may be another connection's (ofi_sep.c routes it) */
 		struct fi_cq_data_entry e = { .op_context = err.op_context, .flags = err.flags };
@@ -553,6 +559,33 @@ static bool ofi_lane_drain(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, s
 }
 
 /*
+ * A lane whose progress thread reads its CQ (ofi_progress.c): what the thread put in the ring,
+ * oldest first, as far as the caller has room; no provider call. True when anything was taken.
+ */
+static bool ofi_ring_drain(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, struct ofi_sink *s,
+			   uint64_t now)
+{
+	struct mk_ofi_ring *r = lane->ring;
+	unsigned head = r->head; /* ours alone */
+	unsigned tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+
+	if (head == tail)
+		return false;
+	while (head != tail && ofi_room(conn, s) > 0) {
+		const struct mk_ofi_ring_ent *e = &r->e[head % MK_OFI_RING];
+
+		if (e->status == 0)
+			ofi_entry(conn, s, &e->ent);
+		else
+			ofi_entry_failed(conn, s, e->ent.op_context, e->ent.flags, e->status);
+		head++;
+	}
+	__atomic_store_n(&r->head, head, __ATOMIC_RELEASE);
+	conn->last_cq_ns = now;
+	return true;
+}
+
+/*
  * A connection on shared endpoints: under the endpoints' lock, first what other pollers kept for
  * it (oldest first), then, once that is all out, the lanes' CQs, handing other connections'
  * entries on (ofi_sep.c). True when something of this connection's was handled.
@@ -621,17 +654,21 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 	 */
 	nlanes = 1;
 	if (conn->state == MK_OFI_READY && conn->nlanes > 1 &&
-	    (conn->base.lanes_wanted > 0 || conn->side_out > 0 ||
+	    (conn->base.lanes_wanted > 0 || conn->side_out > 0 || conn->lanes[0].ring != NULL ||
 	     now - conn->swept_ns >= MK_OFI_LANE_SWEEP_NS)) {
+		/* (a ring costs no system call to look at: with progress threads, every lane) */
 		nlanes = conn->nlanes;
 		conn->swept_ns = now;
 	}
 	if (conn->sep != NULL)
 		heard = ofi_sep_drain(conn, &s, nlanes, now);
 	else
-		for (int k = 0; k < nlanes && !conn->wedged; k++)
-			heard |= ofi_lane_drain(conn, &conn->lanes[(conn->poll_first + k) % nlanes],
-						&s, now);
+		for (int k = 0; k < nlanes && !conn->wedged; k++) {
+			struct mk_ofi_lane *lane = &conn->lanes[(conn->poll_first + k) % nlanes];
+
+			heard |= lane->ring != NULL ? ofi_ring_drain(conn, lane, &s, now)
+						    : ofi_lane_drain(conn, lane, &s, now);
+		}
 	if (++conn->poll_first >= nlanes)
 		conn->poll_first = 0;
 	if (heard)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Mock libfabric: the library table and fake fabric/domain/cq/av/ep/mr objects (see ofi_mock.h). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,30 +207,59 @@ static void *fake(size_t size, size_t fclass, int *live)
 	return f;
 }
 
+/*
+ * The CQs are the one part of the mock two threads use at once (a progress thread reads while
+ * the test pushes), so their reads and pushes take this lock, as a FI_THREAD_SAFE domain's do.
+ */
+static pthread_mutex_t mock_cq_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static ssize_t m_cq_read(struct fid_cq *cq, void *buf, size_t count)
 {
 	struct mock_cq *m = cq->fid.context;
 	struct fi_cq_data_entry *out = buf;
 	size_t n = 0;
+	ssize_t rc;
 
-	if (m->nerr > 0)
-		return -FI_EAVAIL;
+	pthread_mutex_lock(&mock_cq_lock);
+	if (m->nerr > 0) {
+		rc = -FI_EAVAIL;
+		goto out;
+	}
 	while (n < count && m->head != m->tail) {
 		out[n++] = m->ent[m->head];
 		m->head = (m->head + 1) % MOCK_CQ_DEPTH;
 	}
-	return n > 0 ? (ssize_t)n : -FI_EAGAIN;
+	rc = n > 0 ? (ssize_t)n : -FI_EAGAIN;
+out:
+	pthread_mutex_unlock(&mock_cq_lock);
+	return rc;
 }
 
 static ssize_t m_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags)
 {
 	struct mock_cq *m = cq->fid.context;
+	ssize_t rc = 1;
 
-	if (m->nerr == 0)
-		return -FI_EAGAIN;
-	*buf = m->err[0];
-	memmove(m->err, m->err + 1, (size_t)(--m->nerr) * sizeof(m->err[0]));
-	return 1;
+	pthread_mutex_lock(&mock_cq_lock);
+	if (m->nerr == 0) {
+		rc = -FI_EAGAIN;
+	} else {
+		*buf = m->err[0];
+		memmove(m->err, m->err + 1, (size_t)(--m->nerr) * sizeof(m->err[0]));
+	}
+	pthread_mutex_unlock(&mock_cq_lock);
+	return rc;
+}
+
+int mock_cq_pending(struct mock_ep *ep)
+{
+	struct mock_cq *m = ep->cq;
+	int n;
+
+	pthread_mutex_lock(&mock_cq_lock);
+	n = (m->tail - m->head + MOCK_CQ_DEPTH) % MOCK_CQ_DEPTH + m->nerr;
+	pthread_mutex_unlock(&mock_cq_lock);
+	return n;
 }
 
 static const char *m_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data, char *buf,
@@ -507,6 +537,7 @@ void mock_cq_push(struct mock_ep *ep, void *ctx, uint64_t flags, size_t len, uin
 {
 	struct mock_cq *m = ep->cq;
 
+	pthread_mutex_lock(&mock_cq_lock);
 	m->ent[m->tail] = (struct fi_cq_data_entry){
 		.op_context = ctx,
 		.flags = flags,
@@ -514,18 +545,21 @@ void mock_cq_push(struct mock_ep *ep, void *ctx, uint64_t flags, size_t len, uin
 		.data = data,
 	};
 	m->tail = (m->tail + 1) % MOCK_CQ_DEPTH;
+	pthread_mutex_unlock(&mock_cq_lock);
 }
 
 void mock_cq_push_err(struct mock_ep *ep, void *ctx, uint64_t flags, int err)
 {
 	struct mock_cq *m = ep->cq;
 
+	pthread_mutex_lock(&mock_cq_lock);
 	m->err[m->nerr++] = (struct fi_cq_err_entry){
 		.op_context = ctx,
 		.flags = flags,
 		.err = err,
 		.prov_errno = 7,
 	};
+	pthread_mutex_unlock(&mock_cq_lock);
 }
 
 void mock_deliver(struct mock_ep *from, struct mock_ep *to)

@@ -101,6 +101,8 @@ struct fi_info *mock_info_add(const char *prov, const char *domain, uint64_t mr_
 /* Queue a completion / an error completion on an endpoint's CQ. */
 void mock_cq_push(struct mock_ep *ep, void *ctx, uint64_t flags, size_t len, uint64_t data);
 void mock_cq_push_err(struct mock_ep *ep, void *ctx, uint64_t flags, int err);
+/* Entries (errors included) an endpoint's CQ still holds. */
+int mock_cq_pending(struct mock_ep *ep);
 
 /* Copy from's last send into to's posted receive and complete both sides. */
 void mock_deliver(struct mock_ep *from, struct mock_ep *to);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@ static void clear_env(void)
 	unsetenv("MKERNEL_OFI_LANES");
 	unsetenv("MKERNEL_TIMEOUT");
 	unsetenv("MKERNEL_OFI_SHARED_EP");
+	unsetenv("MKERNEL_OFI_PROGRESS_THREAD");
 	mk_param_reset_all();
 }
 
@@ -1481,6 +1483,71 @@ static void test_poll_error_entry_is_error_event(void **state)
 	close_pair(&p);
 }
 
+/* Waits (up to 5 s) until someone other than this thread has read every entry of ep's CQ. */
+static void wait_cq_taken(struct mock_ep *ep)
+{
+	uint64_t t0 = mk_now_ns();
+
+	while (mock_cq_pending(ep) > 0) {
+		assert_true(mk_now_ns() - t0 < 5000000000ull);
+		sched_yield();
+	}
+}
+
+/* The one event of c, polled for up to 5 s: another thread's read reaches poll() a bit later. */
+static struct mk_event poll_until(struct mk_conn *c, enum mk_event_type type)
+{
+	uint64_t t0 = mk_now_ns();
+	struct mk_event ev[4];
+	int n;
+
+	while ((n = tp->poll(c, ev, 4)) == 0) {
+		assert_true(mk_now_ns() - t0 < 5000000000ull);
+		sched_yield();
+	}
+	assert_int_equal(n, 1);
+	assert_int_equal(ev[0].type, type);
+	return ev[0];
+}
+
+/*
+ * MKERNEL_OFI_PROGRESS_THREAD on endpoints of the connection's own: the lane's thread reads the
+ * CQ, errors included, and poll() hands out what it read from the lane's ring. The CQs are
+ * empty before anyone polls, so a thread that only progressed (completions left for poll())
+ * fails this.
+ */
+static void test_progress_thread_reads_completions_for_poll(void **state)
+{
+	struct mk_rkey rk = { .base = 0, .key = 1 };
+	struct mk_event ev;
+	int ctx;
+	struct pair p;
+
+	set_env("MKERNEL_OFI_PROGRESS_THREAD", "1");
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	assert_true(mk_ofi_conn_of(p.c)->lanes[0].progress_on);
+	assert_non_null(mk_ofi_conn_of(p.c)->lanes[0].ring);
+	assert_non_null(mk_ofi_conn_of(p.a)->lanes[0].ring);
+	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, true, 5, &ctx), 0);
+	mock_cq_push(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, 0, 0);
+	mock_cq_push(p.la, NULL, FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, 0, (64ull << 32) | 5);
+	wait_cq_taken(p.cb);
+	wait_cq_taken(p.la);
+	ev = poll_until(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev.ctx, &ctx);
+	assert_int_equal(ev.status, 0);
+	ev = poll_until(p.a, MK_EV_IMM);
+	assert_int_equal(ev.imm, 5);
+	assert_int_equal(ev.len, 64);
+	assert_int_equal(tp->write(p.c, 0, region, 64, NULL, 0, &rk, true, 6, &ctx), 0);
+	mock_cq_push_err(p.cb, p.cb->last_rma.context, FI_RMA | FI_WRITE, FI_ECONNRESET);
+	wait_cq_taken(p.cb);
+	ev = poll_until(p.c, MK_EV_WRITE_DONE);
+	assert_ptr_equal(ev.ctx, &ctx);
+	assert_int_equal(ev.status, -ECONNRESET);
+	close_pair(&p);
+}
+
 static void test_write_eagain_returns_slot(void **state)
 {
 	struct mk_rkey rk = { .base = 0, .key = 1 };
@@ -2120,6 +2187,7 @@ int main(void)
 		T(test_inject_small_host_writes),
 		T(test_poll_imm_and_local_completion),
 		T(test_poll_error_entry_is_error_event),
+		T(test_progress_thread_reads_completions_for_poll),
 		T(test_write_eagain_returns_slot),
 		T(test_pool_exhaustion_then_recovery),
 		T(test_stalled_writes_time_out),
