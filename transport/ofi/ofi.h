@@ -94,6 +94,7 @@ MK_PARAM_DECLARE_INT(ofi_cq_read_count);   /* MKERNEL_OFI_CQ_READ_COUNT */
 MK_PARAM_DECLARE_INT(ofi_tx_depth);	   /* MKERNEL_OFI_TX_DEPTH */
 MK_PARAM_DECLARE_INT(ofi_speed_mbps);	   /* MKERNEL_OFI_SPEED_MBPS */
 MK_PARAM_DECLARE_INT(ofi_progress_thread); /* MKERNEL_OFI_PROGRESS_THREAD */
+MK_PARAM_DECLARE_INT(ofi_progress_cpus);   /* MKERNEL_OFI_PROGRESS_CPUS */
 MK_PARAM_DECLARE_INT(ofi_lanes);	   /* MKERNEL_OFI_LANES */
 MK_PARAM_DECLARE_INT(ofi_inject);	   /* MKERNEL_OFI_INJECT */
 MK_PARAM_DECLARE_INT(ofi_split_writes);	   /* MKERNEL_OFI_SPLIT_WRITES */
@@ -110,6 +111,8 @@ struct mk_ofi_dev {
 	size_t quiet_max;   /* writes without an immediate up to this size go quiet (0: none) */
 	size_t split_min;   /* writes with an immediate from this size go in two (0: none) */
 	int lanes;	    /* endpoints a connection it makes stripes over (MKERNEL_OFI_LANES) */
+	bool progress;	    /* connections get progress threads (MKERNEL_OFI_PROGRESS_THREAD) */
+	int sep_mode;	    /* MKERNEL_OFI_SHARED_EP as decided: 0 none, 1 one set, 2 pairs */
 	size_t inject_max;  /* host writes up to this size go as injects (0: none) */
 	/* lock guards refs, fabric and domain; data ops never take it. */
 	pthread_mutex_t lock;
@@ -259,6 +262,12 @@ struct mk_ofi_lane {
 	bool progress_on;
 	/* what that thread read of the CQ, for poll() (ofi_progress.c); NULL: poll() reads */
 	struct mk_ofi_ring *ring;
+	/* when that thread last moved something or was told something will move (atomic) */
+	uint64_t busy_ns;
+	/* a quiet thread waits on nap_cond until kicked (mk_ofi_progress_kick) or 1 ms passes */
+	int napping; /* atomic */
+	pthread_mutex_t nap_lock;
+	pthread_cond_t nap_cond;
 };
 
 enum mk_ofi_conn_state {
@@ -561,6 +570,11 @@ int mk_ofi_shm_peer_present(const struct mk_ofi_conn *conn, const void *addr, si
 /* Starts a lane's thread per lane where MKERNEL_OFI_PROGRESS_THREAD asks; stop joins them. */
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);
 void mk_ofi_progress_stop(struct mk_ofi_conn *conn);
+/*
+ * Someone waits on conn (a post, a poll): its lanes' threads, which sleep after a quiet
+ * millisecond, spin again. Only for a connection whose lane 0 has a ring. now: mk_now_ns().
+ */
+void mk_ofi_progress_kick(struct mk_ofi_conn *conn, uint64_t now);
 
 /*
  * Provider calls that may wait on a lock a shm peer holds (ofi_guard.c): on a connection to a

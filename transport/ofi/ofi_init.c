@@ -6,9 +6,11 @@
  * fabric + domain on first use. The ops table sits at the bottom.
  */
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mk/err.h"
 #include "mk/log.h"
@@ -295,7 +297,7 @@ static void ofi_fill_props(struct mk_ofi_dev *d, bool hmem)
 	 */
 	p->rma_lands_unpolled = (strcmp(i->fabric_attr->prov_name, "efa") == 0 &&
 				 i->domain_attr->data_progress == FI_PROGRESS_AUTO) ||
-				mk_param_ofi_progress_thread();
+				d->progress;
 	p->max_msg = i->ep_attr->max_msg_size;
 	if (d->len_in_data && p->max_msg >= UINT32_MAX)
 		p->max_msg = UINT32_MAX - 1; /* the length rides in 32 bits of the CQ data, all
@@ -342,6 +344,55 @@ static int ofi_lanes(const char *prov)
 	if (n < 0)
 		n = ofi_prov_sockets(prov) ? 2 : 1;
 	return n < 1 ? 1 : n > MK_TP_MAX_LANES ? MK_TP_MAX_LANES : (int)n;
+}
+
+/* CPUs this process may run on (its affinity), or the online count where that is unknown. */
+static long ofi_cpus(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		return CPU_COUNT(&set);
+	return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/*
+ * MKERNEL_OFI_PROGRESS_THREAD; -1 (the default) is the device's choice: on over the socket
+ * providers where cores are spare. There every byte is a socket copy inside fi_cq_read, and
+ * through NCCL, whose one proxy thread would otherwise make all of them, a thread per
+ * connection took busbw from 0.79-0.95 to 0.99-1.28 of NCCL's Socket transport on a 16-core
+ * host (docs/benchmarks.md, section 3). On a host of a few cores the threads take the cores
+ * those copies need.
+ */
+static bool ofi_progress(const char *prov)
+{
+	long long v = mk_param_ofi_progress_thread();
+
+	if (v >= 0)
+		return v != 0;
+	return ofi_prov_sockets(prov) && ofi_cpus() >= mk_param_ofi_progress_cpus();
+}
+
+/*
+ * MKERNEL_OFI_SHARED_EP, checked; -1 (the default) is the device's choice: an endpoint per
+ * connection where progress threads run (so each thread reads a CQ of its connection's own,
+ * ofi_progress.c), pairs elsewhere.
+ */
+static int ofi_sep_mode(bool progress)
+{
+	long long v = mk_param_ofi_shared_ep();
+
+	if (v == -1)
+		return progress ? 0 : 2;
+	if (v < 0 || v > 2) {
+		static int said;
+
+		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+			MK_WARN("ofi: MKERNEL_OFI_SHARED_EP=%lld is not -1, 0, 1 or 2: taking 2",
+				v);
+		return 2;
+	}
+	return (int)v;
 }
 
 static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, bool hmem)
@@ -394,6 +445,8 @@ static int ofi_dev_init(struct mk_ofi_dev *d, struct fi_info *info, bool lo, boo
 				: 0;
 	d->split_min = ofi_split_min(d, prov);
 	d->lanes = ofi_lanes(prov);
+	d->progress = ofi_progress(prov);
+	d->sep_mode = ofi_sep_mode(d->progress);
 	d->next_key = 1;
 	pthread_mutex_init(&d->lock, NULL);
 	ofi_fill_props(d, hmem);

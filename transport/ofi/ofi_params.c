@@ -17,9 +17,15 @@ MK_PARAM_INT(ofi_tx_depth, "ofi", "MKERNEL_OFI_TX_DEPTH", 256,
 	     "writes+reads one connection may have in flight; more return -EAGAIN (8..65536)")
 MK_PARAM_INT(ofi_speed_mbps, "ofi", "MKERNEL_OFI_SPEED_MBPS", 0,
 	     "port speed reported to NCCL in Mbit/s; 0 = from the provider or sysfs, else 10000")
-MK_PARAM_INT(ofi_progress_thread, "ofi", "MKERNEL_OFI_PROGRESS_THREAD", 0,
-	     "1: one thread per connection drives the provider's progress (tcp/net/shm copy the "
-	     "bytes there), for hosts with spare cores; 0: progress only inside the caller's polls")
+MK_PARAM_INT(ofi_progress_thread, "ofi", "MKERNEL_OFI_PROGRESS_THREAD", -1,
+	     "1: a thread per connection and lane drives the provider's progress (tcp/net/shm copy "
+	     "the bytes there) and, on endpoints of the connection's own, reads its completions; "
+	     "0: progress only inside the caller's polls; -1 the device's choice: on over "
+	     "tcp;ofi_rxm and net where the process may run on at least MKERNEL_OFI_PROGRESS_CPUS "
+	     "cores, off elsewhere")
+MK_PARAM_INT(ofi_progress_cpus, "ofi", "MKERNEL_OFI_PROGRESS_CPUS", 8,
+	     "cores (of the process's CPU affinity) from which MKERNEL_OFI_PROGRESS_THREAD=-1 "
+	     "turns the progress threads on")
 MK_PARAM_INT(ofi_lanes, "ofi", "MKERNEL_OFI_LANES", -1,
 	     "endpoints (lanes) one connection stripes over, each with its own CQ; messages above "
 	     "MKERNEL_STRIPE_MIN are split across them (1..16; the accepting side follows the "
@@ -34,8 +40,10 @@ MK_PARAM_INT(ofi_split_writes, "ofi", "MKERNEL_OFI_SPLIT_WRITES", -1,
 	     "the last 64 bytes and a write of those with the immediate, in order on the lane, "
 	     "where the provider keeps writes in order (FI_ORDER_WAW); 0 off, -1 the device's "
 	     "choice: 1 MiB on tcp;ofi_rxm and net, off elsewhere")
-MK_PARAM_INT(ofi_shared_ep, "ofi", "MKERNEL_OFI_SHARED_EP", 2,
+MK_PARAM_INT(ofi_shared_ep, "ofi", "MKERNEL_OFI_SHARED_EP", -1,
 	     "connections sharing endpoints (with their CQ and AV) on a device, not on shm: 2 a "
 	     "set per accepting and connecting pair (NCCL's receive and send comms of a channel: "
 	     "one tcp;ofi_rxm socket for both directions), 1 all of them (one socket per pair of "
-	     "processes), 0 none (an endpoint per connection and lane)")
+	     "processes), 0 none (an endpoint per connection and lane); -1 the device's choice: "
+	     "0 where progress threads run (each connection's thread then reads its own CQ), 2 "
+	     "elsewhere")

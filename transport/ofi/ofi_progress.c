@@ -11,10 +11,18 @@
  * 1 MiB at 0.58-0.67 of Socket). On shared endpoints completions are routed between
  * connections under the endpoints' lock (ofi_sep.c), so there the thread only progresses
  * (fi_cq_read of zero entries) and poll() reads as without it.
+ *
+ * A thread spins (yielding) while its connection is busy. After a millisecond in which it
+ * moved nothing and nobody posted or polled on the connection, it waits on a condition until
+ * the next post or poll (mk_ofi_progress_kick) or for a millisecond, then reads once and waits
+ * again: idle connections hold no core (sixteen connections a side on two cores could not even
+ * finish their setup among spinning threads), and a caller that waits for something wakes
+ * its threads at once. NCCL polls a comm only while it has requests out.
  */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mk/log.h"
 #include "ofi.h"
@@ -39,6 +47,7 @@ static bool ofi_ring_fill(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
 	}
 	got = mk_ofi_guarded_cq_read(conn, lane->cq, ent, room, mk_now_ns());
 	if (got > 0) {
+		__atomic_store_n(&lane->busy_ns, mk_now_ns(), __ATOMIC_RELAXED);
 		for (ssize_t i = 0; i < got; i++)
 			r->e[(tail + (unsigned)i) % MK_OFI_RING] =
 				(struct mk_ofi_ring_ent){ .ent = ent[i], .status = 0 };
@@ -58,6 +67,74 @@ static bool ofi_ring_fill(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
 	return true;
 }
 
+/* Quiet this long, a ring lane's thread waits to be kicked, a millisecond at a time. */
+#define MK_OFI_PROGRESS_IDLE_NS 1000000ull
+
+static bool ofi_quiet(struct mk_ofi_lane *lane)
+{
+	return mk_now_ns() - __atomic_load_n(&lane->busy_ns, __ATOMIC_SEQ_CST) >
+	       MK_OFI_PROGRESS_IDLE_NS;
+}
+
+/*
+ * Waits for a kick or a millisecond. napping is stored before busy_ns is read again, and the
+ * kicker stores busy_ns before it reads napping (both sequentially consistent): either this
+ * thread sees the kick's time, or the kicker sees it napping and signals under the lock.
+ */
+static void ofi_nap(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += (long)MK_OFI_PROGRESS_IDLE_NS;
+	if (until.tv_nsec >= 1000000000l) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000l;
+	}
+	pthread_mutex_lock(&lane->nap_lock);
+	__atomic_store_n(&lane->napping, 1, __ATOMIC_SEQ_CST);
+	if (ofi_quiet(lane) && !__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE))
+		pthread_cond_timedwait(&lane->nap_cond, &lane->nap_lock, &until);
+	__atomic_store_n(&lane->napping, 0, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&lane->nap_lock);
+}
+
+void mk_ofi_progress_kick(struct mk_ofi_conn *conn, uint64_t now)
+{
+	for (int i = 0; i < conn->nlanes; i++) {
+		struct mk_ofi_lane *lane = &conn->lanes[i];
+
+		if (lane->ring == NULL)
+			continue;
+		__atomic_store_n(&lane->busy_ns, now, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&lane->napping, __ATOMIC_SEQ_CST)) {
+			pthread_mutex_lock(&lane->nap_lock);
+			pthread_cond_signal(&lane->nap_cond);
+			pthread_mutex_unlock(&lane->nap_lock);
+		}
+	}
+}
+
+/* A ring lane's nap lock and a condition on the monotonic clock; false when they failed. */
+static bool ofi_nap_init(struct mk_ofi_lane *lane)
+{
+	pthread_condattr_t attr;
+	bool ok;
+
+	if (pthread_condattr_init(&attr) != 0)
+		return false;
+	ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+	     pthread_cond_init(&lane->nap_cond, &attr) == 0;
+	pthread_condattr_destroy(&attr);
+	if (!ok)
+		return false;
+	if (pthread_mutex_init(&lane->nap_lock, NULL) != 0) {
+		pthread_cond_destroy(&lane->nap_cond);
+		return false;
+	}
+	return true;
+}
+
 static void *ofi_progress_main(void *arg)
 {
 	struct mk_ofi_lane *lane = arg;
@@ -65,22 +142,37 @@ static void *ofi_progress_main(void *arg)
 
 	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE) &&
 	       !__atomic_load_n(&conn->wedged, __ATOMIC_ACQUIRE)) {
-		if (lane->ring != NULL) {
-			if (ofi_ring_fill(conn, lane))
-				continue;
-		} else {
+		if (lane->ring == NULL) {
+			/* shared endpoints: no word of the connection's load reaches us */
 			mk_ofi_guarded_cq_read(conn, lane->cq, NULL, 0, mk_now_ns());
+			sched_yield();
+			continue;
 		}
-		sched_yield();
+		if (ofi_ring_fill(conn, lane))
+			continue;
+		if (ofi_quiet(lane))
+			ofi_nap(conn, lane);
+		else
+			sched_yield();
 	}
 	return NULL;
+}
+
+static void ofi_ring_free(struct mk_ofi_lane *lane)
+{
+	if (lane->ring == NULL)
+		return;
+	pthread_cond_destroy(&lane->nap_cond);
+	pthread_mutex_destroy(&lane->nap_lock);
+	free(lane->ring);
+	lane->ring = NULL;
 }
 
 void mk_ofi_progress_start(struct mk_ofi_conn *conn)
 {
 	int rc;
 
-	if (!mk_param_ofi_progress_thread())
+	if (!conn->dev->progress)
 		return;
 	conn->progress_stop = 0;
 	for (int i = 0; i < conn->nlanes; i++) {
@@ -89,8 +181,14 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn)
 		if (lane->progress_on)
 			continue;
 		/* without a ring (shared endpoints, or no memory) poll() reads the CQ itself */
-		if (conn->sep == NULL && lane->ring == NULL)
+		if (conn->sep == NULL && lane->ring == NULL) {
 			lane->ring = calloc(1, sizeof(*lane->ring));
+			if (lane->ring != NULL && !ofi_nap_init(lane)) {
+				free(lane->ring);
+				lane->ring = NULL;
+			}
+		}
+		lane->busy_ns = mk_now_ns();
 		rc = pthread_create(&lane->progress, NULL, ofi_progress_main, lane);
 		if (rc == 0) {
 			lane->progress_on = true;
@@ -98,8 +196,7 @@ void mk_ofi_progress_start(struct mk_ofi_conn *conn)
 		}
 		MK_WARN_ONCE("ofi: %s: no progress thread (%s); progress stays in poll()",
 			     conn->dev->props.name, strerror(rc));
-		free(lane->ring);
-		lane->ring = NULL;
+		ofi_ring_free(lane);
 	}
 }
 
@@ -110,11 +207,15 @@ void mk_ofi_progress_stop(struct mk_ofi_conn *conn)
 		struct mk_ofi_lane *lane = &conn->lanes[i];
 
 		if (lane->progress_on) {
+			if (lane->ring != NULL) { /* out of its nap at once */
+				pthread_mutex_lock(&lane->nap_lock);
+				pthread_cond_signal(&lane->nap_cond);
+				pthread_mutex_unlock(&lane->nap_lock);
+			}
 			pthread_join(lane->progress, NULL);
 			lane->progress_on = false;
 		}
 		/* what the ring still holds goes with the connection, like a CQ's unread entries */
-		free(lane->ring);
-		lane->ring = NULL;
+		ofi_ring_free(lane);
 	}
 }

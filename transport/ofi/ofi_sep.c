@@ -42,24 +42,9 @@ struct mk_ofi_sep_peer {
 /* Guards every device's sep pointer and each sep's refs; taken before any sep->lock. */
 static pthread_mutex_t sep_registry = PTHREAD_MUTEX_INITIALIZER;
 
-/* MKERNEL_OFI_SHARED_EP: 0 none, 1 all on one set, 2 a set per accepting/connecting pair. */
-static long long sep_mode(void)
-{
-	long long v = mk_param_ofi_shared_ep();
-
-	if (v < 0 || v > 2) {
-		static int said;
-
-		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-			MK_WARN("ofi: MKERNEL_OFI_SHARED_EP=%lld is not 0, 1 or 2: taking 2", v);
-		v = 2;
-	}
-	return v;
-}
-
 bool mk_ofi_sep_wanted(const struct mk_ofi_dev *d)
 {
-	if (sep_mode() == 0)
+	if (d->sep_mode == 0)
 		return false;
 	if (mk_ofi_is_shm(d)) {
 		static int said;
@@ -178,7 +163,7 @@ static void sep_put(struct mk_ofi_sep *sep, enum mk_ofi_sep_role role)
 /* Under the registry lock: the set conn joins as role, NULL when a new one is due. */
 static struct mk_ofi_sep *sep_find(struct mk_ofi_dev *d, enum mk_ofi_sep_role role)
 {
-	const bool pairs = sep_mode() == 2;
+	const bool pairs = d->sep_mode == 2;
 
 	for (struct mk_ofi_sep *sep = d->seps; sep != NULL; sep = sep->next)
 		if (!pairs || sep->roles[role] == 0)

@@ -34,6 +34,7 @@ static void clear_env(void)
 	unsetenv("MKERNEL_TIMEOUT");
 	unsetenv("MKERNEL_OFI_SHARED_EP");
 	unsetenv("MKERNEL_OFI_PROGRESS_THREAD");
+	unsetenv("MKERNEL_OFI_PROGRESS_CPUS");
 	mk_param_reset_all();
 }
 
@@ -47,6 +48,8 @@ static int setup(void **state)
 	 */
 	setenv("MKERNEL_OFI_SHARED_EP", "0", 1);
 	setenv("MKERNEL_OFI_LANES", "1", 1);
+	/* and without progress threads, whatever the machine's core count would choose */
+	setenv("MKERNEL_OFI_PROGRESS_THREAD", "0", 1);
 	mk_ofi_lib_override(&mock_lib);
 	return 0;
 }
@@ -908,6 +911,48 @@ static void test_lanes_default_per_provider(void **state)
 	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
 	init_ok(1);
 	assert_int_equal(mk_ofi_dev_at(0)->lanes, 1);
+}
+
+/*
+ * A pair over tcp;ofi_rxm with MKERNEL_OFI_PROGRESS_CPUS at cpus and the threads and sharing left
+ * to the device: whether it chose threads, and that its connections run them or not.
+ */
+static bool progress_chosen(const char *cpus)
+{
+	struct mk_ofi_conn *a, *c;
+	struct pair p;
+	bool on;
+
+	unsetenv("MKERNEL_OFI_PROGRESS_THREAD");
+	unsetenv("MKERNEL_OFI_SHARED_EP");
+	set_env("MKERNEL_OFI_PROGRESS_CPUS", cpus);
+	open_pair(&p, "tcp;ofi_rxm", 0, 8);
+	a = mk_ofi_conn_of(p.a);
+	c = mk_ofi_conn_of(p.c);
+	on = mk_ofi_dev_at(0)->progress;
+	/* threads: an endpoint per connection, whose thread reads its CQ into the ring */
+	assert_int_equal(mk_ofi_dev_at(0)->sep_mode, on ? 0 : 2);
+	assert_int_equal(mock.ep_live, on ? 2 : 1);
+	assert_int_equal(a->lanes[0].progress_on, on);
+	assert_int_equal(c->lanes[0].ring != NULL, on);
+	close_pair(&p);
+	tp->fini();
+	mock_reset();
+	return on;
+}
+
+/*
+ * Unset, progress threads are the device's choice: on over the socket providers where the
+ * process has MKERNEL_OFI_PROGRESS_CPUS cores, off on fewer and on shm.
+ */
+static void test_progress_default_per_provider_and_cores(void **state)
+{
+	assert_true(progress_chosen("1"));
+	assert_false(progress_chosen("100000"));
+	set_env("MKERNEL_OFI_PROVIDER", "shm");
+	mock_info_add("shm", "shm", FI_MR_VIRT_ADDR, 8);
+	init_ok(1);
+	assert_false(mk_ofi_dev_at(0)->progress);
 }
 
 /* A listener and a connection to it that asked for lanes (nothing delivered yet). */
@@ -2097,11 +2142,12 @@ static void shared_pairs_check(void)
 	assert_int_equal(mk_ofi_sep_count(NULL), 0);
 }
 
+/* Unset, sharing is the device's choice: pairs where no progress thread runs. */
 static void test_shared_pairs_by_default(void **state)
 {
 	unsetenv("MKERNEL_OFI_SHARED_EP");
 	mk_param_reset_all();
-	assert_int_equal(mk_param_ofi_shared_ep(), 2);
+	assert_int_equal(mk_param_ofi_shared_ep(), -1);
 	shared_pairs_check();
 }
 
@@ -2172,6 +2218,7 @@ int main(void)
 		T(test_lanes_poll_takes_turns),
 		T(test_lanes_idle_ones_read_only_when_expected),
 		T(test_lanes_default_per_provider),
+		T(test_progress_default_per_provider_and_cores),
 		T(test_lanes_reply_for_another_count_is_dropped),
 		T(test_lanes_open_failure_unwinds),
 		T(test_write_offsets_app_keys_len_in_data),
