@@ -601,12 +601,14 @@ static int ofi_init(void)
 	for (int i = 0; i < mk_ofi.ndevs; i++) {
 		const struct mk_ofi_dev *d = &mk_ofi.devs[i];
 
+		/* the device's choices, so a run's log says what its defaults came to */
 		MK_INFO(MK_SUBSYS_INIT | MK_SUBSYS_NET,
-			"ofi: device %d %s mr_mode %s%s%s speed %d Mbps pci '%s'", i, d->props.name,
-			d->mr_mode & FI_MR_PROV_KEY ? "prov-key" : "app-key",
+			"ofi: device %d %s mr_mode %s%s%s speed %d Mbps pci '%s' lanes %d "
+			"progress threads %s shared endpoints %d",
+			i, d->props.name, d->mr_mode & FI_MR_PROV_KEY ? "prov-key" : "app-key",
 			d->mr_mode & FI_MR_VIRT_ADDR ? ",virt-addr" : ",offset",
 			d->mr_mode & FI_MR_LOCAL ? ",local" : "", d->props.speed_mbps,
-			d->props.pci_path);
+			d->props.pci_path, d->lanes, d->progress ? "on" : "off", d->sep_mode);
 	}
 	mk_ofi.lib->freeinfo(list);
 	return 0;
