@@ -14,10 +14,12 @@
  *
  * A thread spins (yielding) while its connection is busy. After a millisecond in which it
  * moved nothing and nobody posted or polled on the connection, it waits on a condition until
- * the next post or poll (mk_ofi_progress_kick) or for a millisecond, then reads once and waits
- * again: idle connections hold no core (sixteen connections a side on two cores could not even
- * finish their setup among spinning threads), and a caller that waits for something wakes
- * its threads at once. NCCL polls a comm only while it has requests out.
+ * the next post or poll (mk_ofi_progress_kick) or a timeout, reads once, and waits again, the
+ * timeout doubling from 1 to 32 ms while nothing happens: idle connections hold no core (with
+ * spinning threads, or threads reading every millisecond, sixteen connections a side on two
+ * cores could not finish their setup), and a caller that waits for something wakes its
+ * threads at once. NCCL polls a comm only while it has requests out; traffic nobody waits for
+ * is read within the timeout, as it would be at the owner's next poll without a thread.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -67,8 +69,9 @@ static bool ofi_ring_fill(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
 	return true;
 }
 
-/* Quiet this long, a ring lane's thread waits to be kicked, a millisecond at a time. */
-#define MK_OFI_PROGRESS_IDLE_NS 1000000ull
+/* Quiet this long, a ring lane's thread waits to be kicked, at most NAP_MAX at a time. */
+#define MK_OFI_PROGRESS_IDLE_NS	   1000000ull
+#define MK_OFI_PROGRESS_NAP_MAX_NS 32000000ull
 
 static bool ofi_quiet(struct mk_ofi_lane *lane)
 {
@@ -77,16 +80,17 @@ static bool ofi_quiet(struct mk_ofi_lane *lane)
 }
 
 /*
- * Waits for a kick or a millisecond. napping is stored before busy_ns is read again, and the
- * kicker stores busy_ns before it reads napping (both sequentially consistent): either this
- * thread sees the kick's time, or the kicker sees it napping and signals under the lock.
+ * Waits for a kick or nap_ns. napping is stored before busy_ns is read again, and the kicker
+ * stores busy_ns before it reads napping (both sequentially consistent): either this thread
+ * sees the kick's time, or the kicker sees it napping and signals under the lock.
  */
-static void ofi_nap(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane)
+static void ofi_nap(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, uint64_t nap_ns)
 {
 	struct timespec until;
 
 	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_nsec += (long)MK_OFI_PROGRESS_IDLE_NS;
+	until.tv_sec += (time_t)(nap_ns / 1000000000ull);
+	until.tv_nsec += (long)(nap_ns % 1000000000ull);
 	if (until.tv_nsec >= 1000000000l) {
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000l;
@@ -139,6 +143,7 @@ static void *ofi_progress_main(void *arg)
 {
 	struct mk_ofi_lane *lane = arg;
 	struct mk_ofi_conn *conn = lane->conn;
+	uint64_t nap_ns = MK_OFI_PROGRESS_IDLE_NS;
 
 	while (!__atomic_load_n(&conn->progress_stop, __ATOMIC_ACQUIRE) &&
 	       !__atomic_load_n(&conn->wedged, __ATOMIC_ACQUIRE)) {
@@ -150,10 +155,14 @@ static void *ofi_progress_main(void *arg)
 		}
 		if (ofi_ring_fill(conn, lane))
 			continue;
-		if (ofi_quiet(lane))
-			ofi_nap(conn, lane);
-		else
+		if (!ofi_quiet(lane)) {
+			nap_ns = MK_OFI_PROGRESS_IDLE_NS;
 			sched_yield();
+			continue;
+		}
+		ofi_nap(conn, lane, nap_ns);
+		if (nap_ns < MK_OFI_PROGRESS_NAP_MAX_NS)
+			nap_ns *= 2;
 	}
 	return NULL;
 }
