@@ -264,7 +264,7 @@ struct mk_ofi_lane {
 	struct mk_ofi_ring *ring;
 	/* when that thread last moved something or was told something will move (atomic) */
 	uint64_t busy_ns;
-	/* a quiet thread waits on nap_cond until kicked (mk_ofi_progress_kick) or 1 ms passes */
+	/* a quiet thread waits on nap_cond until kicked (mk_ofi_progress_kick) or timed out */
 	int napping; /* atomic */
 	pthread_mutex_t nap_lock;
 	pthread_cond_t nap_cond;
@@ -567,7 +567,7 @@ int mk_ofi_shm_peer_present(const struct mk_ofi_conn *conn, const void *addr, si
 
 /* ---- progress threads (ofi_progress.c) ---- */
 
-/* Starts a lane's thread per lane where MKERNEL_OFI_PROGRESS_THREAD asks; stop joins them. */
+/* A thread per lane where the device chose progress threads; stop joins them, frees the rings. */
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);
 void mk_ofi_progress_stop(struct mk_ofi_conn *conn);
 /*

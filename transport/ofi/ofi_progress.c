@@ -103,6 +103,14 @@ static void ofi_nap(struct mk_ofi_conn *conn, struct mk_ofi_lane *lane, uint64_t
 	pthread_mutex_unlock(&lane->nap_lock);
 }
 
+/* Ends a ring lane's thread's wait, if it is in one. */
+static void ofi_wake(struct mk_ofi_lane *lane)
+{
+	pthread_mutex_lock(&lane->nap_lock);
+	pthread_cond_signal(&lane->nap_cond);
+	pthread_mutex_unlock(&lane->nap_lock);
+}
+
 void mk_ofi_progress_kick(struct mk_ofi_conn *conn, uint64_t now)
 {
 	for (int i = 0; i < conn->nlanes; i++) {
@@ -111,11 +119,8 @@ void mk_ofi_progress_kick(struct mk_ofi_conn *conn, uint64_t now)
 		if (lane->ring == NULL)
 			continue;
 		__atomic_store_n(&lane->busy_ns, now, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&lane->napping, __ATOMIC_SEQ_CST)) {
-			pthread_mutex_lock(&lane->nap_lock);
-			pthread_cond_signal(&lane->nap_cond);
-			pthread_mutex_unlock(&lane->nap_lock);
-		}
+		if (__atomic_load_n(&lane->napping, __ATOMIC_SEQ_CST))
+			ofi_wake(lane);
 	}
 }
 
@@ -216,11 +221,8 @@ void mk_ofi_progress_stop(struct mk_ofi_conn *conn)
 		struct mk_ofi_lane *lane = &conn->lanes[i];
 
 		if (lane->progress_on) {
-			if (lane->ring != NULL) { /* out of its nap at once */
-				pthread_mutex_lock(&lane->nap_lock);
-				pthread_cond_signal(&lane->nap_cond);
-				pthread_mutex_unlock(&lane->nap_lock);
-			}
+			if (lane->ring != NULL)
+				ofi_wake(lane); /* out of its wait at once */
 			pthread_join(lane->progress, NULL);
 			lane->progress_on = false;
 		}
