@@ -571,7 +571,7 @@ int mk_ofi_shm_peer_present(const struct mk_ofi_conn *conn, const void *addr, si
 void mk_ofi_progress_start(struct mk_ofi_conn *conn);
 void mk_ofi_progress_stop(struct mk_ofi_conn *conn);
 /*
- * Someone waits on conn (a post, a poll): its lanes' threads, which sleep after a quiet
+ * Someone polls conn, so waits for something: its lanes' threads, which sleep after a quiet
  * millisecond, spin again. Only for a connection whose lane 0 has a ring. now: mk_now_ns().
  */
 void mk_ofi_progress_kick(struct mk_ofi_conn *conn, uint64_t now);

@@ -45,8 +45,6 @@ static int ofi_check_post(struct mk_ofi_conn *conn, int lane, uint64_t now)
 		return -ENOTCONN;
 	if (mk_unlikely(lane < 0 || lane >= conn->nlanes))
 		return -EINVAL;
-	if (conn->lanes[0].ring != NULL)
-		mk_ofi_progress_kick(conn, now); /* the bytes move in its thread's reads */
 	if (conn->peer_pid != 0)
 		return mk_ofi_peer_gone(conn, now);
 	return 0;
@@ -662,8 +660,12 @@ int mk_ofi_cq_drain(struct mk_ofi_conn *conn, struct mk_event *ev, int max)
 		nlanes = conn->nlanes;
 		conn->swept_ns = now;
 	}
+	/*
+	 * A poll: the caller waits for something (its posts are followed by polls, so they need
+	 * no kick of their own on the post path).
+	 */
 	if (conn->lanes[0].ring != NULL)
-		mk_ofi_progress_kick(conn, now); /* a poll: the caller waits for something */
+		mk_ofi_progress_kick(conn, now);
 	if (conn->sep != NULL)
 		heard = ofi_sep_drain(conn, &s, nlanes, now);
 	else

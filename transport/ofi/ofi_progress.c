@@ -13,8 +13,8 @@
  * (fi_cq_read of zero entries) and poll() reads as without it.
  *
  * A thread spins (yielding) while its connection is busy. After a millisecond in which it
- * moved nothing and nobody posted or polled on the connection, it waits on a condition until
- * the next post or poll (mk_ofi_progress_kick) or a timeout, reads once, and waits again, the
+ * moved nothing and nobody polled the connection, it waits on a condition until the next
+ * poll (mk_ofi_progress_kick) or a timeout, reads once, and waits again, the
  * timeout doubling from 1 to 32 ms while nothing happens: idle connections hold no core (with
  * spinning threads, or threads reading every millisecond, sixteen connections a side on two
  * cores could not finish their setup), and a caller that waits for something wakes its
